@@ -1,0 +1,86 @@
+"""`cgtune` command line: subcommands are small classes registered in one dict, each calling the library."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from tuner import __version__
+
+__all__ = ["Command", "UsageError", "main"]
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2, nothing written."""
+
+
+class Command:
+    """One subcommand: `add_arguments` declares its flags, `run` does the work and returns an exit code."""
+
+    help = ""
+    description = ""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+
+# name -> "module:Class"; imported only when used, so `cgtune defaults` never imports torch.
+_COMMANDS: dict[str, str] = {
+    "defaults": "tuner.commands.defaults:DefaultsCommand",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the flag and value (exit 2), not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _load(spec: str) -> Command:
+    module, cls = spec.split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    parser = _Parser(
+        prog="cgtune",
+        description="Measure and tune vLLM's cudagraph_capture_sizes for one GPU, model and workload.",
+    )
+    parser.add_argument("--version", action="version", version=f"cgtune {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = {}
+    for name, spec in _COMMANDS.items():
+        command = _load(spec)
+        p = sub.add_parser(name, help=command.help, description=command.description or command.help,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        command.add_arguments(p)
+        commands[name] = command
+    return parser, commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, commands = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        return commands[args.command].run(args)
+    except (UsageError, ValueError) as exc:
+        # Library validation errors (WorkloadError, vLLM-rule ValueErrors) are user input errors too.
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"cgtune {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"cgtune {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

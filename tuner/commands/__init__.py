@@ -1,0 +1,1 @@
+"""One module per `cgtune` subcommand; each is thin and calls the library."""

@@ -1,0 +1,67 @@
+"""Argument types and helpers shared by subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tuner.cli import UsageError
+from tuner.workload import Workload, WorkloadError, load_workload
+
+__all__ = ["capability", "load_workload_arg", "non_negative_int", "positive_int", "schedule_json"]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
+def capability(text: str) -> tuple[int, int]:
+    """argparse type: compute capability written `major.minor` (9.0, 10.0)."""
+    try:
+        major, minor = (int(p) for p in text.split("."))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like 9.0 (major.minor)") from None
+    if major < 0 or minor < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like 9.0 (major.minor)")
+    return major, minor
+
+
+def schedule_json(text: str) -> list[list[int]]:
+    """argparse type: a JSON list of [start, end, K] triples (vLLM's num_speculative_tokens_per_batch_size)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON (expected [[1,16,3],[17,256,1]])") from None
+    if not isinstance(value, list) or not value or not all(
+        isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in e)
+        for e in value
+    ):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a list of [start, end, K] integer triples")
+    return value
+
+
+def load_workload_arg(path: str | Path) -> Workload:
+    """Load a workload for a command; errors become one-line usage errors."""
+    try:
+        return load_workload(path)
+    except WorkloadError as exc:
+        raise UsageError(f"{path}: {exc}") from None
