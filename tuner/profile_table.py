@@ -1,0 +1,205 @@
+"""The profile table: the contract between measurement (writes it) and search/report (read it).
+
+`DIR/<name>.csv` holds one row per (width, mode); `DIR/<name>.json` holds the device and run metadata.
+Writes are atomic (temp file + rename), so an interrupted run never leaves a half-written table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "COLUMNS",
+    "MODES",
+    "STATUSES",
+    "Profile",
+    "ProfileError",
+    "ProfileRow",
+    "atomic_write_text",
+    "read_profile",
+    "write_profile",
+]
+
+COLUMNS = (
+    "num_tokens", "mode", "latency_ms", "latency_iqr_ms", "status", "capture_delta_bytes", "standalone_bytes",
+    "capture_s",
+)
+"""CSV columns, in order."""
+MODES = ("eager", "full", "piecewise")
+"""`eager`: plain (or compiled) forward; `full`: whole step as one CUDA graph; `piecewise`: graphs between
+attention calls."""
+STATUSES = ("ok", "oom", "unsupported")
+"""Row status: measured, ran out of memory, or not measurable here (e.g. graphs on a CPU)."""
+
+METADATA_KEYS = (
+    "device_name", "compute_capability", "total_memory_bytes", "weights_bytes", "kv_cache_bytes",
+    "torch_version", "cuda_version", "driver_version", "workload", "created_at", "command",
+    "model", "activation_peak_bytes", "compiled", "device",
+)
+"""Metadata keys every profile JSON carries (values may be null where the device has none, e.g. CPU).
+`workload`: {name, hash}; `model`: {preset, shape (ModelShape fields), dtype, tensor_parallel_size};
+`activation_peak_bytes`: peak non-KV, non-weight memory of an eager step at the widest width (what vLLM's
+profile run reserves); `compiled`: measured through torch.compile; `device`: "cuda:0" or "cpu"."""
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the file and the offending field."""
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One measurement of one width in one mode."""
+
+    num_tokens: int
+    """Step width in tokens."""
+    mode: str
+    """One of MODES."""
+    status: str
+    """One of STATUSES."""
+    latency_ms: float | None = None
+    """Median step latency (None unless status is ok)."""
+    latency_iqr_ms: float | None = None
+    """Interquartile range of the step latency."""
+    capture_delta_bytes: int | None = None
+    """Device memory this width's capture added to the shared pool (captured largest first)."""
+    standalone_bytes: int | None = None
+    """Footprint of this width's graph captured alone in a fresh pool."""
+    capture_s: float | None = None
+    """Seconds the capture took."""
+
+    def as_csv(self) -> list[str]:
+        def fmt(v: object) -> str:
+            if v is None:
+                return ""
+            if isinstance(v, float):
+                return repr(v)
+            return str(v)
+
+        return [fmt(getattr(self, c)) for c in COLUMNS]
+
+
+@dataclass
+class Profile:
+    """A profile table with its metadata."""
+
+    rows: list[ProfileRow]
+    """Measurements, sorted by (num_tokens, mode)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Device and run metadata (see METADATA_KEYS)."""
+    path: Path | None = None
+    """CSV it was read from."""
+
+    def by_mode(self, mode: str, *, ok_only: bool = True) -> dict[int, ProfileRow]:
+        """`num_tokens -> row` for one mode (only measured rows by default)."""
+        return {r.num_tokens: r for r in self.rows if r.mode == mode and (r.status == "ok" or not ok_only)}
+
+    def widths(self) -> list[int]:
+        return sorted({r.num_tokens for r in self.rows})
+
+    @property
+    def name(self) -> str:
+        return self.path.stem if self.path else "profile"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that readers see the old content or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_profile(out_dir: Path, name: str, rows: Iterable[ProfileRow], metadata: dict[str, Any]) -> Path:
+    """Write `<name>.csv` and `<name>.json` atomically; returns the CSV path."""
+    ordered = sorted(rows, key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows(r.as_csv() for r in ordered)
+    csv_path = out_dir / f"{name}.csv"
+    atomic_write_text(out_dir / f"{name}.json", json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(csv_path, buf.getvalue())
+    return csv_path
+
+
+def _number(text: str, cast: type, where: str, *, required: bool) -> Any:
+    if text is None or text.strip() == "":
+        if required:
+            raise ProfileError(f"{where}: missing value")
+        return None
+    try:
+        value = cast(float(text)) if cast is int else cast(text)
+    except ValueError:
+        raise ProfileError(f"{where}: {text!r} is not a number") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ProfileError(f"{where}: {text!r} is not a finite number")
+    return value
+
+
+def read_profile(csv_path: str | Path) -> Profile:
+    """Read and validate a profile CSV and the JSON beside it."""
+    path = Path(csv_path)
+    if not path.is_file():
+        raise ProfileError(f"{path}: profile CSV not found")
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ProfileError(f"{path.name}: missing column {missing[0]!r}")
+        rows = []
+        for line, raw in enumerate(reader, start=2):
+            where = f"{path.name} line {line}"
+            mode, status = raw["mode"], raw["status"]
+            if mode not in MODES:
+                raise ProfileError(f"{where}: mode={mode!r} must be one of {', '.join(MODES)}")
+            if status not in STATUSES:
+                raise ProfileError(f"{where}: status={status!r} must be one of {', '.join(STATUSES)}")
+            ok = status == "ok"
+            num_tokens = _number(raw["num_tokens"], int, f"{where}: num_tokens", required=True)
+            if num_tokens < 1:
+                raise ProfileError(f"{where}: num_tokens={num_tokens} must be >= 1")
+            row = ProfileRow(
+                num_tokens=num_tokens,
+                mode=mode,
+                status=status,
+                latency_ms=_number(raw["latency_ms"], float, f"{where}: latency_ms", required=ok),
+                latency_iqr_ms=_number(raw["latency_iqr_ms"], float, f"{where}: latency_iqr_ms", required=False),
+                capture_delta_bytes=_number(raw["capture_delta_bytes"], int, f"{where}: capture_delta_bytes",
+                                            required=False),
+                standalone_bytes=_number(raw["standalone_bytes"], int, f"{where}: standalone_bytes", required=False),
+                capture_s=_number(raw["capture_s"], float, f"{where}: capture_s", required=False),
+            )
+            if ok and row.latency_ms is not None and row.latency_ms <= 0:
+                raise ProfileError(f"{where}: latency_ms={row.latency_ms} must be > 0")
+            rows.append(row)
+    if not rows:
+        raise ProfileError(f"{path.name}: no rows")
+    meta_path = path.with_suffix(".json")
+    metadata: dict[str, Any] = {}
+    if meta_path.is_file():
+        try:
+            metadata = json.loads(meta_path.read_text())
+        except json.JSONDecodeError:
+            raise ProfileError(f"{meta_path.name}: not valid JSON") from None
+        if not isinstance(metadata, dict):
+            raise ProfileError(f"{meta_path.name}: must hold a JSON object")
+    else:
+        raise ProfileError(f"{meta_path.name}: metadata JSON missing beside {path.name}")
+    rows.sort(key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+    return Profile(rows=rows, metadata=metadata, path=path)
