@@ -1,0 +1,170 @@
+"""Workload specs: shipped files load, every field is validated with its path, the step distribution."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.models import PRESETS, ModelShape
+from tuner.workload import WorkloadError, load_workload, parse_workload
+
+WORKLOADS = sorted((Path(__file__).parent.parent / "workloads").glob("*.yaml"))
+
+BASE = {
+    "name": "w",
+    "model": {"preset": "llama-3.1-8b"},
+    "serving": {"max_num_seqs": 8, "num_speculative_tokens": 3},
+    "traffic": {"requests": {"kind": "uniform", "min": 1, "max": 8}},
+}
+
+
+def with_(path: str, value):
+    data = copy.deepcopy(BASE)
+    *parents, leaf = path.split(".")
+    node = data
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+    return data
+
+
+@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.name)
+def test_shipped_workloads_load_and_have_distributions(path):
+    w = load_workload(path)
+    steps = w.steps()
+    assert abs(sum(s.probability for s in steps) - 1.0) < 1e-9
+    assert all(1 <= s.num_tokens <= w.serving.max_num_batched_tokens for s in steps)
+    assert path.read_text().startswith("#"), "each shipped workload says what deployment it stands for"
+
+
+def test_shipped_workloads_cover_the_issue():
+    names = {load_workload(p).name: load_workload(p) for p in WORKLOADS}
+    by_shape = {(w.serving.max_num_seqs, w.serving.num_speculative_tokens) for w in names.values()}
+    assert {(128, 16), (256, 24), (300, 1), (32, 16)} <= by_shape
+    assert any(w.serving.num_speculative_tokens == 0 for w in names.values())
+    assert any(w.model.preset in ("llama-3.2-1b", "qwen3-1.7b") and w.serving.num_speculative_tokens
+               for w in names.values())
+    assert any("tiny" in p.name for p in WORKLOADS)
+    binding = [w for w in names.values() if w.serving.required_kv_bytes is not None]
+    assert len(binding) >= 2
+
+
+def test_presets_have_real_shapes():
+    llama8 = ModelShape.from_name("llama-3.1-8b")
+    assert (llama8.hidden_size, llama8.num_layers, llama8.num_kv_heads, llama8.intermediate_size) == (4096, 32, 8, 14336)
+    # 8B parameters in bf16 are ~15 GiB; KV per token = 2 x 32 layers x 8 heads x 128 x 2 bytes.
+    assert 14.5 < llama8.weight_bytes("bfloat16") / 2**30 < 15.5
+    assert llama8.kv_bytes_per_token("bfloat16") == 131072
+    for name in ("llama-3.2-1b", "qwen3-1.7b", "qwen3-8b", "qwen3-32b", "mistral-7b", "llama-3.1-70b"):
+        assert name in PRESETS
+
+
+def test_tensor_parallel_shards_one_rank():
+    llama70 = ModelShape.from_name("llama-3.1-70b")
+    assert llama70.kv_heads_per_rank(2) == 4 and llama70.kv_heads_per_rank(16) == 1
+    assert llama70.weight_bytes("bfloat16", 2) < llama70.weight_bytes("bfloat16") * 0.51
+
+
+def test_uniform_traffic_steps():
+    w = parse_workload(BASE)
+    steps = w.steps()
+    assert [s.num_tokens for s in steps] == [4 * n for n in range(1, 9)]
+    assert all(s.uniform_decode and s.probability == pytest.approx(1 / 8) for s in steps)
+
+
+def test_mixed_share_splits_probability():
+    data = with_("traffic.mixed_share", 0.25)
+    data["traffic"]["mixed_tokens"] = {"kind": "histogram", "counts": {100: 1, 300: 3}}
+    steps = parse_workload(data).steps()
+    mixed = {s.num_tokens: s.probability for s in steps if not s.uniform_decode}
+    assert mixed == {100: pytest.approx(0.0625), 300: pytest.approx(0.1875)}
+    assert sum(s.probability for s in steps if s.uniform_decode) == pytest.approx(0.75)
+
+
+def test_trace_traffic(tmp_path):
+    (tmp_path / "steps.csv").write_text("num_tokens,num_reqs\n8,2\n8,2\n9,3\n12\n")
+    data = with_("traffic", {"trace": "steps.csv"})
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(data))
+    steps = load_workload(tmp_path / "w.yaml").steps()
+    assert [(s.num_tokens, s.uniform_decode, round(s.probability, 2)) for s in steps] == [
+        (8, True, 0.5), (9, False, 0.25), (12, True, 0.25)]
+
+
+def test_widths_histogram_assumes_decode_at_multiples_of_q():
+    data = with_("traffic", {"widths": {"kind": "histogram", "counts": {4: 1, 6: 1, 64: 2}}})
+    steps = parse_workload(data).steps()
+    assert [(s.num_tokens, s.uniform_decode) for s in steps] == [(4, True), (6, False), (64, False)]
+
+
+def test_required_kv_defaults_to_one_max_model_len_request():
+    w = parse_workload(with_("serving.max_model_len", 1000))
+    assert w.required_kv_bytes == 1000 * 131072
+    w = parse_workload(with_("serving.required_kv_gib", 5.12))
+    assert w.required_kv_bytes == int(5.12 * 2**30)
+
+
+def test_content_hash_changes_with_content():
+    assert parse_workload(BASE).content_hash == parse_workload(copy.deepcopy(BASE)).content_hash
+    assert parse_workload(BASE).content_hash != parse_workload(with_("serving.max_num_seqs", 9)).content_hash
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("traffic.requests.max", -3, "traffic.requests.max: -3 must be >= 1"),
+        ("traffic.requests.max", 9, "traffic.requests.max: 9 must be <= max_num_seqs=8"),
+        ("traffic.requests.min", "x", "traffic.requests.min: 'x' must be an integer"),
+        ("traffic.requests.kind", "normal", "traffic.requests.kind: 'normal' must be one of uniform, histogram"),
+        ("traffic.mixed_share", 1.5, "traffic.mixed_share: 1.5 must be <= 1"),
+        ("traffic.mixed_share", 0.5, "traffic.mixed_tokens: missing"),
+        ("traffic.mean_context_len", 0, "traffic.mean_context_len: 0 must be >= 1"),
+        ("serving.max_num_seqs", 0, "serving.max_num_seqs: 0 must be >= 1"),
+        ("serving.num_speculative_tokens", -1, "serving.num_speculative_tokens: -1 must be >= 0"),
+        ("serving.gpu_memory_utilization", 0, "serving.gpu_memory_utilization: 0 must be > 0"),
+        ("serving.gpu_memory_utilization", 1.2, "serving.gpu_memory_utilization: 1.2 must be <= 1"),
+        ("serving.cudagraph_mode", "ALL", "serving.cudagraph_mode: 'ALL' must be one of"),
+        ("serving.gpu_capability", "nine", "serving.gpu_capability: 'nine' must look like 9.0"),
+        ("serving.cudagraph_capture_sizes", [0, 4], "serving.cudagraph_capture_sizes: [0, 4] must be"),
+        ("serving.speculative_schedule", [[1, 2]], "serving.speculative_schedule[0]: [1, 2] must be"),
+        ("serving.max_num_batched_tokens", 16, "traffic.requests: 8 requests x q=4 = 32 tokens exceed"),
+        ("serving.colour", "red", "serving.colour: unknown field"),
+        ("model.preset", "gpt-9", "model.preset: 'gpt-9' is not a known preset"),
+        ("model.dtype", "int3", "model.dtype: 'int3' must be one of"),
+        ("model.tensor_parallel_size", 3, "model.tensor_parallel_size: 3 must divide num_attention_heads=32"),
+        ("model.num_kv_heads", 5, "model.num_kv_heads: 5 must divide num_attention_heads=32"),
+        ("name", "a b", "name: 'a b' must be non-empty"),
+        ("traffic.trace", "nope.csv", "traffic.trace: "),
+    ],
+)
+def test_bad_fields_name_path_and_value(path, value, message):
+    with pytest.raises(WorkloadError) as info:
+        parse_workload(with_(path, value))
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_user_max_inconsistent_with_list_is_a_serving_error():
+    data = with_("serving.cudagraph_capture_sizes", [4, 8])
+    data["serving"]["max_cudagraph_capture_size"] = 16
+    with pytest.raises(WorkloadError, match="^serving: customized max_cudagraph_capture_size"):
+        parse_workload(data)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(WorkloadError, match="is not a file"):
+        load_workload(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
+    with pytest.raises(WorkloadError, match="not valid YAML"):
+        load_workload(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(WorkloadError, match="must be a mapping"):
+        load_workload(tmp_path / "list.yaml")
+
+
+def test_yaml_tags_are_not_executed(tmp_path):
+    (tmp_path / "evil.yaml").write_text("name: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(WorkloadError, match="not valid YAML"):
+        load_workload(tmp_path / "evil.yaml")

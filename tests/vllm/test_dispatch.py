@@ -1,0 +1,100 @@
+"""Runtime dispatch: padding, eager above the max, FULL decode rounding to query-length multiples."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.vllm import Dispatcher, default_capture_sizes, full_decode_sizes
+
+
+def test_padding_to_next_captured_size():
+    d = Dispatcher([1, 2, 4, 8, 16], cudagraph_mode="PIECEWISE", max_num_seqs=64)
+    assert d.dispatch(3).padded_size == 4
+    assert d.dispatch(8).padded_size == 8
+    assert d.dispatch(9).padded_size == 16
+    assert d.dispatch(9).runtime_mode == "PIECEWISE"
+
+
+def test_eager_above_the_max():
+    d = Dispatcher([1, 2, 4, 8, 16], max_num_seqs=64)
+    result = d.dispatch(17, uniform_decode=True)
+    assert result.eager and result.padded_size is None
+    assert d.dispatch(17).eager
+
+
+def test_full_decode_sizes_round_up_to_query_len_multiples():
+    # q=17, 32 seqs: 1,2,4,8,16 -> 17; 24,32 -> 34; 40,48 -> 51; 512 -> 527 > max 512 is dropped.
+    sizes = full_decode_sizes([1, 2, 4, 8, 16, 24, 32, 40, 48, 512], 17, 32)
+    assert sizes[:3] == [17, 34, 51]
+    assert all(s % 17 == 0 for s in sizes)
+    assert max(sizes) <= 512 and 527 not in sizes
+
+
+def test_full_decode_sizes_capped_by_max_num_seqs():
+    sizes = full_decode_sizes([1, 8, 64, 256, 512], 4, 16)  # q*max_num_seqs = 64
+    assert sizes == [4, 8, 64]
+
+
+def test_uniform_decode_uses_full_graph_and_mixed_uses_piecewise():
+    defaults = default_capture_sizes(128, 16)
+    d = Dispatcher(defaults.sizes, decode_query_len=17, max_num_seqs=128)
+    decode = d.dispatch(17 * 3, uniform_decode=True)
+    assert decode.runtime_mode == "FULL" and decode.padded_size % 17 == 0 and decode.padded_size >= 51
+    mixed = d.dispatch(51)
+    assert mixed.runtime_mode == "PIECEWISE" and mixed.padded_size == 56
+    assert d.dispatch(2176, uniform_decode=True).eager  # the DFlash width runs eager by default
+
+
+def test_uniform_decode_above_full_decode_falls_back_to_piecewise():
+    # q=17, 2 seqs: FULL decode widths are capped at 34 and 40 rounds to 51 > 34, so only 17 is a
+    # FULL graph; a 34-token decode step replays the PIECEWISE graph of 40 instead.
+    d = Dispatcher([1, 2, 4, 8, 16, 17, 40], decode_query_len=17, max_num_seqs=2)
+    assert d.decode_graph_sizes == [17]
+    assert d.dispatch(17, uniform_decode=True) == d.dispatch(17, uniform_decode=True).__class__("FULL", 17)
+    fallback = d.dispatch(34, uniform_decode=True)
+    assert (fallback.runtime_mode, fallback.padded_size) == ("PIECEWISE", 40)
+
+
+def test_full_decode_only_runs_mixed_eager():
+    d = Dispatcher([4, 8, 16], cudagraph_mode="FULL_DECODE_ONLY", decode_query_len=4, max_num_seqs=8)
+    assert d.dispatch(8, uniform_decode=True).runtime_mode == "FULL"
+    assert d.dispatch(8).eager
+
+
+def test_full_mode_pads_every_step_without_rounding():
+    d = Dispatcher([1, 2, 4, 8, 16], cudagraph_mode="FULL", decode_query_len=3, max_num_seqs=8)
+    assert d.decode_graph_sizes == []
+    assert d.dispatch(6, uniform_decode=True).padded_size == 8
+    assert d.dispatch(6, uniform_decode=True).runtime_mode == "FULL"
+
+
+def test_none_mode_is_always_eager():
+    d = Dispatcher([1, 2, 4], cudagraph_mode="NONE", max_num_seqs=8)
+    assert d.dispatch(1).eager and d.graphs() == []
+
+
+def test_capture_order_mixed_first_then_full_largest_first():
+    d = Dispatcher([1, 4, 8], decode_query_len=2, max_num_seqs=8)
+    assert d.graphs() == [("PIECEWISE", 8), ("PIECEWISE", 4), ("PIECEWISE", 1), ("FULL", 8), ("FULL", 4),
+                          ("FULL", 2)]
+
+
+@pytest.mark.parametrize("bad", [dict(cudagraph_mode="SOME"), dict(decode_query_len=0), dict(max_num_seqs=0)])
+def test_bad_dispatcher_config(bad):
+    kwargs = dict(cudagraph_mode="PIECEWISE", decode_query_len=1, max_num_seqs=4) | bad
+    with pytest.raises(ValueError):
+        Dispatcher([1, 2], **kwargs)
+
+
+def test_every_width_dispatches_to_a_size_at_least_as_wide():
+    defaults = default_capture_sizes(64, 7)
+    d = Dispatcher(defaults.sizes, decode_query_len=8, max_num_seqs=64)
+    for width in range(1, 1025):
+        for uniform in (False, True):
+            if uniform and width % 8:
+                continue
+            result = d.dispatch(width, uniform_decode=uniform)
+            if width > defaults.max_size:
+                assert result.eager
+            else:
+                assert not result.eager and result.padded_size >= width
