@@ -59,7 +59,8 @@ def request_count_grid(max_requests: int, ceiling: int) -> list[int]:
 
 def _validate_schedule(schedule: object) -> list[tuple[int, int, int]]:
     """vLLM's `validate_and_normalize_dynamic_sd_schedule` for 3-item `(bs_lo, bs_hi, K)` entries."""
-    if not isinstance(schedule, list | tuple) or not schedule:
+    # vLLM accepts only a list at the top level (entries may be lists or tuples).
+    if not isinstance(schedule, list) or not schedule:
         raise InvalidScheduleError("speculative schedule must be a non-empty list of [start, end, K]")
     parsed: list[tuple[int, int, int]] = []
     for entry in schedule:
