@@ -229,8 +229,8 @@ class WorkloadCommand(Command):
         header = [
             f"Made by `cgtune workload from-metrics` from {source} on {_now()}.",
             f"Model and serving config copied from {args.base}.",
-            f"traffic.widths is the {args.metric} histogram ({hist.count:g} steps, series: {_series_text(hist)}),",
-            "spread over widths as follows:",
+            f"traffic.widths is the {args.metric} histogram ({hist.count:g} steps; series: {_series_text(hist)}).",
+            "Each bucket was spread over widths as follows:",
             *(f"  {a}" for a in spread.assumptions),
             resolution,
         ]
