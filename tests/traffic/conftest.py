@@ -77,7 +77,7 @@ def vllm_metrics() -> str:
 
 
 @contextmanager
-def serve_text(routes: dict[str, tuple[int, bytes]], *, max_requests: int = 8, lifetime_s: float = 10.0
+def serve_text(routes: dict[str, tuple[int, bytes] | list[tuple[int, bytes]]], *, max_requests: int = 8, lifetime_s: float = 10.0
                ) -> Iterator[str]:
     """Serve fixed responses on 127.0.0.1 (ephemeral port) from a thread that answers at most `max_requests`
     and gives up after `lifetime_s`, so a failing test can never leave it running; yields the base URL."""
@@ -87,7 +87,10 @@ def serve_text(routes: dict[str, tuple[int, bytes]], *, max_requests: int = 8, l
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             served.append(self.path)
-            status, body = routes.get(self.path, (404, b"not found\n"))
+            answer = routes.get(self.path, (404, b"not found\n"))
+            if isinstance(answer, list):  # successive scrapes: one answer each, the last one repeats
+                answer = answer[min(served.count(self.path), len(answer)) - 1]
+            status, body = answer
             self.send_response(status)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))

@@ -108,6 +108,18 @@ def test_from_metrics_reads_a_url_on_a_loopback_server(tmp_path: Path, vllm_metr
     assert "127.0.0.1" in load_workload(out).traffic.source_note
 
 
+def test_from_metrics_wait_scrapes_a_url_twice(tmp_path: Path, loopback, capsys: pytest.CaptureFixture[str]) -> None:
+    early, late = _scrape(0, {"32.0": 10}), _scrape(0, {"32.0": 10, "64.0": 6})
+    out = tmp_path / "hour.yaml"
+    with loopback({"/metrics": [(200, early.encode()), (200, late.encode())]}) as base_url:
+        code, stdout, err = _run(capsys, "from-metrics", f"{base_url}/metrics", "--wait", "0.05", "--base", BASE,
+                                 "--out", str(out))
+    assert code == 0, err
+    counts = dict(load_workload(out).traffic.widths.counts)
+    assert counts == {34: 3, 51: 3}
+    assert "interval of 0.05 s" in load_workload(out).traffic.source_note
+
+
 def test_from_metrics_force_replaces_and_name_flag(tmp_path: Path, vllm_metrics: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "s.prom"
@@ -178,6 +190,8 @@ BAD_TEXT = {
     ("refused", "cannot reach"),
     ("http_404", "HTTP 404"),
     ("timeout", "cannot reach"),
+    ("wait_file", "needs SOURCE to be a URL"),
+    ("wait_before", "not both"),
     ("trace_missing", "no such file"),
     ("trace_bad", "num_tokens"),
 ])
@@ -225,6 +239,11 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case: str, match: str, tmp
     elif case == "refused":
         args[1] = f"http://127.0.0.1:{_unused_port()}/metrics"
         args += ["--timeout", "2"]
+    elif case == "wait_file":
+        args += ["--wait", "1"]
+    elif case == "wait_before":
+        args[1] = "http://127.0.0.1:9/metrics"
+        args += ["--wait", "1", "--before", str(good)]
     elif case == "trace_missing":
         args = ["from-trace", str(tmp_path / "nope.csv"), "--base", BASE, "--out", str(out)]
     elif case == "trace_bad":

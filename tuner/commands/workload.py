@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
@@ -117,6 +118,7 @@ class WorkloadCommand(Command):
                 "file's header comment. Bad input prints one line, exits 2 and writes nothing.\n\n"
                 "examples:\n"
                 "  cgtune workload from-metrics http://127.0.0.1:8000/metrics --base base.yaml --out real.yaml\n"
+                "  cgtune workload from-metrics http://127.0.0.1:8000/metrics --wait 600 --base base.yaml --out hour.yaml\n"
                 "  curl -s localhost:8000/metrics > t0.prom; run-benchmark; curl -s localhost:8000/metrics > t1.prom\n"
                 "  cgtune workload from-metrics t1.prom --before t0.prom --base base.yaml --out bench.yaml\n"
                 "  curl -s localhost:8000/metrics | cgtune workload from-metrics - --base base.yaml --out real.yaml"
@@ -139,6 +141,9 @@ class WorkloadCommand(Command):
                        help="use only series with label model_name=M (the served model name); default: sum all")
         m.add_argument("--metric", default=ITERATION_TOKENS,
                        help=f"histogram to read (default {ITERATION_TOKENS})")
+        m.add_argument("--wait", type=_positive_float, metavar="SECONDS",
+                       help="scrape the SOURCE URL twice, this many seconds apart, and keep only the steps in "
+                            "between (instead of --before)")
         m.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
                        help="give up on a URL after this long (default 5)")
 
@@ -175,19 +180,29 @@ class WorkloadCommand(Command):
     # ----------------------------------------------------------------------- from-metrics
     def _histogram(self, args: argparse.Namespace, after: str) -> TokenHistogram:
         where = _source_label(after)
+        early_text = None
+        if args.wait is not None:
+            # Both scrapes come from the same URL; the first is checked at once so a typo fails before the wait.
+            early_text = read_source(after, timeout_s=args.timeout)
+            parse_exposition(early_text, args.metric, where=where)
+            if sys.stderr.isatty():  # progress for a person waiting; never mixed into captured error output
+                print(f"scraped {after}; scraping again in {args.wait:g} s", file=sys.stderr)
+            time.sleep(args.wait)
         series = parse_exposition(read_source(after, timeout_s=args.timeout), args.metric, where=where)
         series = select_series(series, engine=args.engine, model_name=args.model_name, where=where)
-        if args.before is not None:
-            early_where = _source_label(args.before)
-            early = parse_exposition(read_source(args.before, timeout_s=args.timeout), args.metric, where=early_where)
+        if args.before is not None or early_text is not None:
+            early_where = _source_label(args.before) if early_text is None else f"{where} (first scrape)"
+            if early_text is None:
+                early_text = read_source(args.before, timeout_s=args.timeout)
+            early = parse_exposition(early_text, args.metric, where=early_where)
             try:
                 early = select_series(early, engine=args.engine, model_name=args.model_name, where=early_where)
             except TrafficError:
                 early = {}  # the selected series had no steps yet at the earlier scrape
-            series = interval(series, early, where=f"--before {early_where}")
+            series = interval(series, early, where=early_where if args.wait else f"--before {early_where}")
         hist = combine(series, where=where)
         if hist.count <= 0:
-            span = "between the two scrapes" if args.before is not None else "yet"
+            span = "between the two scrapes" if args.before is not None or args.wait else "yet"
             raise TrafficError(f"{where}: {args.metric} holds zero steps {span} (send traffic to the server first)")
         return hist
 
@@ -199,6 +214,11 @@ class WorkloadCommand(Command):
             raise UsageError("SOURCE: required (a metrics file, '-' for stdin, or an http://host:port/metrics URL)")
         if after == "-" and args.before == "-":
             raise UsageError("--before: stdin ('-') can hold only one of the two scrapes")
+        if args.wait is not None:
+            if args.before is not None:
+                raise UsageError("--wait: give either --wait (two scrapes of one URL) or --before, not both")
+            if not after.startswith(("http://", "https://")):
+                raise UsageError(f"--wait: needs SOURCE to be a URL to scrape twice, not {after!r}")
         name = _name_for(args, args.out)
         _check_out(args.out, args.force)
         base = load_workload_arg(args.base)
@@ -206,7 +226,12 @@ class WorkloadCommand(Command):
         hist = self._histogram(args, after)
         where = _source_label(after)
         spread = spread_histogram(hist, base.serving, where=where)
-        source = where if args.before is None else f"{_source_label(args.before)} -> {where} (interval)"
+        if args.wait is not None:
+            source = f"{where} (interval of {args.wait:g} s)"
+        elif args.before is not None:
+            source = f"{_source_label(args.before)} -> {where} (interval)"
+        else:
+            source = where
         observed_mean = hist.mean_width
         facts = [
             f"Step widths from {args.metric} at {source}, scraped {_now()}: {hist.count:g} steps, "
