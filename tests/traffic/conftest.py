@@ -110,13 +110,14 @@ def serve_text(routes: dict[str, tuple[int, bytes] | list[tuple[int, bytes]]], *
             server.handle_request()
         server.server_close()
 
-    thread = threading.Thread(target=loop, daemon=True)
+    thread = threading.Thread(target=loop, name="cgtune-test-loopback", daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         stop.set()
         thread.join(timeout=2.0)
+        assert not thread.is_alive(), "loopback server did not stop"
 
 
 @pytest.fixture
