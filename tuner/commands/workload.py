@@ -234,7 +234,7 @@ class WorkloadCommand(Command):
             source = where
         observed_mean = hist.mean_width
         facts = [
-            f"Step widths from {args.metric} at {source}, scraped {_now()}: {hist.count:g} steps, "
+            f"Step widths from {args.metric} at {source}, read {_now()}: {hist.count:g} steps, "
             f"series summed: {_series_text(hist)}.",
             f"Mean width: {observed_mean:.1f} tokens observed (_sum/_count), {spread.mean_width:.1f} in this spread."
             if observed_mean is not None else f"Mean width in this spread: {spread.mean_width:.1f} tokens.",
@@ -249,7 +249,8 @@ class WorkloadCommand(Command):
         else:
             resolution = f"The buckets resolve all {spread.candidates} candidate capture sizes."
         note = " ".join([*facts, *spread.assumptions, resolution])
-        description = f"{base.description or base.name}; traffic from vLLM metrics ({Path(where).name})"
+        shown_source = where if "://" in where else Path(where).name
+        description = f"{base.description or base.name}; traffic from vLLM metrics ({shown_source})"
         spec = derived_spec(base, {"widths": spread.counts, "source_note": note}, name=name, description=description)
         header = [
             f"Made by `cgtune workload from-metrics` from {source} on {_now()}.",
