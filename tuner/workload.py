@@ -549,12 +549,14 @@ def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | N
 
 
 def load_workload(path: str | Path) -> Workload:
-    """Load and validate a workload YAML file (yaml.safe_load only)."""
+    """Load and validate a workload YAML file (safe loader only: no tags, no code)."""
     p = Path(path)
     if not p.is_file():
         raise WorkloadError(f"workload: {str(p)!r} is not a file")
     try:
-        data = yaml.safe_load(p.read_text())
+        # The C safe loader when present: same safety as yaml.safe_load, ~10x faster on the large
+        # width histograms `cgtune workload from-metrics` writes.
+        data = yaml.load(p.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
