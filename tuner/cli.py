@@ -34,6 +34,7 @@ class Command:
 # name -> "module:Class"; imported only when used, so `cgtune defaults` never imports torch.
 _COMMANDS: dict[str, str] = {
     "defaults": "tuner.commands.defaults:DefaultsCommand",
+    "profile": "tuner.commands.profile:ProfileCommand",
     "workload": "tuner.commands.workload:WorkloadCommand",
 }
 

@@ -1,0 +1,214 @@
+"""`cgtune profile`: measure eager and CUDA-graph step latency and graph memory per width on this device."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+from pathlib import Path
+
+from tuner.cli import Command, UsageError
+from tuner.commands.common import load_workload_arg, positive_int
+
+__all__ = ["ProfileCommand", "summary_table"]
+
+log = logging.getLogger(__name__)
+
+# Time budgets per (width, mode): a GPU step is short and worth many samples; a CPU run stays within minutes.
+_BUDGETS = {"cuda": (25.0, 100.0, 5), "cpu": (2.0, 10.0, 3)}
+
+
+def _non_negative_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number >= 0")
+    return value
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f}"
+
+
+def summary_table(rows: list, *, max_lines: int = 30) -> str:
+    """Eager vs graph latency and graph memory per width (evenly sampled beyond `max_lines` widths)."""
+    from tuner.measure.profile import thin_widths
+
+    by_width: dict[int, dict[str, object]] = {}
+    for r in rows:
+        by_width.setdefault(r.num_tokens, {})[r.mode] = r
+    widths = thin_widths(list(by_width), max_lines) if by_width else []
+    header = (f"{'tokens':>7} {'eager ms':>11} {'graph ms':>11} {'speedup':>8} {'delta MiB':>10} {'alone MiB':>10} "
+              f"{'capture s':>10}")
+    lines = [header]
+    for w in widths:
+        eager, full = by_width[w].get("eager"), by_width[w].get("full")
+
+        def lat(row: object) -> str:
+            if row is None:
+                return "-"
+            return f"{row.latency_ms:.3f}" if row.status == "ok" else row.status
+
+        speedup = "-"
+        if eager is not None and full is not None and eager.status == full.status == "ok":
+            speedup = f"{eager.latency_ms / full.latency_ms:.2f}x"
+        lines.append(
+            f"{w:>7} {lat(eager):>11} {lat(full):>11} {speedup:>8} "
+            f"{_mib(getattr(full, 'capture_delta_bytes', None)):>10} {_mib(getattr(full, 'standalone_bytes', None)):>10} "
+            f"{'-' if full is None or full.capture_s is None else f'{full.capture_s:.2f}':>10}"
+        )
+    if len(widths) < len(by_width):
+        lines.append(f"({len(widths)} of {len(by_width)} widths shown; all are in the CSV)")
+    return "\n".join(lines)
+
+
+class ProfileCommand(Command):
+    help = "measure eager vs CUDA-graph latency and graph memory per batch width on this device"
+    description = (
+        "Build the workload's model (random weights, one tensor-parallel rank, static KV cache at the\n"
+        "workload's mean context length) and measure, for every candidate width (tokens per step): the\n"
+        "eager step latency, the latency of the step replayed as a full CUDA graph, the device memory each\n"
+        "graph adds when all are captured largest first into one shared pool (capture_delta_bytes), and\n"
+        "its footprint captured alone (standalone_bytes). Writes OUT/<name>.csv and OUT/<name>.json after\n"
+        "every width; rerunning the same command resumes an interrupted sweep.\n\n"
+        "Candidates: vLLM's default grid, every uniform decode width n*q, the FULL-decode rounded widths and\n"
+        "a stride grid above the 512/1024 ceiling up to min(max_num_batched_tokens, q*max_num_seqs).\n"
+        "On a CPU (--device cpu) only the eager path is measured; graph rows say `unsupported`.\n\n"
+        "examples:\n"
+        "  cgtune profile workloads/dflash-llama-3.1-8b.yaml --out reports/h200\n"
+        "  cgtune profile workloads/suffix-llama-3.1-8b.yaml --out reports/h200 --sizes 512 2176 6400\n"
+        "  cgtune profile workloads/tiny-cpu.yaml --device cpu --out /tmp/profiles"
+    )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("workload", help="workload YAML (model shape, serving config, traffic)")
+        p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                       help="directory for <name>.csv (one row per width and mode) and <name>.json (metadata)")
+        p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                       help="cuda (default): eager and graph modes; cpu: eager only, graph rows `unsupported`")
+        p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
+                       help="measure exactly these widths (1..max_num_batched_tokens) instead of the candidates")
+        p.add_argument("--max-widths", type=positive_int, metavar="N",
+                       help="thin the candidates to N widths spread evenly (keeping the smallest, the ceiling, "
+                            "the widest decode batch and the largest)")
+        p.add_argument("--stride", type=positive_int, default=128, metavar="TOKENS",
+                       help="spacing of the candidate grid above the capture ceiling (default 128)")
+        p.add_argument("--compile", action="store_true",
+                       help="run the model through torch.compile (dynamic shapes, compiled once) as vLLM does at "
+                            "-O1 and above; graphs then capture the compiled model")
+        p.add_argument("--warmup-ms", type=_non_negative_ms, metavar="MS",
+                       help="warm-up budget per width and mode (default 25 on cuda, 2 on cpu)")
+        p.add_argument("--rep-ms", type=_non_negative_ms, metavar="MS",
+                       help="timed-repetition budget per width and mode (default 100 on cuda, 10 on cpu)")
+        p.add_argument("--min-reps", type=positive_int, metavar="N",
+                       help="at least N timed repetitions whatever the budget (default 5 on cuda, 3 on cpu)")
+        p.add_argument("--max-seconds", type=_non_negative_ms, metavar="S",
+                       help="stop starting new widths after S seconds; rerun the same command to resume")
+        p.add_argument("--no-standalone", action="store_true",
+                       help="skip capturing each width alone in a fresh pool (standalone_bytes left empty)")
+        p.add_argument("--name", help="file stem under --out (default: the workload's name)")
+        p.add_argument("--fresh", action="store_true",
+                       help="start over instead of resuming from widths already in OUT/<name>.csv")
+        p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def run(self, args: argparse.Namespace) -> int:
+        # Validate everything before importing torch or touching --out: bad input writes nothing.
+        workload = load_workload_arg(args.workload)
+        name = args.name or workload.name
+        if any(c in name for c in "/\\") or not name.strip():
+            raise UsageError(f"--name: {name!r} must be a plain file stem")
+        if args.out.exists() and not args.out.is_dir():
+            raise UsageError(f"--out: {str(args.out)!r} exists and is not a directory")
+
+        from tuner.measure.profile import SweepOptions, candidate_widths, profile_workload, thin_widths
+        from tuner.measure.profile import validate_sizes
+        from tuner.vllm.defaults import capture_ceiling
+
+        try:
+            if args.sizes is not None:
+                widths = validate_sizes(args.sizes, workload)
+            else:
+                widths = candidate_widths(workload, stride_tokens=args.stride)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if args.max_widths is not None:
+            s = workload.serving
+            keep = {capture_ceiling(s.gpu_capability), s.defaults().max_size,
+                    min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)}
+            widths = thin_widths(widths, args.max_widths, keep=keep)
+
+        import torch
+
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is visible (pass --device cpu to measure the eager "
+                             "path on the CPU)")
+        if args.device == "cpu":
+            self._check_cpu_memory(workload, max(widths))
+        warmup, rep, min_reps = _BUDGETS[args.device]
+        options = SweepOptions(
+            warmup_ms=warmup if args.warmup_ms is None else args.warmup_ms,
+            rep_ms=rep if args.rep_ms is None else args.rep_ms,
+            min_reps=args.min_reps or min_reps,
+            max_seconds=args.max_seconds,
+            standalone=not args.no_standalone,
+        )
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm():
+            result = profile_workload(
+                workload, args.out, widths=widths, device=args.device, compile=args.compile, options=options,
+                name=name, command=_command_line(args), resume=not args.fresh, seed=args.seed,
+                progress=not args.no_progress,
+            )
+        meta = result.metadata
+        print(summary_table(result.rows))
+        done = len(meta["widths_done"])
+        state = "complete" if result.complete else f"stopped early: {done} of {len(widths)} widths, rerun to resume"
+        print(f"{meta['device_name']} | {len(result.measured)} widths measured this run, {done} in the table "
+              f"({state}) | sweep {meta['sweep_s']:.1f} s | activation peak {_mib(meta['activation_peak_bytes'])} MiB")
+        print(f"wrote {result.csv_path} and {result.csv_path.with_suffix('.json')}")
+        return 0
+
+    @staticmethod
+    def _check_cpu_memory(workload: object, max_tokens: int) -> None:
+        """Refuse a CPU run whose weights and KV cache would not fit in half the machine's memory."""
+        import os
+
+        from tuner.measure.decoder import ShardShape
+
+        m = workload.model
+        s = workload.serving
+        shard = ShardShape.for_rank(m.shape, m.tensor_parallel_size)
+        requests = -(-max_tokens // s.decode_query_len)
+        kv = m.kv_bytes_per_token() * requests * (workload.traffic.mean_context_len + s.decode_query_len)
+        need = m.weight_bytes() + kv
+        try:
+            have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            return
+        if need > have // 2:
+            raise UsageError(f"--device cpu: {workload.name} needs {need / 2**30:.1f} GiB for weights and KV cache "
+                             f"({shard.num_layers} layers), more than half of this machine's "
+                             f"{have / 2**30:.1f} GiB; profile it on a GPU")
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command, rebuilt from parsed flags (main() does not hand commands their argv)."""
+    parts = ["cgtune", "profile", str(args.workload), "--out", str(args.out), "--device", args.device]
+    if args.sizes:
+        parts += ["--sizes", *map(str, args.sizes)]
+    for flag in ("max_widths", "warmup_ms", "rep_ms", "min_reps", "max_seconds", "name"):
+        value = getattr(args, flag)
+        if value is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(value)]
+    if args.stride != 128:
+        parts += ["--stride", str(args.stride)]
+    if args.seed:
+        parts += ["--seed", str(args.seed)]
+    for flag in ("compile", "no_standalone", "fresh"):
+        if getattr(args, flag):
+            parts.append(f"--{flag.replace('_', '-')}")
+    return shlex.join(parts)

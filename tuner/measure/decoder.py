@@ -1,0 +1,280 @@
+"""A Llama-style decode step for one tensor-parallel rank, with random weights and a static KV cache,
+shaped like the step vLLM's model runner executes (and captures) for a batch of `num_tokens` tokens."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+from tuner.models import ModelShape
+
+__all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel"]
+
+DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+"""Workload dtype names to torch dtypes."""
+
+
+@dataclass(frozen=True)
+class ShardShape:
+    """The shapes one tensor-parallel rank holds: heads, KV heads, MLP width and vocabulary divided as vLLM
+    divides them (KV heads replicated when TP exceeds their count)."""
+
+    hidden_size: int
+    """Residual stream width (not sharded)."""
+    num_layers: int
+    """Decoder layers."""
+    num_heads: int
+    """Query heads on this rank."""
+    num_kv_heads: int
+    """KV heads on this rank (at least one)."""
+    head_dim: int
+    """Width of one head."""
+    intermediate_size: int
+    """SwiGLU width on this rank."""
+    vocab_size: int
+    """Vocabulary rows on this rank (ceil(vocab / tp), as vLLM's VocabParallelEmbedding pads)."""
+    rope_theta: float
+    """Rotary base."""
+    rms_norm_eps: float
+    """RMSNorm epsilon."""
+    qk_norm: bool
+    """Per-head RMSNorm on q and k (Qwen3)."""
+    tie_word_embeddings: bool
+    """LM head shares the embedding."""
+
+    @classmethod
+    def for_rank(cls, shape: ModelShape, tensor_parallel_size: int = 1) -> ShardShape:
+        """One rank's share of `shape` at `tensor_parallel_size`."""
+        tp = tensor_parallel_size
+        if tp < 1 or shape.num_attention_heads % tp or shape.intermediate_size % tp:
+            raise ValueError(f"{tensor_parallel_size=} must divide num_attention_heads and intermediate_size")
+        return cls(
+            hidden_size=shape.hidden_size,
+            num_layers=shape.num_layers,
+            num_heads=shape.num_attention_heads // tp,
+            num_kv_heads=shape.kv_heads_per_rank(tp),
+            head_dim=shape.head_dim,
+            intermediate_size=shape.intermediate_size // tp,
+            vocab_size=-(-shape.vocab_size // tp),
+            rope_theta=shape.rope_theta,
+            rms_norm_eps=shape.rms_norm_eps,
+            qk_norm=shape.qk_norm,
+            tie_word_embeddings=shape.tie_word_embeddings,
+        )
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+def attention_kernel(shard: ShardShape, dtype: torch.dtype, device: torch.device | str) -> str:
+    """Which fused SDPA kernel the lower-right causal attention of this shape gets: `flash`, `efficient` or
+    `math` (a materialized mask: slower and larger than what vLLM runs, so worth flagging in the metadata)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "math"
+    from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+
+    q = torch.empty(1, shard.num_heads, 2, shard.head_dim, dtype=dtype, device=device)
+    kv = torch.empty(1, shard.num_kv_heads, 4, shard.head_dim, dtype=dtype, device=device)
+    params = SDPAParams(q, kv, kv, None, 0.0, False, shard.num_heads != shard.num_kv_heads)
+    if can_use_flash_attention(params):
+        return "flash"
+    if can_use_efficient_attention(params):
+        return "efficient"
+    return "math"
+
+
+class _Layer:
+    """One decoder layer's weights (fused QKV and gate/up as vLLM fuses them) and its KV cache."""
+
+    def __init__(self, s: ShardShape, make: callable, kv_cache: torch.Tensor) -> None:
+        h = s.hidden_size
+        self.input_norm = make((h,), None)
+        self.qkv = make((s.q_size + 2 * s.kv_size, h), h)
+        self.o_proj = make((h, s.q_size), s.q_size)
+        self.post_norm = make((h,), None)
+        self.gate_up = make((2 * s.intermediate_size, h), h)
+        self.down = make((h, s.intermediate_size), s.intermediate_size)
+        self.q_norm = make((s.head_dim,), None) if s.qk_norm else None
+        self.k_norm = make((s.head_dim,), None) if s.qk_norm else None
+        self.kv_cache = kv_cache  # [2, requests, kv_heads, context_len + q, head_dim]
+
+    def weights(self) -> list[torch.Tensor]:
+        ws = [self.input_norm, self.qkv, self.o_proj, self.post_norm, self.gate_up, self.down]
+        return ws + [w for w in (self.q_norm, self.k_norm) if w is not None]
+
+
+class DecodeModel:
+    """One rank's decode step: embedding, decoder layers (RMSNorm, fused QKV, rotary, GQA attention over a
+    static KV cache with `q` query tokens per request under a bottom-right causal mask, output projection,
+    SwiGLU MLP), final norm, then LM-head logits for every token.
+
+    Inputs live in static buffers sized to `max_num_tokens`; a step of T tokens reads their first T entries
+    and `forward_hidden(T)` writes into a static output buffer, so a CUDA graph captured at T replays on the
+    same slices, as in vLLM. A step of T tokens is `T // q` requests of `q` tokens plus, when q does not
+    divide T, one request with the remaining tokens (vLLM pads such steps; its attention is varlen).
+    Every request has `context_len` tokens already cached. Logits are computed outside `forward_hidden`
+    because vLLM computes them after the (possibly graphed) forward, eagerly.
+    """
+
+    def __init__(
+        self,
+        shard: ShardShape,
+        *,
+        max_num_tokens: int,
+        decode_query_len: int,
+        context_len: int,
+        dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        if max_num_tokens < 1:
+            raise ValueError(f"{max_num_tokens=} must be >= 1")
+        if decode_query_len < 1:
+            raise ValueError(f"{decode_query_len=} must be >= 1")
+        if context_len < 1:
+            raise ValueError(f"{context_len=} must be >= 1")
+        self.shard = shard
+        self.max_num_tokens = max_num_tokens
+        self.decode_query_len = decode_query_len
+        self.context_len = context_len
+        self.dtype = dtype
+        self.device = torch.device(device)
+        s = shard
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+
+        def make(shape: tuple[int, ...], fan_in: int | None) -> torch.Tensor:
+            t = torch.empty(shape, dtype=dtype, device=self.device)
+            if fan_in is None:  # norm weights: near 1, as trained models' are
+                return t.normal_(1.0, 0.02, generator=gen)
+            # 1/sqrt(fan_in) keeps activations O(1) through the layers, so bf16 stays finite and comparable.
+            return t.normal_(0.0, 1.0 / math.sqrt(fan_in), generator=gen)
+
+        with torch.no_grad():
+            self.embed = make((s.vocab_size, s.hidden_size), 1)
+            self.max_requests = -(-max_num_tokens // decode_query_len)
+            cache_len = context_len + decode_query_len
+            self.layers = []
+            for _ in range(s.num_layers):
+                kv = torch.empty(2, self.max_requests, s.num_kv_heads, cache_len, s.head_dim, dtype=dtype,
+                                 device=self.device)
+                kv.normal_(0.0, 1.0, generator=gen)  # no uninitialized NaNs in the context
+                self.layers.append(_Layer(s, make, kv))
+            self.final_norm = make((s.hidden_size,), None)
+            self.lm_head = self.embed if s.tie_word_embeddings else make((s.vocab_size, s.hidden_size), s.hidden_size)
+
+            inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim))
+            angles = torch.outer(torch.arange(cache_len, dtype=torch.float32), inv_freq)
+            self.cos = angles.cos().to(dtype=dtype, device=self.device)
+            self.sin = angles.sin().to(dtype=dtype, device=self.device)
+
+            # Static inputs: token i belongs to request i // q and sits at position context_len + i % q.
+            self.input_ids = torch.randint(0, s.vocab_size, (max_num_tokens,), generator=gen, device=self.device)
+            self.positions = (torch.arange(max_num_tokens, device=self.device) % decode_query_len) + context_len
+            self.hidden_out = torch.zeros(max_num_tokens, s.hidden_size, dtype=dtype, device=self.device)
+        self._forward_hidden = self._forward_hidden_eager
+
+    # ------------------------------------------------------------------ sizes
+    def weights(self) -> list[torch.Tensor]:
+        ws = [self.embed, self.final_norm] + [w for layer in self.layers for w in layer.weights()]
+        return ws if self.shard.tie_word_embeddings else ws + [self.lm_head]
+
+    def weight_bytes(self) -> int:
+        """Bytes of parameters this rank holds."""
+        return sum(w.numel() * w.element_size() for w in self.weights())
+
+    def kv_cache_bytes(self) -> int:
+        """Bytes of the static KV cache (every layer, K and V, max requests x (context + q) slots)."""
+        return sum(layer.kv_cache.numel() * layer.kv_cache.element_size() for layer in self.layers)
+
+    def compile(self, **kwargs: object) -> None:
+        """Route `forward_hidden` through torch.compile with dynamic shapes, so one compiled graph (plus a few
+        guard variants such as a partial last request) serves every width, as vLLM compiles once."""
+        kwargs.setdefault("dynamic", True)
+        self._forward_hidden = torch.compile(self._forward_hidden_eager, **kwargs)
+
+    # ------------------------------------------------------------------ step
+    def forward_hidden(self, num_tokens: int) -> torch.Tensor:
+        """The transformer body for the first `num_tokens` tokens of the static inputs; writes the final
+        normed hidden states into the static `hidden_out[:num_tokens]` and returns that slice."""
+        if not 1 <= num_tokens <= self.max_num_tokens:
+            raise ValueError(f"{num_tokens=} must be in 1..{self.max_num_tokens}")
+        with torch.no_grad():
+            return self._forward_hidden(num_tokens)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM-head logits for every token (speculative verification scores every draft position)."""
+        with torch.no_grad():
+            return F.linear(hidden, self.lm_head)
+
+    def step(self, num_tokens: int) -> torch.Tensor:
+        """One eager decode step: body and logits, `[num_tokens, vocab_size]`."""
+        return self.logits(self.forward_hidden(num_tokens))
+
+    def _forward_hidden_eager(self, num_tokens: int) -> torch.Tensor:
+        s = self.shard
+        eps = s.rms_norm_eps
+        n_full, rest = divmod(num_tokens, self.decode_query_len)
+        ids = self.input_ids[:num_tokens]
+        pos = self.positions[:num_tokens]
+        cos = self.cos[pos].unsqueeze(1)  # [T, 1, head_dim / 2], broadcast over heads
+        sin = self.sin[pos].unsqueeze(1)
+        h = F.embedding(ids, self.embed)
+        for layer in self.layers:
+            a = F.rms_norm(h, (s.hidden_size,), layer.input_norm, eps)
+            q, k, v = F.linear(a, layer.qkv).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+            q = q.view(num_tokens, s.num_heads, s.head_dim)
+            k = k.view(num_tokens, s.num_kv_heads, s.head_dim)
+            v = v.view(num_tokens, s.num_kv_heads, s.head_dim)
+            if layer.q_norm is not None:
+                q = F.rms_norm(q, (s.head_dim,), layer.q_norm, eps)
+                k = F.rms_norm(k, (s.head_dim,), layer.k_norm, eps)
+            q = _rope(q, cos, sin)
+            k = _rope(k, cos, sin)
+            o = self._attention(layer.kv_cache, q, k, v, n_full, rest)
+            h = h + F.linear(o, layer.o_proj)
+            m = F.rms_norm(h, (s.hidden_size,), layer.post_norm, eps)
+            gate, up = F.linear(m, layer.gate_up).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, layer.down)
+        out = self.hidden_out[:num_tokens]
+        out.copy_(F.rms_norm(h, (s.hidden_size,), self.final_norm, eps))
+        return out
+
+    def _attention(self, kv_cache: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   n_full: int, rest: int) -> torch.Tensor:
+        """Write the new keys/values after each request's context, then attend over context + new tokens."""
+        s = self.shard
+        ql = self.decode_query_len
+        ctx = self.context_len
+        outs = []
+        for first, requests, length in ((0, n_full, ql), (n_full, 1 if rest else 0, rest)):
+            if not requests:
+                continue
+            lo = first * ql
+            hi = lo + requests * length
+            cache = kv_cache[:, first:first + requests, :, :ctx + length]
+            qr = q[lo:hi].view(requests, length, s.num_heads, s.head_dim).transpose(1, 2)
+            cache[0, :, :, ctx:].copy_(k[lo:hi].view(requests, length, s.num_kv_heads, s.head_dim).transpose(1, 2))
+            cache[1, :, :, ctx:].copy_(v[lo:hi].view(requests, length, s.num_kv_heads, s.head_dim).transpose(1, 2))
+            # Bottom-right causal: new token j sees the whole context and new tokens 0..j, which is what
+            # speculative verification needs; this bias keeps SDPA on its fused kernels.
+            o = F.scaled_dot_product_attention(qr, cache[0], cache[1], attn_mask=causal_lower_right(length, ctx + length),
+                                               enable_gqa=s.num_heads != s.num_kv_heads)
+            outs.append(o.transpose(1, 2).reshape(requests * length, s.q_size))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """NeoX-style rotary embedding (rotate halves), as vLLM applies it to Llama and Qwen."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

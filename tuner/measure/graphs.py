@@ -1,0 +1,67 @@
+"""CUDA-graph capture and replay helpers shared by the profile sweep and the validation stage."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["CapturedGraph", "capture", "is_oom", "new_pool", "release_memory"]
+
+
+@dataclass
+class CapturedGraph:
+    """A captured graph with what it needs to be replayed (the pool is kept so it outlives the capture)."""
+
+    graph: torch.cuda.CUDAGraph
+    """The captured graph; `replay()` reruns the captured kernels on the same buffers."""
+    num_tokens: int
+    """Width the graph was captured at."""
+    pool: Any
+    """Memory-pool handle the graph allocated from (shared by graphs captured with the same handle)."""
+    capture_s: float
+    """Wall seconds the capture took (begin to end, synchronized)."""
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def new_pool() -> Any:
+    """A fresh graph memory pool handle; graphs captured with one handle share (and reuse) its memory."""
+    return torch.cuda.graph_pool_handle()
+
+
+def capture(fn: Callable[[], object], num_tokens: int, *, pool: Any = None) -> CapturedGraph:
+    """Capture `fn` (already run eagerly once, so lazy initialisation and autotuning happened outside the
+    capture, as vLLM warms up each size first) into a CUDA graph allocating from `pool`."""
+    graph = torch.cuda.CUDAGraph()
+    if pool is None:
+        pool = new_pool()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.cuda.graph(graph, pool=pool):
+        fn()
+    torch.cuda.synchronize()
+    return CapturedGraph(graph=graph, num_tokens=num_tokens, pool=pool, capture_s=time.perf_counter() - t0)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for the allocator's OutOfMemoryError and for driver-level out-of-memory errors (graph
+    instantiation can fail with a plain RuntimeError "CUDA error: out of memory")."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def release_memory(device: torch.device | str | None = None) -> None:
+    """Drop unreachable tensors and graphs and give cached blocks back to the driver, so the next free-memory
+    reading sees only what live graphs and tensors hold."""
+    if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
+        return  # nothing is read from a CPU's memory, and gc.collect() costs ~0.1 s with torch loaded
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
