@@ -1,0 +1,90 @@
+"""Hand-made profiles for cost-model, search, emit and report tests: real CSV + JSON files written through
+`write_profile`, with numbers simple enough to check by hand. Test fixtures, never measurements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuner.profile_table import ProfileRow, write_profile
+from tuner.workload import Workload, parse_workload
+
+__all__ = ["MIB", "handmade_profile", "handmade_workload"]
+
+MIB = 1 << 20
+
+
+def handmade_workload(
+    *,
+    name: str = "hand",
+    max_num_seqs: int = 8,
+    num_speculative_tokens: int = 0,
+    max_num_batched_tokens: int = 64,
+    traffic: dict[str, Any] | None = None,
+    **serving: Any,
+) -> Workload:
+    """A tiny-model workload; default traffic: decode steps of 1..8 requests, uniform."""
+    spec = {
+        "name": name,
+        "model": {"preset": "tiny", "dtype": "float32"},
+        "serving": {
+            "max_num_seqs": max_num_seqs,
+            "num_speculative_tokens": num_speculative_tokens,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "max_model_len": 64,
+            **serving,
+        },
+        "traffic": traffic or {"requests": {"kind": "uniform", "min": 1, "max": max_num_seqs}},
+    }
+    return parse_workload(spec)
+
+
+def handmade_profile(
+    out_dir: Path,
+    workload: Workload,
+    widths: list[int],
+    *,
+    eager_ms: Callable[[int], float] = lambda w: 1.0 + 0.01 * w,
+    full_ms: Callable[[int], float] = lambda w: 0.5 + 0.01 * w,
+    piecewise_ms: Callable[[int], float] | None = None,
+    standalone_bytes: Callable[[int], int] = lambda w: w * MIB,
+    delta_bytes: Callable[[int], int] = lambda w: 2 * MIB,
+    total_memory_bytes: int = 1000 * MIB,
+    weights_bytes: int = 100 * MIB,
+    activation_peak_bytes: int = 50 * MIB,
+    oom: tuple[int, ...] = (),
+    shape_override: dict[str, Any] | None = None,
+    name: str = "hand",
+) -> Path:
+    """Write `<name>.csv/.json` with eager, full (and optionally piecewise) rows at `widths`."""
+    rows = []
+    for w in widths:
+        rows.append(ProfileRow(w, "eager", "ok", latency_ms=eager_ms(w), latency_iqr_ms=0.0))
+        graph_modes = [("full", full_ms)] + ([("piecewise", piecewise_ms)] if piecewise_ms else [])
+        for mode, fn in graph_modes:
+            if w in oom:
+                rows.append(ProfileRow(w, mode, "oom"))
+            else:
+                rows.append(ProfileRow(w, mode, "ok", latency_ms=fn(w), latency_iqr_ms=0.0,
+                                       capture_delta_bytes=delta_bytes(w), standalone_bytes=standalone_bytes(w),
+                                       capture_s=0.01))
+    shape = workload.model.shape.as_dict()
+    shape.update(shape_override or {})
+    metadata = {
+        "device_name": "handmade test fixture (not a measurement)",
+        "compute_capability": None,
+        "total_memory_bytes": total_memory_bytes,
+        "weights_bytes": weights_bytes,
+        "kv_cache_bytes": None,
+        "activation_peak_bytes": activation_peak_bytes,
+        "torch_version": None, "cuda_version": None, "driver_version": None,
+        "workload": {"name": workload.name, "hash": workload.content_hash},
+        "created_at": "2026-01-01T00:00:00Z",
+        "command": "tests/handmade_profiles.py",
+        "model": {"preset": workload.model.preset, "shape": shape, "dtype": workload.model.dtype,
+                  "tensor_parallel_size": workload.model.tensor_parallel_size},
+        "compiled": False,
+        "device": "handmade",
+    }
+    return write_profile(out_dir, name, rows, metadata)

@@ -1,0 +1,147 @@
+"""Cost model on hand-made profiles: latencies and memory equal the hand sums, bad profiles are one-line errors."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
+from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+
+from tuner.model import GIB, CostModel, ModelError, crossover_width
+from tuner.profile_table import read_profile
+
+
+def model_for(tmp_path, workload=None, widths=(1, 2, 4, 8), **kwargs):
+    workload = workload or handmade_workload()
+    return CostModel.from_files(handmade_profile(tmp_path, workload, list(widths), **kwargs), workload)
+
+
+def test_expected_latency_equals_hand_sum(tmp_path):
+    m = model_for(tmp_path)  # steps 1..8 tokens, p = 1/8 each, all uniform decode (q = 1)
+    # eager(w) = 1 + 0.01 w, full(w) = 0.5 + 0.01 w; (2, 8): widths 1-2 replay the 2-graph, 3-8 the 8-graph.
+    assert m.expected_step_ms((2, 8)) == pytest.approx((2 * 0.52 + 6 * 0.58) / 8)
+    # (4,): 1-4 pad to 4; 5-8 run eager at their own width.
+    assert m.expected_step_ms((4,)) == pytest.approx((4 * 0.54 + 1.05 + 1.06 + 1.07 + 1.08) / 8)
+    assert m.expected_step_ms(()) == pytest.approx(1.045)
+    assert m.eager_step_ms() == pytest.approx(1.045)
+    assert m.per_token_ms((2, 8)) == pytest.approx(m.expected_step_ms((2, 8)) / 4.5)
+
+
+def test_eager_latency_is_interpolated_monotonically(tmp_path):
+    noisy = {1: 1.0, 2: 2.0, 4: 1.5, 8: 3.0}  # width 4 measured faster than width 2
+    m = model_for(tmp_path, eager_ms=noisy.get)
+    assert float(m.eager_ms(4)) == pytest.approx(2.0)
+    assert float(m.eager_ms(3)) == pytest.approx(2.0)
+    assert float(m.eager_ms(6)) == pytest.approx(2.5)
+    # Above the widest measured width: along the last segment's slope ((3 - 2) / 4 per token).
+    assert float(m.eager_ms(12)) == pytest.approx(4.0)
+
+
+def test_full_decode_rounding_and_padding_follow_vllm_dispatch(tmp_path):
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=4, max_num_batched_tokens=32)  # q = 4
+    m = model_for(tmp_path, wl, widths=(4, 6, 8, 16))
+    # With (6,) the FULL decode graph would be 8 > max 6: not captured; a 4-token decode step pads to the
+    # PIECEWISE 6-graph, costed at eager(6) since the profile has no piecewise rows.
+    assert m.step_latency_ms(4, True, (6,)) == pytest.approx(1.06)
+    assert m.step_latency_ms(4, True, (6, 8)) == pytest.approx(0.58)  # FULL decode graph at 8
+    assert m.step_latency_ms(12, True, (6, 8)) == pytest.approx(1.12)  # above the max: eager
+    assert any("no piecewise rows" in n for n in m.notes)
+
+
+def test_piecewise_rows_are_used_for_mixed_steps(tmp_path):
+    wl = handmade_workload(traffic={"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.5,
+                                    "mixed_tokens": {"kind": "uniform", "min": 1, "max": 8}})
+    m = model_for(tmp_path, wl, piecewise_ms=lambda w: 0.8 + 0.01 * w)
+    assert m.step_latency_ms(3, False, (4,)) == pytest.approx(0.84)
+    assert m.step_latency_ms(3, True, (4,)) == pytest.approx(0.54)
+    assert not any("no piecewise rows" in n for n in m.notes)
+
+
+def test_vectorised_latency_matches_dispatcher(tmp_path):
+    wl = handmade_workload(num_speculative_tokens=2, max_num_seqs=6, max_num_batched_tokens=48,
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": 6}, "mixed_share": 0.3,
+                                    "mixed_tokens": {"kind": "uniform", "min": 1, "max": 48}})
+    m = model_for(tmp_path, wl, widths=(1, 3, 5, 6, 9, 12, 17, 18, 30, 48), piecewise_ms=lambda w: 0.9 + 0.01 * w)
+    rnd = random.Random(0)
+    for _ in range(30):
+        sizes = tuple(sorted(rnd.sample(range(1, 49), rnd.randint(1, 6))))
+        hand = sum(s.probability * m.step_latency_ms(s.num_tokens, s.uniform_decode, sizes) for s in m.steps)
+        assert m.expected_step_ms(sizes) == pytest.approx(hand)
+
+
+def test_graph_memory_is_first_graph_standalone_plus_deltas(tmp_path):
+    kwargs = dict(standalone_bytes=lambda w: 10 * w * MIB, delta_bytes=lambda w: w * MIB)
+    m = model_for(tmp_path, **kwargs)
+    # FULL_AND_PIECEWISE captures PIECEWISE 8, 2 then FULL 8, 2 (q = 1); no piecewise rows, so their memory
+    # comes from the full rows: standalone(8) + delta(2) + delta(8) + delta(2).
+    assert m.graphs((2, 8)) == [("PIECEWISE", 8), ("PIECEWISE", 2), ("FULL", 8), ("FULL", 2)]
+    assert m.graph_memory_bytes((2, 8)) == (80 + 2 + 8 + 2) * MIB
+    assert m.graph_memory_bytes(()) == 0
+    e = m.evaluate((2, 8))
+    assert e.kv_available_bytes == int(1000 * MIB * 0.9) - 100 * MIB - 50 * MIB - 92 * MIB
+    assert e.required_kv_bytes == 64 * 512  # max_model_len x KV bytes per token of the tiny fp32 model
+    assert e.kv_margin_gib == pytest.approx((e.kv_available_bytes - 64 * 512) / GIB)
+    assert e.feasible
+
+    full_only = model_for(tmp_path / "full", handmade_workload(cudagraph_mode="FULL"), **kwargs)
+    assert full_only.graph_memory_bytes((2, 8)) == (80 + 2) * MIB
+
+
+def test_graph_memory_with_piecewise_rows_and_decode_rounding(tmp_path):
+    wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=8, max_num_batched_tokens=32)  # q = 2
+    m = model_for(tmp_path, wl, widths=(1, 2, 3, 4, 8), piecewise_ms=lambda w: 0.8,
+                  standalone_bytes=lambda w: 10 * w * MIB, delta_bytes=lambda w: w * MIB)
+    # (3, 4): PIECEWISE 4, 3; FULL decode graphs round 3 -> 4 and 4 -> 4, so one FULL graph at 4.
+    assert m.graphs((3, 4)) == [("PIECEWISE", 4), ("PIECEWISE", 3), ("FULL", 4)]
+    assert m.graph_memory_bytes((3, 4)) == (40 + 3 + 4) * MIB
+
+
+def test_oom_width_is_no_candidate_and_makes_a_list_infeasible(tmp_path):
+    m = model_for(tmp_path, oom=(8,))
+    assert m.candidates == [1, 2, 4]
+    e = m.evaluate((4, 8))
+    assert not e.feasible and "8 ran out of memory" in e.why_infeasible
+
+
+def test_kv_shortfall_is_infeasible(tmp_path):
+    m = model_for(tmp_path, total_memory_bytes=200 * MIB, weights_bytes=100 * MIB, activation_peak_bytes=60 * MIB,
+                  standalone_bytes=lambda w: 2 * w * MIB)
+    assert m.budget.graph_budget_bytes == int(200 * MIB * 0.9) - 160 * MIB - 64 * 512
+    assert m.evaluate((4,)).feasible
+    e = m.evaluate((1, 2, 4, 8))
+    assert not e.feasible and "required" in e.why_infeasible
+
+
+def test_profile_from_another_model_shape_is_an_error(tmp_path):
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2], shape_override={"num_layers": 3})
+    with pytest.raises(ModelError, match=r"another model shape \(model.shape.num_layers=3"):
+        CostModel.from_files(path, wl)
+
+
+def test_profile_without_memory_metadata_is_an_error(tmp_path):
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2], total_memory_bytes=None)
+    with pytest.raises(ModelError, match="total_memory_bytes is missing"):
+        CostModel.from_files(path, wl)
+
+
+def test_missing_column_is_an_error(tmp_path):
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2])
+    text = path.read_text().splitlines()
+    path.write_text("\n".join(line.rsplit(",", 1)[0] for line in text) + "\n")  # drop capture_s
+    with pytest.raises(ModelError, match="missing column 'capture_s'"):
+        CostModel.from_files(path, wl)
+
+
+def test_crossover_width(tmp_path):
+    wl = handmade_workload(max_num_batched_tokens=8192)
+    path = handmade_profile(tmp_path, wl, [1, 512, 1024, 2048, 4096, 8192])
+    # The graph saves 0.5 ms of 1 + 0.01 w: 2.3% at 2048, 1.2% at 4096.
+    assert crossover_width(read_profile(path)) == 4096
+    assert crossover_width(read_profile(path), threshold=0.001) is None

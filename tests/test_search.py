@@ -1,0 +1,177 @@
+"""Exact solver against brute force, the optuna study against the exact solver, constraints, resume."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
+from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+
+from tuner.model import CostModel  # noqa: E402
+from tuner.search import (  # noqa: E402
+    SearchConfig,
+    SearchError,
+    brute_force,
+    exact_solve,
+    list_from_params,
+    run_search,
+    study_name_for,
+)
+
+MIXED = {"requests": {"kind": "uniform", "min": 1, "max": 6}, "mixed_share": 0.3,
+         "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
+
+
+def random_model(tmp_path, seed):
+    """Noisy latencies and memory, a tight budget, mixed and decode steps: every corner of the dispatch."""
+    rnd = random.Random(seed)
+    spec = rnd.choice([0, 1, 3])
+    mode = rnd.choice(["FULL_AND_PIECEWISE", "FULL", "FULL_DECODE_ONLY", "PIECEWISE"])
+    wl = handmade_workload(num_speculative_tokens=spec, max_num_seqs=6, max_num_batched_tokens=32,
+                           cudagraph_mode=mode,
+                           traffic={**MIXED, "requests": {"kind": "uniform", "min": 1, "max": min(6, 32 // (spec + 1))}})
+    # Every width is measured (so rounded FULL decode widths have exact MiB figures); 11 are candidates.
+    widths = list(range(1, 33))
+    candidates = sorted(rnd.sample(widths, 11))
+    e = {w: rnd.uniform(1, 3) for w in widths}
+    f = {w: rnd.uniform(0.3, 3) for w in widths}
+    pw = {w: rnd.uniform(0.5, 3) for w in widths}
+    sa = {w: rnd.randint(0, 20) for w in widths}
+    de = {w: rnd.randint(0, 6) for w in widths}
+    path = handmade_profile(tmp_path, wl, widths, total_memory_bytes=200 * MIB, weights_bytes=100 * MIB,
+                            activation_peak_bytes=rnd.randint(50, 75) * MIB, eager_ms=e.get, full_ms=f.get,
+                            piecewise_ms=pw.get if seed % 2 else None, standalone_bytes=lambda w: sa[w] * MIB,
+                            delta_bytes=lambda w: de[w] * MIB, name=f"rand{seed}")
+    model = CostModel.from_files(path, wl)
+    if mode == "FULL_DECODE_ONLY":
+        candidates = [c for c in candidates if c in model.candidates] or model.candidates[:3]
+    return model, candidates
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_exact_solver_equals_brute_force(tmp_path, seed):
+    m, candidates = random_model(tmp_path, seed)
+    exact = exact_solve(m, candidates=candidates)
+    assert exact.exact_memory  # MiB figures: the unit divides them, so this is the true optimum
+    brute = brute_force(m, candidates)
+    assert exact.best.feasible
+    assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+
+
+def test_exact_front_is_non_dominated_and_ends_at_the_optimum(tmp_path):
+    m, candidates = random_model(tmp_path, 3)
+    exact = exact_solve(m, candidates=candidates)
+    front = exact.front
+    assert front[0].capture_sizes == () or front[0].graph_memory_bytes == min(e.graph_memory_bytes for e in front)
+    for a, b in zip(front, front[1:]):
+        assert a.graph_memory_bytes < b.graph_memory_bytes and a.expected_step_ms > b.expected_step_ms
+    assert front[-1].expected_step_ms == pytest.approx(exact.best.expected_step_ms)
+
+
+def test_budget_that_no_list_meets_is_an_error(tmp_path):
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8], total_memory_bytes=160 * MIB, weights_bytes=100 * MIB,
+                            activation_peak_bytes=50 * MIB)  # 144 MiB requested < 150 MiB used before graphs
+    m = CostModel.from_files(path, wl)
+    with pytest.raises(SearchError, match="not even the empty one"):
+        exact_solve(m)
+
+
+def study_model(tmp_path, **kwargs):
+    wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=24, max_num_batched_tokens=64,
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": 24}, "mixed_share": 0.2,
+                                    "mixed_tokens": {"kind": "uniform", "min": 1, "max": 64}})
+    defaults = dict(total_memory_bytes=300 * MIB, weights_bytes=100 * MIB, activation_peak_bytes=50 * MIB,
+                    standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
+    path = handmade_profile(tmp_path, wl, list(range(1, 65)), **{**defaults, **kwargs})
+    return CostModel.from_files(path, wl)
+
+
+def test_study_is_within_one_percent_of_exact_and_never_worse_than_default(tmp_path):
+    m = study_model(tmp_path, total_memory_bytes=400 * MIB)
+    result = run_search(m, SearchConfig(n_trials=40, progress=False), run_dir=tmp_path)
+    assert result.study_best is not None
+    assert result.study_best.expected_step_ms <= result.exact.best.expected_step_ms * 1.01
+    assert result.source == "study"
+    assert result.chosen.feasible
+    assert result.chosen.expected_step_ms <= result.default.expected_step_ms
+    assert result.storage.startswith("sqlite:///") and (tmp_path / "study.db").is_file()
+
+
+def test_exact_answer_is_used_when_the_study_misses_by_more_than_one_percent(tmp_path):
+    # A budget edge the 30-trial study (seed 0) does not reach within 1%: the exact answer ships, with a note.
+    m = study_model(tmp_path, total_memory_bytes=270 * MIB)
+    result = run_search(m, SearchConfig(n_trials=30, progress=False), run_dir=tmp_path)
+    assert result.gap is not None and result.gap > 0.01
+    assert result.source == "exact" and result.chosen == result.exact.best
+    assert any("exact solver's answer is used" in n for n in result.notes)
+
+
+def test_infeasible_trials_are_recorded_as_infeasible(tmp_path):
+    import optuna
+
+    # 270 MiB x 0.9 - 150 MiB leaves ~93 MiB: the default list (up to 48 tokens, 96 MiB standalone) does not fit.
+    m = study_model(tmp_path, total_memory_bytes=270 * MIB)
+    result = run_search(m, SearchConfig(n_trials=30, progress=False), run_dir=tmp_path)
+    assert not result.default.feasible
+    assert result.trials["infeasible"] >= 1
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    first = study.trials[0]
+    assert first.user_attrs["capture_sizes"] == list(m.default_sizes)  # vLLM's default was trial 0
+    assert first.constraints["kv_shortfall_gib"] > 0
+    assert "required" in first.user_attrs["evaluation"]["infeasible_reason"]
+    assert result.chosen.feasible
+
+
+def test_interrupted_study_resumes(tmp_path, monkeypatch):
+    import optuna
+
+    import tuner.search
+
+    m = study_model(tmp_path)
+    calls = {"n": 0}
+    real = tuner.search._record
+
+    def interrupted(trial, e):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of trial 6
+        return real(trial, e)
+
+    monkeypatch.setattr(tuner.search, "_record", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(m, SearchConfig(n_trials=12, progress=False), run_dir=tmp_path)
+    monkeypatch.setattr(tuner.search, "_record", real)
+    name = study_name_for(m, "latency")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    before = len(optuna.load_study(study_name=name, storage=storage).trials)
+    assert 0 < before < 12
+
+    result = run_search(m, SearchConfig(n_trials=12, progress=False), run_dir=tmp_path)
+    assert result.study_name == name
+    assert 0 < result.trials["run_now"] < 12
+    study = optuna.load_study(study_name=name, storage=storage)
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 12
+    assert sum("capture_sizes" in t.user_attrs for t in study.trials) == 1  # the default was enqueued once
+
+
+def test_pareto_objective_returns_a_front(tmp_path):
+    m = study_model(tmp_path)
+    result = run_search(m, SearchConfig(n_trials=25, objective="pareto", progress=False), run_dir=tmp_path)
+    assert result.objective == "pareto" and result.pareto
+    for a, b in zip(result.pareto, result.pareto[1:]):
+        assert a.graph_memory_bytes <= b.graph_memory_bytes and a.expected_step_ms > b.expected_step_ms
+    assert all(e.feasible for e in result.pareto)
+
+
+def test_list_from_params_always_holds_the_top(tmp_path):
+    m = study_model(tmp_path)
+    sizes = list_from_params(m, top=40, count=5, spacing=0.5, keep_default=False)
+    assert sizes[-1] == m.candidates[40] and len(sizes) <= 5
+    with_default = list_from_params(m, top=40, count=5, spacing=0.5, keep_default=True)
+    assert set(s for s in m.default_sizes if s <= m.candidates[40]) <= set(with_default)

@@ -1,0 +1,553 @@
+"""Search capture lists under the cost model: an exact dynamic program as the yardstick and an optuna study
+whose trials are capture lists, with KV feasibility declared as a constraint."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tuner.model import GIB, CostModel, Evaluation
+
+if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only needs the exact solver
+    import optuna
+
+__all__ = [
+    "OBJECTIVES",
+    "ExactResult",
+    "SearchConfig",
+    "SearchError",
+    "SearchResult",
+    "brute_force",
+    "default_storage_url",
+    "exact_solve",
+    "list_from_params",
+    "profile_hash",
+    "run_search",
+    "study_name_for",
+]
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("latency", "pareto")
+"""`latency`: minimise expected step latency within the KV budget; `pareto`: latency vs graph memory front."""
+
+_INF = math.inf
+
+
+class SearchError(ValueError):
+    """The search cannot run (e.g. not even the empty list leaves the required KV cache); one line."""
+
+
+# ---------------------------------------------------------------------------------------------- exact solver
+@dataclass(frozen=True)
+class ExactResult:
+    """The exact solver's answer under the cost model."""
+
+    best: Evaluation
+    """Fastest list whose graph memory (in rounded-up units) fits the budget."""
+    front: list[Evaluation]
+    """Latency/graph-memory Pareto front within the budget, by increasing memory."""
+    memory_unit_bytes: int
+    """Memory was counted in units of this many bytes, each graph rounded up (1 unit = exact)."""
+    exact_memory: bool
+    """True when the unit divides every memory figure, so the optimum is exact, not just feasible."""
+    num_candidates: int
+    """Candidate widths the program ran over."""
+
+
+def _round_up(x: np.ndarray | int, q: int) -> Any:
+    return -(-np.asarray(x) // q) * q
+
+
+class _Prefix:
+    """Prefix sums of step probability and probability x eager latency over sorted widths."""
+
+    def __init__(self, widths: np.ndarray, probs: np.ndarray, eager: np.ndarray) -> None:
+        order = np.argsort(widths, kind="stable")
+        self.w = widths[order]
+        self.p = np.concatenate([[0.0], np.cumsum(probs[order])])
+        self.pe = np.concatenate([[0.0], np.cumsum((probs * eager)[order])])
+
+    def mass(self, x: Any) -> Any:
+        """Probability of steps of width <= x."""
+        return self.p[np.searchsorted(self.w, x, side="right")]
+
+    def eager(self, x: Any) -> Any:
+        """Sum of p x eager latency of steps of width <= x."""
+        return self.pe[np.searchsorted(self.w, x, side="right")]
+
+    @property
+    def eager_total(self) -> float:
+        return float(self.pe[-1])
+
+
+def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
+                front_points: int = 40) -> ExactResult:
+    """Fastest capture list over `candidates` (default: the model's) whose graph memory fits the KV budget.
+
+    A dynamic program over the sorted candidates: a list's latency splits into per-gap terms between
+    consecutive members (steps padded up to the upper one), FULL decode graphs into q-wide windows (a window's
+    graph is the rounded width of its lowest member), and the first-captured graph's standalone footprint is a
+    term of the largest member alone. The top window is special in vLLM (its rounded graph may exceed the max and
+    is then not captured), so states carry a flag for it. Memory is counted in units of `memory_unit_bytes`,
+    every figure rounded up, so the answer always fits; with exact units it is the optimum.
+    """
+    cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
+    budget_bytes = model.budget.graph_budget_bytes
+    empty = model.evaluate(())
+    if budget_bytes < 0:
+        raise SearchError(
+            f"no capture list fits, not even the empty one: KV cache {empty.kv_available_bytes / GIB:.2f} GiB without "
+            f"graphs < required {model.budget.required_kv_bytes / GIB:.2f} GiB"
+        )
+    if model.cudagraph_mode == "NONE" or not cands:
+        return ExactResult(empty, [empty], 1, True, 0)
+
+    q, limit = model.q, model.decode_limit
+    sep = model.separate_decode
+    has_mixed = model.mixed_mode != "NONE"
+    widths, uniform, probs, eager = model.step_arrays()
+    if sep:
+        mixed_steps = _Prefix(widths[~uniform], probs[~uniform], eager[~uniform])
+        decode_steps = _Prefix(widths[uniform], probs[uniform], eager[uniform])
+    else:
+        mixed_steps = _Prefix(widths, probs, eager)
+        decode_steps = _Prefix(widths[:0], probs[:0], eager[:0])
+
+    c = np.array(cands, dtype=np.int64)
+    n = len(c)
+    r = _round_up(c, q) if sep else c.copy()
+    lat_mix = model.graph_latency_ms(c, model.mixed_mode) if has_mixed else np.zeros(n)
+    lat_full_r = model.graph_latency_ms(r, "FULL") if sep else np.zeros(n)
+    top_mode = model.mixed_mode if has_mixed else "FULL"
+    d_mix = model.graph_bytes(model.mixed_mode, c)[1] if has_mixed else np.zeros(n)
+    d_full = model.graph_bytes("FULL", r)[1] if sep else np.zeros(n)
+    sa_top, de_top = model.graph_bytes(top_mode, c)
+    extra = np.maximum(0.0, sa_top - de_top)
+
+    # Figures all multiples of `unit` fit the budget exactly when their units fit floor(budget / unit).
+    figures = np.concatenate([d_mix, d_full, extra]).astype(np.int64)
+    unit = int(np.gcd.reduce(figures[figures > 0])) if np.any(figures > 0) else max(1, budget_bytes)
+    exact_memory = budget_bytes // unit <= memory_buckets
+    if not exact_memory:
+        unit = -(-budget_bytes // memory_buckets)
+    B = int(budget_bytes // unit)
+    u_mix = (-(-d_mix.astype(np.int64) // unit)).astype(np.int64)
+    u_full = (-(-d_full.astype(np.int64) // unit)).astype(np.int64)
+    u_extra = (-(-extra.astype(np.int64) // unit)).astype(np.int64)
+
+    # Predecessor positions: index 0 is the empty start (width 0), index i+1 is candidate i.
+    pos = np.concatenate([[0], c])
+    r_pos = np.concatenate([[0], r])
+    mass_mix_pos = mixed_steps.mass(pos)
+    mass_dec_rpos = decode_steps.mass(r_pos)
+    eager_dec_rpos = decode_steps.eager(r_pos)
+
+    # value[s][k] = best latency sum (without the tail above the top) of chains ending at position k in state s
+    # (0: ordinary, 1: top window without its FULL decode graph) using at most m memory units, per m.
+    value = np.full((2, n + 1, B + 1), _INF)
+    value[0, 0, :] = 0.0
+    pred = np.full((2, n + 1, B + 1), -1, dtype=np.int32)  # predecessor position * 2 + state
+
+    def relax(target_state: int, j: int, rows: np.ndarray, from_state: int, cost: np.ndarray, units: int) -> None:
+        if len(rows) == 0 or units > B:
+            return
+        block = value[from_state, rows, : B + 1 - units] + cost[:, None]
+        arg = np.argmin(block, axis=0)
+        best = block[arg, np.arange(block.shape[1])]
+        cur = value[target_state, j, units:]
+        better = best < cur
+        cur[better] = best[better]
+        pred[target_state, j, units:][better] = rows[arg[better]] * 2 + from_state
+
+    for j in range(n):
+        k = j + 1  # position of candidate j
+        rows = np.arange(k)
+        mixcost = ((mixed_steps.mass(c[j]) - mass_mix_pos[:k]) * lat_mix[j]) if has_mixed else np.zeros(k)
+        if not sep:
+            relax(0, k, rows, 0, mixcost, int(u_mix[j]))
+            continue
+        same = r_pos[:k] == r[j]
+        lower = ~same
+        if r[j] <= limit:
+            relax(0, k, rows[same], 0, mixcost[same], int(u_mix[j]))
+            dec_normal = (decode_steps.mass(r[j]) - mass_dec_rpos[:k]) * lat_full_r[j]
+            relax(0, k, rows[lower], 0, (mixcost + dec_normal)[lower], int(u_mix[j] + u_full[j]))
+        below = r[j] - q
+        if has_mixed:
+            dec_pad = (decode_steps.mass(below) - mass_dec_rpos[:k]) * lat_mix[j]
+        else:
+            dec_pad = decode_steps.eager(below) - eager_dec_rpos[:k]
+        dec_flag = dec_pad + (decode_steps.eager(r[j]) - decode_steps.eager(below))
+        relax(1, k, rows[same], 1, mixcost[same], int(u_mix[j]))
+        relax(1, k, rows[lower], 0, (mixcost + dec_flag)[lower], int(u_mix[j]))
+        beyond = lower & (r_pos[:k] > limit)
+        relax(1, k, rows[beyond], 1, (mixcost + dec_flag)[beyond], int(u_mix[j]))
+
+    # Close: add the first-captured graph's extra footprint and the steps above the top (eager).
+    if has_mixed:
+        mix_eager_above = mixed_steps.eager_total - mixed_steps.eager(c)
+    else:  # no mixed graphs (FULL_DECODE_ONLY): every mixed step runs eager
+        mix_eager_above = np.full(n, mixed_steps.eager_total)
+    totals = np.full(B + 1, empty.expected_step_ms)
+    total_from = np.full(B + 1, -1, dtype=np.int64)  # position * 2 + state of the closing member
+    for j in range(n):
+        k = j + 1
+        closes = []
+        if not sep:
+            closes.append((0, 0.0))
+        else:
+            if r[j] == c[j] and c[j] <= limit:
+                closes.append((0, decode_steps.eager_total - decode_steps.eager(c[j])))
+            if r[j] > c[j] or r[j] > limit:
+                closes.append((1, decode_steps.eager_total - decode_steps.eager(r[j])))
+        u = int(u_extra[j])
+        if u > B:
+            continue
+        for state, tail in closes:
+            cand = value[state, k, : B + 1 - u] + tail + mix_eager_above[j]
+            cur = totals[u:]
+            better = cand < cur - 1e-15
+            cur[better] = cand[better]
+            total_from[u:][better] = k * 2 + state
+
+    def backtrack(m: int) -> tuple[int, ...]:
+        code = int(total_from[m])
+        if code < 0:
+            return ()
+        k, state = divmod(code, 2)
+        m -= int(u_extra[k - 1])
+        members = []
+        while k > 0:
+            members.append(int(c[k - 1]))
+            code = int(pred[state, k, m])
+            j = k - 1
+            pk, pstate = divmod(code, 2)
+            if not sep:
+                m -= int(u_mix[j])
+            elif state == 0 and r_pos[pk] != r[j]:
+                m -= int(u_mix[j] + u_full[j])
+            else:
+                m -= int(u_mix[j])
+            k, state = pk, pstate
+        return tuple(sorted(members))
+
+    best = model.evaluate(backtrack(B))
+    front: list[Evaluation] = []
+    # The front: memory levels where the best latency drops; thinned to `front_points` evaluations.
+    drops = [m for m in range(B + 1) if m == 0 or totals[m] < totals[m - 1] - 1e-12]
+    if len(drops) > front_points:
+        picks = np.unique(np.linspace(0, len(drops) - 1, front_points).round().astype(int))
+        drops = [drops[i] for i in picks]
+    seen: set[tuple[int, ...]] = set()
+    for m in drops + [B]:
+        sizes = backtrack(m)
+        if sizes not in seen:
+            seen.add(sizes)
+            front.append(model.evaluate(sizes))
+    front.sort(key=lambda e: (e.graph_memory_bytes, e.expected_step_ms))
+    return ExactResult(best, _pareto(front), unit, bool(exact_memory), n)
+
+
+def _pareto(evals: Sequence[Evaluation]) -> list[Evaluation]:
+    """Non-dominated (expected_step_ms, graph_memory_bytes) points, by increasing memory."""
+    out: list[Evaluation] = []
+    for e in sorted(evals, key=lambda e: (e.graph_memory_bytes, e.expected_step_ms)):
+        if not out or e.expected_step_ms < out[-1].expected_step_ms - 1e-12:
+            out.append(e)
+    return out
+
+
+def brute_force(model: CostModel, candidates: Sequence[int] | None = None) -> Evaluation:
+    """Every subset of the candidates (keep to <= 12 of them), for tests: the fastest feasible list."""
+    cands = sorted(model.candidates if candidates is None else candidates)
+    if len(cands) > 16:
+        raise ValueError(f"brute_force over {len(cands)} candidates would take 2^{len(cands)} evaluations")
+    best = model.evaluate(())
+    if not best.feasible:
+        raise SearchError("no capture list fits, not even the empty one")
+    for size in range(1, len(cands) + 1):
+        for subset in combinations(cands, size):
+            e = model.evaluate(subset)
+            if e.feasible and e.expected_step_ms < best.expected_step_ms - 1e-12:
+                best = e
+    return best
+
+
+# ---------------------------------------------------------------------------------------------- optuna study
+@dataclass(frozen=True)
+class SearchConfig:
+    """How to run the study."""
+
+    n_trials: int = 300
+    """Trials the study should hold when done; a resumed study runs only the missing ones."""
+    storage: str | None = None
+    """Optuna storage URL (any RDB URL); None: `sqlite:///RUN_DIR/study.db`, or in memory without a run dir."""
+    objective: str = "latency"
+    """One of OBJECTIVES."""
+    seed: int = 0
+    """Sampler seed."""
+    tolerance: float = 0.01
+    """The study's best must be within this share of the exact optimum, or the exact answer is used."""
+    memory_buckets: int = 2048
+    """Memory resolution of the exact solver (units across the graph budget)."""
+    study_name: str | None = None
+    """Override the study name (default: from the workload and profile hashes)."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+
+@dataclass
+class SearchResult:
+    """The outcome of a search."""
+
+    chosen: Evaluation
+    """The list to ship."""
+    source: str
+    """`study` (its best is within tolerance of exact) or `exact` (it was not, so the exact answer is used)."""
+    exact: ExactResult
+    """The exact solver's answer and front."""
+    study_best: Evaluation | None
+    """Best feasible trial of the study (None if none was feasible)."""
+    default: Evaluation
+    """vLLM's default list under the same model."""
+    study_name: str
+    """Optuna study name (resumable)."""
+    storage: str
+    """Optuna storage URL."""
+    objective: str
+    """One of OBJECTIVES."""
+    trials: dict[str, int] = field(default_factory=dict)
+    """Trial counts: total, complete, feasible, infeasible, failed, run_now."""
+    pareto: list[Evaluation] = field(default_factory=list)
+    """Latency/graph-memory front of the study's feasible trials (objective pareto), else the exact front."""
+    notes: list[str] = field(default_factory=list)
+    """What was assumed or decided (printed in the report)."""
+
+    @property
+    def gap(self) -> float | None:
+        """Study best over exact optimum, minus 1."""
+        if self.study_best is None:
+            return None
+        return self.study_best.expected_step_ms / self.exact.best.expected_step_ms - 1.0
+
+
+def profile_hash(profile_csv: str | Path) -> str:
+    """12 hex digits over the profile CSV and its metadata JSON."""
+    p = Path(profile_csv)
+    h = hashlib.sha256(p.read_bytes())
+    meta = p.with_suffix(".json")
+    if meta.is_file():
+        h.update(meta.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def study_name_for(model: CostModel, objective: str) -> str:
+    """Same workload, same profile, same objective -> same study, so a re-run resumes it."""
+    profile = model.profile
+    ph = profile_hash(profile.path) if profile.path else "unsaved"
+    return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}-v1"
+
+
+def default_storage_url(run_dir: str | Path) -> str:
+    return f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
+
+
+def list_from_params(model: CostModel, top: int, count: int, spacing: float, keep_default: bool,
+                     *, candidates: Sequence[int] | None = None, fit_budget: bool = False) -> tuple[int, ...]:
+    """A capture list from the study's four parameters.
+
+    `top` indexes the candidates (the largest member); `count` members are placed at quantiles of a mix of the
+    workload's step-width distribution (weight `spacing`) and of plain width (weight 1 - spacing), each snapped up
+    to a candidate; `keep_default` adds vLLM's default sizes at or below the top. With `fit_budget`, `count` is an
+    upper bound: the largest count whose list fits the graph budget is used (the optimum usually sits on the
+    budget's edge, which a sampler rarely hits by chance); a list that cannot fit even with one member is returned
+    as is, and its trial is recorded infeasible.
+    """
+    if fit_budget:
+        budget = model.budget.graph_budget_bytes
+        first = list_from_params(model, top, count, spacing, keep_default, candidates=candidates)
+        if model.graph_memory_bytes(first) <= budget or count <= 1:
+            return first
+        lo, hi = 1, int(count) - 1  # largest fitting count in [lo, hi], memory growing with count
+        best = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            sizes = list_from_params(model, top, mid, spacing, keep_default, candidates=candidates)
+            if model.graph_memory_bytes(sizes) <= budget:
+                best, lo = sizes, mid + 1
+            else:
+                hi = mid - 1
+        return best if best is not None else list_from_params(model, top, 1, spacing, keep_default,
+                                                              candidates=candidates)
+    cands = np.array(sorted(model.candidates if candidates is None else candidates), dtype=np.int64)
+    top_width = int(cands[min(max(top, 0), len(cands) - 1)])
+    below = cands[cands <= top_width]
+    widths, _, probs, _ = model.step_arrays()
+    order = np.argsort(widths, kind="stable")
+    cum = np.concatenate([[0.0], np.cumsum(probs[order])])
+    mass_at = cum[np.searchsorted(widths[order], below, side="right")]
+    total = mass_at[-1] if mass_at[-1] > 0 else 1.0
+    cdf = spacing * (mass_at / total) + (1.0 - spacing) * (below / top_width)
+    k = max(1, min(int(count), len(below)))
+    targets = np.arange(1, k + 1) / k
+    idx = np.minimum(np.searchsorted(cdf, targets - 1e-12, side="left"), len(below) - 1)
+    sizes = {int(x) for x in below[idx]} | {top_width}
+    if keep_default:
+        sizes |= {s for s in model.default_sizes if s <= top_width}
+    return tuple(sorted(sizes))
+
+
+def _trial_list(trial: optuna.Trial, model: CostModel) -> tuple[int, ...]:
+    fixed = trial.user_attrs.get("capture_sizes")
+    if fixed is not None:
+        return tuple(int(s) for s in fixed)
+    n = len(model.candidates)
+    top = trial.suggest_int("top", 0, n - 1)
+    count = trial.suggest_int("count", 1, n, log=True)
+    spacing = trial.suggest_float("spacing", 0.0, 1.0)
+    keep_default = trial.suggest_categorical("keep_default", [True, False])
+    return list_from_params(model, top, count, spacing, keep_default, fit_budget=True)
+
+
+def _record(trial: optuna.Trial, e: Evaluation) -> None:
+    # One user attribute per trial: each attribute is a storage round trip (a commit on SQLite).
+    trial.set_user_attr("evaluation", {
+        "capture_sizes": list(e.capture_sizes),
+        "expected_step_ms": e.expected_step_ms,
+        "graph_memory_bytes": e.graph_memory_bytes,
+        "kv_available_bytes": e.kv_available_bytes,
+        "infeasible_reason": e.why_infeasible,
+    })
+    # <= 0 is feasible: the KV shortfall in GiB, or a fixed penalty when a member cannot be captured at all.
+    shortfall = -e.kv_margin_gib
+    if e.reason:
+        shortfall = max(shortfall, 0.0) + 1.0
+    trial.set_constraint("kv_shortfall_gib", shortfall)
+
+
+def _open_storage(url: str) -> Any:
+    """An optuna storage for the URL; SQLite gets WAL and synchronous=NORMAL, since a commit per trial field with a
+    full fsync each dominates the search time (a crash loses at most the last trials, and the study resumes)."""
+    import optuna
+    from sqlalchemy import event
+
+    storage = optuna.storages.RDBStorage(url)
+    if url.startswith("sqlite"):
+        def pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        event.listen(storage.engine, "connect", pragmas)
+        storage.engine.dispose()
+    return storage
+
+
+def _make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial], Any]:
+    def latency(trial: optuna.Trial) -> Any:
+        e = model.evaluate(_trial_list(trial, model))
+        _record(trial, e)
+        if objective == "pareto":
+            return e.expected_step_ms, e.graph_memory_bytes / GIB
+        return e.expected_step_ms
+
+    return latency
+
+
+def run_search(model: CostModel, config: SearchConfig | None = None, *, run_dir: str | Path | None = None) -> SearchResult:
+    """Run (or resume) the study, solve exactly, and pick the list to ship."""
+    import optuna  # deferred: measurement code imports nothing from here, but keep the CLI start light too
+    from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    config = config or SearchConfig()
+    if config.objective not in OBJECTIVES:
+        raise SearchError(f"objective={config.objective!r} must be one of {', '.join(OBJECTIVES)}")
+    if config.n_trials < 1:
+        raise SearchError(f"n_trials={config.n_trials} must be >= 1")
+    exact = exact_solve(model, memory_buckets=config.memory_buckets)
+    default = model.evaluate(model.default_sizes)
+    notes = list(model.notes)
+    if not exact.exact_memory:
+        notes.append(f"exact solver counted memory in {exact.memory_unit_bytes / (1 << 20):.2f} MiB units, each graph "
+                     f"rounded up: its answer fits, and is optimal up to that rounding")
+    storage = config.storage or (default_storage_url(run_dir) if run_dir is not None else "")
+    name = config.study_name or study_name_for(model, config.objective)
+
+    trials_info = {"total": 0, "complete": 0, "feasible": 0, "infeasible": 0, "failed": 0, "run_now": 0}
+    if not model.candidates:
+        notes.append("no candidate widths (no graph rows with status ok, or cudagraph_mode NONE): nothing to search")
+        return SearchResult(exact.best, "exact", exact, None, default, name, storage or "none", config.objective,
+                            trials_info, exact.front, notes)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # group=True: the enqueued default trial has no parameters, which would otherwise leave multivariate TPE
+    # with an empty joint search space.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=20, multivariate=True, group=True)
+    kwargs: dict[str, Any] = {"direction": "minimize"} if config.objective == "latency" else {
+        "directions": ["minimize", "minimize"]}
+    study = optuna.create_study(storage=_open_storage(storage) if storage else None, study_name=name, sampler=sampler, load_if_exists=True,
+                                **kwargs)
+    finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
+                       optuna.trial.TrialState.PRUNED)
+    existing = study.get_trials(deepcopy=False)
+    if not existing:
+        # vLLM's default goes first, so the study's best is never worse than what vLLM does out of the box.
+        study.enqueue_trial({}, user_attrs={"capture_sizes": list(default.capture_sizes)})
+    done = sum(t.state in finished_states for t in existing)
+    remaining = max(0, config.n_trials - done)
+    if existing:
+        log.info("resuming study %s: %d trials finished, %d to run", name, done, remaining)
+
+    if remaining:
+        objective = _make_objective(model, config.objective)
+        with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
+                                           disable=not config.progress) as bar:
+            study.optimize(objective, n_trials=remaining, catch=(ValueError, ArithmeticError),
+                           callbacks=[lambda s, t: bar.update(1)])
+
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    feasible = [t for t in complete if all(v <= 0 for v in t.constraints.values())]
+    trials_info.update(total=len(trials), complete=len(complete), feasible=len(feasible),
+                       infeasible=len(complete) - len(feasible),
+                       failed=sum(t.state == optuna.trial.TrialState.FAIL for t in trials), run_now=remaining)
+
+    def reevaluate(t: Any) -> Evaluation:
+        return model.evaluate(t.user_attrs["evaluation"]["capture_sizes"])
+
+    study_best = None
+    if feasible:
+        key = (lambda t: t.value) if config.objective == "latency" else (lambda t: t.values[0])
+        study_best = reevaluate(min(feasible, key=key))
+    pareto = _pareto([reevaluate(t) for t in study.best_trials]) if config.objective == "pareto" and feasible \
+        else exact.front
+
+    if study_best is not None and study_best.expected_step_ms <= exact.best.expected_step_ms * (1 + config.tolerance):
+        chosen, source = study_best, "study"
+    else:
+        chosen, source = exact.best, "exact"
+        if study_best is None:
+            notes.append("no study trial was feasible: the exact solver's answer is used")
+        else:
+            gap = study_best.expected_step_ms / exact.best.expected_step_ms - 1
+            notes.append(f"the study's best is {gap:.2%} slower than the exact optimum (tolerance "
+                         f"{config.tolerance:.0%}): the exact solver's answer is used")
+    if default.feasible and chosen.expected_step_ms > default.expected_step_ms:
+        # Cannot happen when the default trial ran; kept as a guard for resumed studies from older cost models.
+        chosen, source = default, "default"
+    return SearchResult(chosen, source, exact, study_best, default, name, storage or "in-memory",
+                        config.objective, trials_info, pareto, notes)
