@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from unittest.mock import patch
 
 import torch
 
@@ -43,8 +44,11 @@ def capture(fn: Callable[[], object], num_tokens: int, *, pool: Any = None) -> C
         pool = new_pool()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    with torch.cuda.graph(graph, pool=pool):
-        fn()
+    # torch.cuda.graph() runs gc.collect() and empty_cache() on entry; vLLM patches both out while it
+    # captures (they cost ~0.1 s a graph), and so do we: callers release memory themselves beforehand.
+    with patch("gc.collect", lambda *a, **k: 0), patch("torch.cuda.empty_cache", lambda: None):
+        with torch.cuda.graph(graph, pool=pool):
+            fn()
     torch.cuda.synchronize()
     return CapturedGraph(graph=graph, num_tokens=num_tokens, pool=pool, capture_s=time.perf_counter() - t0)
 
@@ -57,11 +61,12 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
-def release_memory(device: torch.device | str | None = None) -> None:
-    """Drop unreachable tensors and graphs and give cached blocks back to the driver, so the next free-memory
-    reading sees only what live graphs and tensors hold."""
+def release_memory(device: torch.device | str | None = None, *, collect: bool = False) -> None:
+    """Give cached blocks back to the driver, so the next free-memory reading sees only what live graphs and
+    tensors hold; `collect` also runs gc first (after an error, when frames may still hold tensors)."""
     if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
-        return  # nothing is read from a CPU's memory, and gc.collect() costs ~0.1 s with torch loaded
-    gc.collect()
+        return  # nothing is read from a CPU's memory
+    if collect:  # ~0.1 s with torch loaded: only where reference cycles may hold memory
+        gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

@@ -142,8 +142,8 @@ class StepRunner:
     def memory(self) -> MemorySnapshot:
         return snapshot(self.device)
 
-    def release(self) -> None:
-        _graphs.release_memory(self.device)
+    def release(self, *, collect: bool = False) -> None:
+        _graphs.release_memory(self.device, collect=collect)
 
     def activation_peak_bytes(self, num_tokens: int) -> int | None:
         """Peak bytes an eager step at `num_tokens` allocates beyond what is live before it (CUDA only)."""
@@ -277,13 +277,9 @@ def profile_workload(
         widths_requested=requested,
         first_created_at=old_meta.get("first_created_at", old_meta.get("created_at", meta["created_at"])),
     )
-    try:
-        meta["activation_peak_bytes"] = runner.activation_peak_bytes(max(requested))
-    except Exception as exc:
-        if not _graphs.is_oom(exc):
-            raise
-        runner.release()
-        meta["activation_peak_bytes"] = None
+    ok, peak, _ = _attempt(runner, lambda: runner.activation_peak_bytes(max(requested)))
+    meta["activation_peak_bytes"] = peak
+    if not ok:
         log.warning("eager step at %d tokens ran out of memory while measuring the activation peak", max(requested))
     if dev.type == "cuda":
         meta["free_memory_bytes"] = runner.memory().free_bytes
@@ -307,8 +303,9 @@ def profile_workload(
                    if w > pending[0] and any(r.mode == "full" and r.status == "ok" for r in done[w])]
         log.info("resuming: %d widths already measured; re-capturing %d into the shared pool", len(done), len(restore))
         for w in restore:
-            runner.eager(w)
-            live_graphs.append(runner.capture(w, shared_pool))
+            ok, graph, _ = _attempt(runner, lambda: (runner.eager(w), runner.capture(w, shared_pool))[1])
+            if ok:
+                live_graphs.append(graph)
 
     oom_floor: dict[str, int] = {}
     measured: list[int] = []
@@ -350,6 +347,25 @@ def _summary(m: Measurement) -> dict[str, Any]:
             "samples_ms": [round(x, 6) for x in m.samples_ms]}
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _attempt(runner: StepRunner, fn: Callable[[], Any]) -> tuple[bool, Any, str | None]:
+    """Run `fn`; on out-of-memory return `(False, None, message)` after freeing what the failed call held.
+    Any other error propagates: only memory exhaustion is a measurement outcome."""
+    try:
+        return True, fn(), None
+    except Exception as exc:
+        if not _graphs.is_oom(exc):
+            raise
+        message = _first_line(exc)
+    # Released outside the except block: until it ends, the traceback's frames keep the failed call's tensors.
+    runner.release(collect=True)
+    return False, None, message
+
+
 def _measure_width(
     w: int,
     runner: StepRunner,
@@ -366,88 +382,78 @@ def _measure_width(
         return measure(fn, runner.clock, warmup_ms=options.warmup_ms, rep_ms=options.rep_ms,
                        min_reps=options.min_reps, max_reps=options.max_reps)
 
-    def oom(mode: str, exc: BaseException | str) -> None:
+    def oom(mode: str, message: str | None) -> None:
         oom_floor[mode] = min(oom_floor.get(mode, w), w)
-        detail[f"{mode}_oom"] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        runner.release()
+        detail[f"{mode}_oom"] = message
 
     # 1. One eager run first: vLLM warms each size before capturing it (lazy init, library autotuning).
     eager_ok = w < oom_floor.get("eager", math.inf)
     if eager_ok:
-        try:
-            runner.eager(w)
-        except Exception as exc:
-            if not _graphs.is_oom(exc):
-                raise
-            eager_ok = False
-            oom("eager", exc)
+        eager_ok, _, message = _attempt(runner, lambda: runner.eager(w))
+        if not eager_ok:
+            oom("eager", message)
 
     graph: _graphs.CapturedGraph | None = None
-    full = ProfileRow(w, "full", "unsupported")
+    standalone_bytes = capture_delta = None
     if runner.graphs_supported:
         full_ok = eager_ok and w < oom_floor.get("full", math.inf)
-        standalone_bytes = None
         # 2. Alone in a fresh pool: what this width costs when it is the only (or the largest) graph.
         if full_ok and options.standalone:
             runner.release()
             before = runner.memory()
-            try:
-                alone = runner.capture(w, runner.new_pool())
+            ok, alone, message = _attempt(runner, lambda: runner.capture(w, runner.new_pool()))
+            if ok:
                 after = runner.memory()
                 standalone_bytes = free_delta_bytes(before, after)
                 detail["standalone"] = {"free_delta_bytes": standalone_bytes,
                                         "nvml_delta_bytes": nvml_delta_bytes(before, after)}
-                del alone
-            except Exception as exc:
-                if not _graphs.is_oom(exc):
-                    raise
-                detail["standalone_oom"] = str(exc).splitlines()[0][:200]
-            runner.release()
+                del alone  # frees the graph and, at the next release, its private pool
+            else:
+                detail["standalone_oom"] = message
         # 3. Into the shared pool, after every larger width: what it adds to vLLM's capture.
         if full_ok:
             runner.release()
             before = runner.memory()
-            try:
-                graph = runner.capture(w, shared_pool)
-            except Exception as exc:
-                if not _graphs.is_oom(exc):
-                    raise
-                oom("full", exc)
-            else:
+            ok, graph, message = _attempt(runner, lambda: runner.capture(w, shared_pool))
+            if ok:
                 after = runner.memory()
                 live_graphs.append(graph)
-                delta = free_delta_bytes(before, after)
+                capture_delta = free_delta_bytes(before, after)
                 detail["capture"] = {
-                    "free_delta_bytes": delta,
+                    "free_delta_bytes": capture_delta,
                     "nvml_delta_bytes": nvml_delta_bytes(before, after),
                     "reserved_delta_bytes": None if before.reserved_bytes is None or after.reserved_bytes is None
                     else after.reserved_bytes - before.reserved_bytes,
                 }
-                full = ProfileRow(w, "full", "ok", capture_delta_bytes=delta, standalone_bytes=standalone_bytes,
-                                  capture_s=round(graph.capture_s, 6))
-        if graph is None:
-            full = ProfileRow(w, "full", "oom", standalone_bytes=standalone_bytes)
+            else:
+                oom("full", message)
     else:
         detail["full_unsupported"] = runner.unsupported_reason
 
     # 4. Eager and graph timings back to back, so drift between them stays small.
     eager = ProfileRow(w, "eager", "oom")
     if eager_ok:
-        try:
-            m = timed(lambda: runner.eager(w))
-        except Exception as exc:
-            if not _graphs.is_oom(exc):
-                raise
-            oom("eager", exc)
-        else:
+        ok, m, message = _attempt(runner, lambda: timed(lambda: runner.eager(w)))
+        if ok:
             detail["eager"] = _summary(m)
             eager = ProfileRow(w, "eager", "ok", latency_ms=m.median_ms, latency_iqr_ms=m.iqr_ms)
-    if graph is not None:
+        else:
+            oom("eager", message)
+    if not runner.graphs_supported:
+        full = ProfileRow(w, "full", "unsupported")
+    elif graph is None:
+        full = ProfileRow(w, "full", "oom", standalone_bytes=standalone_bytes)
+    else:
         g = graph
-        m = timed(lambda: runner.replay(g))
-        detail["full"] = _summary(m)
-        full = ProfileRow(w, "full", "ok", latency_ms=m.median_ms, latency_iqr_ms=m.iqr_ms,
-                          capture_delta_bytes=full.capture_delta_bytes, standalone_bytes=full.standalone_bytes,
-                          capture_s=full.capture_s)
+        ok, m, message = _attempt(runner, lambda: timed(lambda: runner.replay(g)))
+        if ok:
+            detail["full"] = _summary(m)
+            full = ProfileRow(w, "full", "ok", latency_ms=m.median_ms, latency_iqr_ms=m.iqr_ms,
+                              capture_delta_bytes=capture_delta, standalone_bytes=standalone_bytes,
+                              capture_s=round(graph.capture_s, 6))
+        else:
+            oom("full", message)
+            full = ProfileRow(w, "full", "oom", capture_delta_bytes=capture_delta, standalone_bytes=standalone_bytes,
+                              capture_s=round(graph.capture_s, 6))
     piecewise = ProfileRow(w, "piecewise", "unsupported")
     return [eager, full, piecewise], detail
