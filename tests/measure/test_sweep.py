@@ -202,6 +202,14 @@ def test_resume_refuses_another_measurement(tiny, tmp_path) -> None:
         profile_workload(tiny, tmp_path, widths=[4], device="cpu", compile=True, options=FAST, progress=False)
 
 
+def test_resume_may_add_widths_but_not_drop_them(tiny, tmp_path) -> None:
+    _run(tiny, tmp_path, [4, 8])
+    assert _run(tiny, tmp_path, [2, 4, 8]).measured == [2]
+    with pytest.raises(ValueError, match="widths this run does not ask for"):
+        _run(tiny, tmp_path, [2, 4])
+    assert _run(tiny, tmp_path, [2, 4], resume=False).measured == [4, 2]
+
+
 def test_writes_are_atomic(tiny, tmp_path, monkeypatch) -> None:
     import tuner.profile_table as table
 

@@ -257,7 +257,12 @@ def profile_workload(
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     done, old_meta = _resume(out_dir, name, meta) if resume else ({}, {})
-    done = {w: rows for w, rows in done.items() if w in requested}
+    dropped = sorted(set(old_meta.get("widths_requested") or done) - set(requested))
+    if dropped:
+        # Capture deltas only add up within one width list; resuming may add widths, never drop them.
+        raise ValueError(f"{out_dir / name}.csv: was measured with widths this run does not ask for "
+                         f"({', '.join(map(str, dropped[:5]))}{', ...' if len(dropped) > 5 else ''}); "
+                         "pass --fresh to overwrite or choose another --out/--name")
     pending = [w for w in sorted(requested, reverse=True) if w not in done]
 
     model = build_model(workload, max(requested), dev, seed=seed)
