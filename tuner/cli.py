@@ -35,6 +35,9 @@ class Command:
 _COMMANDS: dict[str, str] = {
     "defaults": "tuner.commands.defaults:DefaultsCommand",
     "profile": "tuner.commands.profile:ProfileCommand",
+    "report": "tuner.commands.report:ReportCommand",
+    "search": "tuner.commands.search:SearchCommand",
+    "tune": "tuner.commands.tune:TuneCommand",
     "workload": "tuner.commands.workload:WorkloadCommand",
 }
 

@@ -333,6 +333,33 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     """What was assumed or decided (printed in the report)."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record of the lists and counts; `from_dict` re-evaluates the lists under a model."""
+        def sizes(e: Evaluation | None) -> list[int] | None:
+            return None if e is None else list(e.capture_sizes)
+
+        return {
+            "chosen": sizes(self.chosen), "source": self.source, "study_best": sizes(self.study_best),
+            "default": sizes(self.default),
+            "exact": {"best": sizes(self.exact.best), "front": [sizes(e) for e in self.exact.front],
+                      "memory_unit_bytes": self.exact.memory_unit_bytes, "exact_memory": self.exact.exact_memory,
+                      "num_candidates": self.exact.num_candidates},
+            "study_name": self.study_name, "storage": self.storage, "objective": self.objective,
+            "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], model: CostModel) -> SearchResult:
+        def ev(sizes: list[int] | None) -> Evaluation | None:
+            return None if sizes is None else model.evaluate(sizes)
+
+        ex = data["exact"]
+        exact = ExactResult(model.evaluate(ex["best"]), [model.evaluate(s) for s in ex["front"]],
+                            int(ex["memory_unit_bytes"]), bool(ex["exact_memory"]), int(ex["num_candidates"]))
+        return cls(model.evaluate(data["chosen"]), data["source"], exact, ev(data["study_best"]),
+                   model.evaluate(data["default"]), data["study_name"], data["storage"], data["objective"],
+                   dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]))
+
     @property
     def gap(self) -> float | None:
         """Study best over exact optimum, minus 1."""
@@ -483,6 +510,8 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *, run_dir:
         notes.append(f"exact solver counted memory in {exact.memory_unit_bytes / (1 << 20):.2f} MiB units, each graph "
                      f"rounded up: its answer fits, and is optimal up to that rounding")
     storage = config.storage or (default_storage_url(run_dir) if run_dir is not None else "")
+    if not config.storage and run_dir is not None:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
     name = config.study_name or study_name_for(model, config.objective)
 
     trials_info = {"total": 0, "complete": 0, "feasible": 0, "infeasible": 0, "failed": 0, "run_now": 0}

@@ -1,0 +1,40 @@
+"""`cgtune report`: re-render a run directory's report.md, plots, summary.json and vLLM files from its files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tuner.cli import Command, UsageError
+
+__all__ = ["ReportCommand"]
+
+
+class ReportCommand(Command):
+    help = "re-render report.md, plots and summary.json of a `cgtune search`/`tune` run directory"
+    description = (
+        "Rebuild the cost model from the run directory's own copies (profile.csv/.json, workload.yaml),\n"
+        "re-evaluate the lists in search.json, and write report.md, plots/*.png, summary.json and the vLLM\n"
+        "files again. Needs no GPU and runs no search.\n\n"
+        "examples:\n"
+        "  cgtune report runs/dflash"
+    )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_dir", type=Path, help="output directory of `cgtune search` or `cgtune tune`")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from tuner.model import ModelError
+        from tuner.report import load_run, write_run
+        from tuner.workload import WorkloadError
+
+        if not args.run_dir.is_dir():
+            raise UsageError(f"run_dir: {str(args.run_dir)!r} is not a directory")
+        try:
+            model, search = load_run(args.run_dir)
+        except (ModelError, WorkloadError) as exc:
+            raise UsageError(str(exc)) from None
+        written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}", copy_inputs=False)
+        print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, vLLM files")
+        print(f"tuned list ({search.source}): {list(search.chosen.capture_sizes)}")
+        return 0
