@@ -57,7 +57,8 @@ class ExactResult:
     front: list[Evaluation]
     """Latency/graph-memory Pareto front within the budget, by increasing memory."""
     memory_unit_bytes: int
-    """Memory was counted in units of this many bytes, each graph rounded up (1 unit = exact)."""
+    """Memory was counted in units of this many bytes (exact when `exact_memory`, else rounded to the nearest
+    unit and the answer re-checked in bytes)."""
     exact_memory: bool
     """True when the unit divides every memory figure, so the optimum is exact, not just feasible."""
     num_candidates: int
@@ -112,7 +113,7 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     if model.cudagraph_mode == "NONE" or not cands:
         return ExactResult(empty, [empty], 1, True, 0)
 
-    q, limit = model.q, model.decode_limit
+    q, decode_limit = model.q, model.decode_limit
     sep = model.separate_decode
     has_mixed = model.mixed_mode != "NONE"
     widths, uniform, probs, eager = model.step_arrays()
@@ -134,127 +135,159 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     sa_top, de_top = model.graph_bytes(top_mode, c)
     extra = np.maximum(0.0, sa_top - de_top)
 
-    # Figures all multiples of `unit` fit the budget exactly when their units fit floor(budget / unit).
+    # Memory in units: when one unit divides every figure (the gcd) and the budget spans few enough of them, the
+    # program is exact. Otherwise figures are rounded to the nearest unit (errors cancel instead of adding up) and
+    # the answer is checked in exact bytes; if it overshoots, the budget is lowered by the overshoot and re-solved.
     figures = np.concatenate([d_mix, d_full, extra]).astype(np.int64)
-    unit = int(np.gcd.reduce(figures[figures > 0])) if np.any(figures > 0) else max(1, budget_bytes)
-    exact_memory = budget_bytes // unit <= memory_buckets
-    if not exact_memory:
-        unit = -(-budget_bytes // memory_buckets)
-    B = int(budget_bytes // unit)
-    u_mix = (-(-d_mix.astype(np.int64) // unit)).astype(np.int64)
-    u_full = (-(-d_full.astype(np.int64) // unit)).astype(np.int64)
-    u_extra = (-(-extra.astype(np.int64) // unit)).astype(np.int64)
+    gcd = int(np.gcd.reduce(figures[figures > 0])) if np.any(figures > 0) else 1
+    everything = int(d_mix.sum() + d_full.sum() + extra.max())  # no list can need more than this
+    span = max(1, min(budget_bytes, everything))
+    exact_memory = span // gcd <= memory_buckets
+    unit = gcd if exact_memory else -(-span // memory_buckets)
 
-    # Predecessor positions: index 0 is the empty start (width 0), index i+1 is candidate i.
-    pos = np.concatenate([[0], c])
-    r_pos = np.concatenate([[0], r])
-    mass_mix_pos = mixed_steps.mass(pos)
-    mass_dec_rpos = decode_steps.mass(r_pos)
-    eager_dec_rpos = decode_steps.eager(r_pos)
+    def to_units(x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.int64)
+        return x // unit if exact_memory else np.rint(x / unit).astype(np.int64)
 
-    # value[s][k] = best latency sum (without the tail above the top) of chains ending at position k in state s
-    # (0: ordinary, 1: top window without its FULL decode graph) using at most m memory units, per m.
-    value = np.full((2, n + 1, B + 1), _INF)
-    value[0, 0, :] = 0.0
-    pred = np.full((2, n + 1, B + 1), -1, dtype=np.int32)  # predecessor position * 2 + state
+    u_mix, u_full, u_extra = to_units(d_mix), to_units(d_full), to_units(extra)
+    max_units = int(u_mix.sum() + u_full.sum() + u_extra.max())
+    log.debug("exact: unit %d, max_units %d, budget %d", unit, max_units, budget_bytes)
 
-    def relax(target_state: int, j: int, rows: np.ndarray, from_state: int, cost: np.ndarray, units: int) -> None:
-        if len(rows) == 0 or units > B:
-            return
-        block = value[from_state, rows, : B + 1 - units] + cost[:, None]
-        arg = np.argmin(block, axis=0)
-        best = block[arg, np.arange(block.shape[1])]
-        cur = value[target_state, j, units:]
-        better = best < cur
-        cur[better] = best[better]
-        pred[target_state, j, units:][better] = rows[arg[better]] * 2 + from_state
+    def solve(B: int, u_mix: np.ndarray, u_full: np.ndarray, u_extra: np.ndarray,
+              ) -> tuple[np.ndarray, Callable[[int], tuple[int, ...]]]:
+        """Best total latency per memory level 0..B and a backtrack from a level to its list."""
+        # Predecessor positions: index 0 is the empty start (width 0), index i+1 is candidate i.
+        pos = np.concatenate([[0], c])
+        r_pos = np.concatenate([[0], r])
+        mass_mix_pos = mixed_steps.mass(pos)
+        mass_dec_rpos = decode_steps.mass(r_pos)
+        eager_dec_rpos = decode_steps.eager(r_pos)
 
-    for j in range(n):
-        k = j + 1  # position of candidate j
-        rows = np.arange(k)
-        mixcost = ((mixed_steps.mass(c[j]) - mass_mix_pos[:k]) * lat_mix[j]) if has_mixed else np.zeros(k)
-        if not sep:
-            relax(0, k, rows, 0, mixcost, int(u_mix[j]))
-            continue
-        same = r_pos[:k] == r[j]
-        lower = ~same
-        if r[j] <= limit:
-            relax(0, k, rows[same], 0, mixcost[same], int(u_mix[j]))
-            dec_normal = (decode_steps.mass(r[j]) - mass_dec_rpos[:k]) * lat_full_r[j]
-            relax(0, k, rows[lower], 0, (mixcost + dec_normal)[lower], int(u_mix[j] + u_full[j]))
-        below = r[j] - q
-        if has_mixed:
-            dec_pad = (decode_steps.mass(below) - mass_dec_rpos[:k]) * lat_mix[j]
-        else:
-            dec_pad = decode_steps.eager(below) - eager_dec_rpos[:k]
-        dec_flag = dec_pad + (decode_steps.eager(r[j]) - decode_steps.eager(below))
-        relax(1, k, rows[same], 1, mixcost[same], int(u_mix[j]))
-        relax(1, k, rows[lower], 0, (mixcost + dec_flag)[lower], int(u_mix[j]))
-        beyond = lower & (r_pos[:k] > limit)
-        relax(1, k, rows[beyond], 1, (mixcost + dec_flag)[beyond], int(u_mix[j]))
+        # value[s][k] = best latency sum (without the tail above the top) of chains ending at position k in state s
+        # (0: ordinary, 1: top window without its FULL decode graph) using at most m memory units, per m.
+        value = np.full((2, n + 1, B + 1), _INF)
+        value[0, 0, :] = 0.0
+        pred = np.full((2, n + 1, B + 1), -1, dtype=np.int32)  # predecessor position * 2 + state
 
-    # Close: add the first-captured graph's extra footprint and the steps above the top (eager).
-    if has_mixed:
-        mix_eager_above = mixed_steps.eager_total - mixed_steps.eager(c)
-    else:  # no mixed graphs (FULL_DECODE_ONLY): every mixed step runs eager
-        mix_eager_above = np.full(n, mixed_steps.eager_total)
-    totals = np.full(B + 1, empty.expected_step_ms)
-    total_from = np.full(B + 1, -1, dtype=np.int64)  # position * 2 + state of the closing member
-    for j in range(n):
-        k = j + 1
-        closes = []
-        if not sep:
-            closes.append((0, 0.0))
-        else:
-            if r[j] == c[j] and c[j] <= limit:
-                closes.append((0, decode_steps.eager_total - decode_steps.eager(c[j])))
-            if r[j] > c[j] or r[j] > limit:
-                closes.append((1, decode_steps.eager_total - decode_steps.eager(r[j])))
-        u = int(u_extra[j])
-        if u > B:
-            continue
-        for state, tail in closes:
-            cand = value[state, k, : B + 1 - u] + tail + mix_eager_above[j]
-            cur = totals[u:]
-            better = cand < cur - 1e-15
-            cur[better] = cand[better]
-            total_from[u:][better] = k * 2 + state
+        def relax(target_state: int, j: int, rows: np.ndarray, from_state: int, cost: np.ndarray, units: int) -> None:
+            if len(rows) == 0 or units > B:
+                return
+            block = value[from_state, rows, : B + 1 - units] + cost[:, None]
+            arg = np.argmin(block, axis=0)
+            best = block[arg, np.arange(block.shape[1])]
+            cur = value[target_state, j, units:]
+            better = best < cur
+            cur[better] = best[better]
+            pred[target_state, j, units:][better] = rows[arg[better]] * 2 + from_state
 
-    def backtrack(m: int) -> tuple[int, ...]:
-        code = int(total_from[m])
-        if code < 0:
-            return ()
-        k, state = divmod(code, 2)
-        m -= int(u_extra[k - 1])
-        members = []
-        while k > 0:
-            members.append(int(c[k - 1]))
-            code = int(pred[state, k, m])
-            j = k - 1
-            pk, pstate = divmod(code, 2)
+        for j in range(n):
+            k = j + 1  # position of candidate j
+            rows = np.arange(k)
+            mixcost = ((mixed_steps.mass(c[j]) - mass_mix_pos[:k]) * lat_mix[j]) if has_mixed else np.zeros(k)
             if not sep:
-                m -= int(u_mix[j])
-            elif state == 0 and r_pos[pk] != r[j]:
-                m -= int(u_mix[j] + u_full[j])
+                relax(0, k, rows, 0, mixcost, int(u_mix[j]))
+                continue
+            same = r_pos[:k] == r[j]
+            lower = ~same
+            if r[j] <= decode_limit:
+                relax(0, k, rows[same], 0, mixcost[same], int(u_mix[j]))
+                dec_normal = (decode_steps.mass(r[j]) - mass_dec_rpos[:k]) * lat_full_r[j]
+                relax(0, k, rows[lower], 0, (mixcost + dec_normal)[lower], int(u_mix[j] + u_full[j]))
+            below = r[j] - q
+            if has_mixed:
+                dec_pad = (decode_steps.mass(below) - mass_dec_rpos[:k]) * lat_mix[j]
             else:
-                m -= int(u_mix[j])
-            k, state = pk, pstate
-        return tuple(sorted(members))
+                dec_pad = decode_steps.eager(below) - eager_dec_rpos[:k]
+            dec_flag = dec_pad + (decode_steps.eager(r[j]) - decode_steps.eager(below))
+            relax(1, k, rows[same], 1, mixcost[same], int(u_mix[j]))
+            relax(1, k, rows[lower], 0, (mixcost + dec_flag)[lower], int(u_mix[j]))
+            beyond = lower & (r_pos[:k] > decode_limit)
+            relax(1, k, rows[beyond], 1, (mixcost + dec_flag)[beyond], int(u_mix[j]))
 
-    best = model.evaluate(backtrack(B))
+        # Close: add the first-captured graph's extra footprint and the steps above the top (eager).
+        if has_mixed:
+            mix_eager_above = mixed_steps.eager_total - mixed_steps.eager(c)
+        else:  # no mixed graphs (FULL_DECODE_ONLY): every mixed step runs eager
+            mix_eager_above = np.full(n, mixed_steps.eager_total)
+        totals = np.full(B + 1, empty.expected_step_ms)
+        total_from = np.full(B + 1, -1, dtype=np.int64)  # position * 2 + state of the closing member
+        for j in range(n):
+            k = j + 1
+            closes = []
+            if not sep:
+                closes.append((0, 0.0))
+            else:
+                if r[j] == c[j] and c[j] <= decode_limit:
+                    closes.append((0, decode_steps.eager_total - decode_steps.eager(c[j])))
+                if r[j] > c[j] or r[j] > decode_limit:
+                    closes.append((1, decode_steps.eager_total - decode_steps.eager(r[j])))
+            u = int(u_extra[j])
+            if u > B:
+                continue
+            for state, tail in closes:
+                cand = value[state, k, : B + 1 - u] + tail + mix_eager_above[j]
+                cur = totals[u:]
+                better = cand < cur - 1e-15
+                cur[better] = cand[better]
+                total_from[u:][better] = k * 2 + state
+
+        def backtrack(m: int) -> tuple[int, ...]:
+            code = int(total_from[m])
+            if code < 0:
+                return ()
+            k, state = divmod(code, 2)
+            m -= int(u_extra[k - 1])
+            members = []
+            while k > 0:
+                members.append(int(c[k - 1]))
+                code = int(pred[state, k, m])
+                j = k - 1
+                pk, pstate = divmod(code, 2)
+                if not sep:
+                    m -= int(u_mix[j])
+                elif state == 0 and r_pos[pk] != r[j]:
+                    m -= int(u_mix[j] + u_full[j])
+                else:
+                    m -= int(u_mix[j])
+                k, state = pk, pstate
+            return tuple(sorted(members))
+
+        return totals, backtrack
+
+
+    budget_limit = budget_bytes
+    for attempt in range(5):
+        if attempt == 4:
+            # Last resort: every figure rounded up, which always fits (at the price of some optimality).
+            def ceil_units(x: np.ndarray) -> np.ndarray:
+                return -(-x.astype(np.int64) // unit)
+
+            u_mix, u_full, u_extra = ceil_units(d_mix), ceil_units(d_full), ceil_units(extra)
+            budget_limit = budget_bytes
+        B = int(max(0, min(budget_limit // unit, max_units)))
+        totals, backtrack = solve(B, u_mix, u_full, u_extra)
+        best = model.evaluate(backtrack(B))
+        if best.graph_memory_bytes <= budget_bytes:
+            break
+        budget_limit -= max(unit, best.graph_memory_bytes - budget_bytes)
     front: list[Evaluation] = []
-    # The front: memory levels where the best latency drops; thinned to `front_points` evaluations.
-    drops = [m for m in range(B + 1) if m == 0 or totals[m] < totals[m - 1] - 1e-12]
-    if len(drops) > front_points:
-        picks = np.unique(np.linspace(0, len(drops) - 1, front_points).round().astype(int))
-        drops = [drops[i] for i in picks]
-    seen: set[tuple[int, ...]] = set()
-    for m in drops + [B]:
-        sizes = backtrack(m)
-        if sizes not in seen:
-            seen.add(sizes)
-            front.append(model.evaluate(sizes))
-    front.sort(key=lambda e: (e.graph_memory_bytes, e.expected_step_ms))
+    if B > 0:
+        # The front: memory levels where the best latency drops; thinned to `front_points` evaluations.
+        drops = [m for m in range(B + 1) if m == 0 or totals[m] < totals[m - 1] - 1e-12]
+        if len(drops) > front_points:
+            picks = np.unique(np.linspace(0, len(drops) - 1, front_points).round().astype(int))
+            drops = [drops[i] for i in picks]
+        seen: set[tuple[int, ...]] = set()
+        for m in drops + [B]:
+            sizes = backtrack(m)
+            if sizes not in seen:
+                seen.add(sizes)
+                e = model.evaluate(sizes)
+                if e.graph_memory_bytes <= budget_bytes:
+                    front.append(e)
+    front.append(best)
+    if best.reason:  # cannot happen: oom widths are no candidates
+        best = empty
     return ExactResult(best, _pareto(front), unit, bool(exact_memory), n)
 
 
