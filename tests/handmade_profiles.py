@@ -54,6 +54,7 @@ def handmade_profile(
     weights_bytes: int = 100 * MIB,
     activation_peak_bytes: int = 50 * MIB,
     oom: tuple[int, ...] = (),
+    piecewise_unsupported: bool = False,
     shape_override: dict[str, Any] | None = None,
     name: str = "hand",
 ) -> Path:
@@ -69,6 +70,8 @@ def handmade_profile(
                 rows.append(ProfileRow(w, mode, "ok", latency_ms=fn(w), latency_iqr_ms=0.0,
                                        capture_delta_bytes=delta_bytes(w), standalone_bytes=standalone_bytes(w),
                                        capture_s=0.01))
+        if piecewise_unsupported:  # as `cgtune profile` writes them: vLLM's split graphs are not built
+            rows.append(ProfileRow(w, "piecewise", "unsupported"))
     shape = workload.model.shape.as_dict()
     shape.update(shape_override or {})
     metadata = {

@@ -107,6 +107,13 @@ def test_oom_width_is_no_candidate_and_makes_a_list_infeasible(tmp_path):
     assert not e.feasible and "8 ran out of memory" in e.why_infeasible
 
 
+def test_unsupported_piecewise_rows_keep_widths_as_candidates(tmp_path):
+    m = model_for(tmp_path, piecewise_unsupported=True)
+    assert m.candidates == [1, 2, 4, 8]
+    assert any("no piecewise rows" in n for n in m.notes)
+    assert m.evaluate((2, 8)).feasible
+
+
 def test_kv_shortfall_is_infeasible(tmp_path):
     m = model_for(tmp_path, total_memory_bytes=200 * MIB, weights_bytes=100 * MIB, activation_peak_bytes=60 * MIB,
                   standalone_bytes=lambda w: 2 * w * MIB)

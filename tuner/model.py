@@ -248,7 +248,7 @@ class CostModel:
                 what = ("the eager latency at the padded width (no launch saving credited)"
                         if self.piecewise_fallback == "eager" else "the FULL graph latency at the padded width")
                 self.notes.append(
-                    f"no piecewise rows in {name}: PIECEWISE (mixed-batch) graphs are costed at {what}, and their "
+                    f"no piecewise rows with status ok in {name}: PIECEWISE (mixed-batch) graphs are costed at {what}, and their "
                     f"memory is taken from the full rows"
                 )
         # Widths whose capture ran out of memory while profiling: no list may hold them.
@@ -312,8 +312,9 @@ class CostModel:
             return []
         s = self.serving
         ok = set(self.profile.by_mode("full"))
-        bad = set(self.oom_widths) | {r.num_tokens for r in self.profile.rows
-                                      if r.mode != "eager" and r.status != "ok"}
+        # `unsupported` piecewise rows (the profiler does not build vLLM's split graphs) do not rule a width out;
+        # a capture that ran out of memory in any graph mode does.
+        bad = set(self.oom_widths)
         widths = sorted(w for w in ok - bad if w <= s.max_num_batched_tokens)
         if self.cudagraph_mode == "FULL_DECODE_ONLY":
             # Only the rounded decode graphs exist in this mode, so multiples of q within max_num_seqs lose nothing.
