@@ -127,6 +127,29 @@ def test_infeasible_trials_are_recorded_as_infeasible(tmp_path):
     assert result.chosen.feasible
 
 
+def test_failed_trials_are_recorded_with_their_reason(tmp_path, monkeypatch):
+    import optuna
+
+    import tuner.search
+
+    m = study_model(tmp_path, total_memory_bytes=400 * MIB)
+    real = tuner.search._record
+    calls = {"n": 0}
+
+    def broken(trial, e):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise ValueError("synthetic failure in trial 3")
+        return real(trial, e)
+
+    monkeypatch.setattr(tuner.search, "_record", broken)
+    result = run_search(m, SearchConfig(n_trials=6, progress=False), run_dir=tmp_path)
+    assert result.trials["failed"] == 1 and result.trials["complete"] == 5
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert "synthetic failure in trial 3" in failed[0].user_attrs["fail_reason"]
+
+
 def test_interrupted_study_resumes(tmp_path, monkeypatch):
     import optuna
 

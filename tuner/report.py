@@ -188,7 +188,12 @@ def render_plots(model: CostModel, search: SearchResult, table: dict[str, Evalua
         e = table[name]
         ax.plot(e.graph_memory_bytes / GIB, e.expected_step_ms, marker, ms=10, label=_LABELS[name])
     budget = model.budget.graph_budget_bytes / GIB
-    ax.axvline(budget, color="grey", ls=":", label=f"graph budget {budget:.2f} GiB")
+    shown = max([e.graph_memory_bytes / GIB for e in front] + [table[n].graph_memory_bytes / GIB
+                                                               for n in ("default", "tuned", "widest", "sglang")])
+    if budget <= 2 * shown:
+        ax.axvline(budget, color="grey", ls=":", label=f"graph budget {budget:.2f} GiB")
+    else:  # a far-away budget line would squash every point against the axis
+        ax.plot([], [], " ", label=f"graph budget {budget:.2f} GiB (off the chart)")
     ax.set_xlabel("graph memory (GiB)")
     ax.set_ylabel("expected step latency (ms)")
     ax.set_title("Latency vs graph memory" + title_suffix)

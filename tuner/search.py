@@ -519,8 +519,13 @@ def _open_storage(url: str) -> Any:
 
 def _make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial], Any]:
     def latency(trial: optuna.Trial) -> Any:
-        e = model.evaluate(_trial_list(trial, model))
-        _record(trial, e)
+        try:
+            e = model.evaluate(_trial_list(trial, model))
+            _record(trial, e)
+        except (ValueError, ArithmeticError) as exc:
+            # optuna marks the trial failed and goes on (catch=...); keep the reason with the trial.
+            trial.set_user_attr("fail_reason", f"{type(exc).__name__}: {exc}")
+            raise
         if objective == "pareto":
             return e.expected_step_ms, e.graph_memory_bytes / GIB
         return e.expected_step_ms

@@ -36,5 +36,7 @@ class ReportCommand(Command):
             raise UsageError(str(exc)) from None
         written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}", copy_inputs=False)
         print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, vLLM files")
-        print(f"tuned list ({search.source}): {list(search.chosen.capture_sizes)}")
+        sizes = search.chosen.capture_sizes
+        print(f"tuned list ({search.source}): {len(sizes)} graphs, max {sizes[-1] if sizes else 0} "
+              f"(all in {args.run_dir / 'compilation_config.json'})")
         return 0
