@@ -33,7 +33,8 @@ def random_model(tmp_path, seed):
     mode = rnd.choice(["FULL_AND_PIECEWISE", "FULL", "FULL_DECODE_ONLY", "PIECEWISE"])
     wl = handmade_workload(num_speculative_tokens=spec, max_num_seqs=6, max_num_batched_tokens=32,
                            cudagraph_mode=mode,
-                           traffic={**MIXED, "requests": {"kind": "uniform", "min": 1, "max": min(6, 32 // (spec + 1))}})
+                           traffic={**MIXED, "requests": {"kind": "uniform", "min": 1,
+                                                          "max": min(6, 32 // (spec + 1))}})
     # Every width is measured (so rounded FULL decode widths have exact MiB figures); 11 are candidates.
     widths = list(range(1, 33))
     candidates = sorted(rnd.sample(widths, 11))

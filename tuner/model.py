@@ -133,7 +133,8 @@ def check_profile_matches(profile: Profile, workload: Workload) -> None:
             )
     for key, value in (("dtype", workload.model.dtype), ("tensor_parallel_size", workload.model.tensor_parallel_size)):
         if meta.get(key) != value:
-            raise ModelError(f"{name}: measured with model.{key}={meta.get(key)!r}, workload {workload.name} has {value!r}")
+            raise ModelError(f"{name}: measured with model.{key}={meta.get(key)!r}, "
+                             f"workload {workload.name} has {value!r}")
 
 
 def _meta_bytes(profile: Profile, key: str) -> int | None:
@@ -192,14 +193,14 @@ def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
 class CostModel:
     """Latency and memory of capture lists for one profile and workload (see module docstring)."""
 
-    profile: Profile
+    profile: Profile = field(repr=False)
     """The measured profile table."""
-    workload: Workload
+    workload: Workload = field(repr=False)
     """The workload whose steps are weighed."""
     piecewise_fallback: str = "eager"
     """Latency of a PIECEWISE graph when the profile has no piecewise rows: `eager` (the eager step at the
     padded width: no launch saving credited) or `full` (as fast as the FULL graph)."""
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list, repr=False)
     """Assumptions made while fitting (printed in the report)."""
 
     @classmethod
@@ -233,11 +234,13 @@ class CostModel:
         self.eager_ms = _Curve({w: r.latency_ms for w, r in eager.items()}, monotone=True)  # type: ignore[misc]
         if not full and self.cudagraph_mode != "NONE":
             raise ModelError(f"{name}: no full rows with status ok (no graph was measured; a CPU profile?)")
-        self.full_ms = _Curve({w: r.latency_ms for w, r in full.items()}, monotone=True) if full else None  # type: ignore[misc]
+        self.full_ms = (_Curve({w: r.latency_ms for w, r in full.items()}, monotone=True)  # type: ignore[misc]
+                        if full else None)
         self.full_standalone = self._memory_curve(full, "standalone_bytes", name, "full")
         self.full_delta = self._memory_curve(full, "capture_delta_bytes", name, "full")
         if piecewise:
-            self.piecewise_ms = _Curve({w: r.latency_ms for w, r in piecewise.items()}, monotone=True)  # type: ignore[misc]
+            self.piecewise_ms = _Curve({w: r.latency_ms for w, r in piecewise.items()},  # type: ignore[misc]
+                                       monotone=True)
             self.piecewise_standalone = self._memory_curve(piecewise, "standalone_bytes", name, "piecewise")
             self.piecewise_delta = self._memory_curve(piecewise, "capture_delta_bytes", name, "piecewise")
         else:
@@ -248,8 +251,8 @@ class CostModel:
                 what = ("the eager latency at the padded width (no launch saving credited)"
                         if self.piecewise_fallback == "eager" else "the FULL graph latency at the padded width")
                 self.notes.append(
-                    f"no piecewise rows with status ok in {name}: PIECEWISE (mixed-batch) graphs are costed at {what}, and their "
-                    f"memory is taken from the full rows"
+                    f"no piecewise rows with status ok in {name}: PIECEWISE (mixed-batch) graphs are costed at "
+                    f"{what}, and their memory is taken from the full rows"
                 )
         # Widths whose capture ran out of memory while profiling: no list may hold them.
         self.oom_widths = sorted({r.num_tokens for r in self.profile.rows if r.mode != "eager" and r.status == "oom"})

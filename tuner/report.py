@@ -155,7 +155,8 @@ def render_plots(model: CostModel, search: SearchResult, table: dict[str, Evalua
             ax.plot(xs, [rows[x].standalone_bytes / MIB for x in xs], "o-", ms=3, label=f"{mode}: standalone")
             ys = [(x, rows[x].capture_delta_bytes) for x in xs if rows[x].capture_delta_bytes is not None]
             if ys:
-                ax.plot([x for x, _ in ys], [y / MIB for _, y in ys], ".--", label=f"{mode}: capture delta (shared pool)")
+                ax.plot([x for x, _ in ys], [y / MIB for _, y in ys], ".--",
+                        label=f"{mode}: capture delta (shared pool)")
     ax.set_xlabel("graph width (tokens)")
     ax.set_ylabel("graph memory (MiB)")
     ax.set_title("Graph memory by width" + title_suffix)

@@ -533,7 +533,8 @@ def _make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial]
     return latency
 
 
-def run_search(model: CostModel, config: SearchConfig | None = None, *, run_dir: str | Path | None = None) -> SearchResult:
+def run_search(model: CostModel, config: SearchConfig | None = None, *,
+               run_dir: str | Path | None = None) -> SearchResult:
     """Run (or resume) the study, solve exactly, and pick the list to ship."""
     import optuna  # deferred: measurement code imports nothing from here, but keep the CLI start light too
     from tqdm.auto import tqdm
@@ -570,8 +571,8 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *, run_dir:
                                              constant_liar=config.constant_liar)
     kwargs: dict[str, Any] = {"direction": "minimize"} if config.objective == "latency" else {
         "directions": ["minimize", "minimize"]}
-    study = optuna.create_study(storage=_open_storage(storage) if storage else None, study_name=name, sampler=sampler, load_if_exists=True,
-                                **kwargs)
+    study = optuna.create_study(storage=_open_storage(storage) if storage else None, study_name=name,
+                                sampler=sampler, load_if_exists=True, **kwargs)
     finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
                        optuna.trial.TrialState.PRUNED)
     existing = study.get_trials(deepcopy=False)

@@ -136,3 +136,30 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(inputs, tmp_path, capsy
 def test_report_on_a_directory_without_a_run_is_an_error(tmp_path, capsys):
     code, _, err = run(capsys, "report", tmp_path)
     assert code == 2 and "not a cgtune search or tune output directory" in err
+
+
+def test_tune_without_profile_profiles_first_when_a_gpu_is_there(inputs, tmp_path, capsys, monkeypatch):
+    """The wiring only: the measurement is replaced by a hand-made profile (no GPU here)."""
+    from types import SimpleNamespace
+
+    import tuner.commands.tune as tune
+    import tuner.measure.profile as measure
+
+    seen = {}
+
+    def fake_profile_workload(workload, out_dir, *, widths, **kwargs):
+        seen["widths"] = widths
+        path = handmade_profile(Path(out_dir), workload, list(range(1, 65)), total_memory_bytes=400 * MIB,
+                                name=workload.name)
+        return SimpleNamespace(csv_path=path, complete=True)
+
+    monkeypatch.setattr(tune, "gpu_available", lambda: (True, "fake GPU"))
+    monkeypatch.setattr(measure, "profile_workload", fake_profile_workload)
+    wl_path, _, _ = inputs
+    out = tmp_path / "gpu-run"
+    code, stdout, err = run(capsys, "tune", wl_path, "--out", out, "--trials", 5, "--max-widths", 10,
+                            "--no-progress")
+    assert code == 0, err
+    assert "[1/3] profile: measuring cli-hand on fake GPU" in stdout
+    assert len(seen["widths"]) <= 10
+    assert (out / "profile-sweep" / "cli-hand.csv").is_file() and (out / "report.md").is_file()

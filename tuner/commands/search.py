@@ -6,9 +6,13 @@ import argparse
 import logging
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.cli import Command, UsageError
 from tuner.commands.common import load_workload_arg, positive_int
+
+if TYPE_CHECKING:
+    from tuner.search import SearchResult
 
 __all__ = ["SearchCommand", "add_search_arguments", "command_line", "search_and_write"]
 
@@ -77,24 +81,23 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     return 0
 
 
-def _print_summary(result: object, written: list[Path], out: Path) -> None:
-    r = result
-    t, d = r.chosen, r.default  # type: ignore[attr-defined]
+def _print_summary(result: SearchResult, written: list[Path], out: Path) -> None:
+    t, d = result.chosen, result.default
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
-    gap = r.gap  # type: ignore[attr-defined]
+    gap = result.gap
     how = {"study": f"optuna study, {gap:.2%} from the exact optimum" if gap is not None else "optuna study",
-           "exact": "exact solver (the study was not within 1%)", "default": "vLLM default"}[r.source]  # type: ignore[attr-defined]
+           "exact": "exact solver (the study was not within 1%)", "default": "vLLM default"}[result.source]
     top = t.capture_sizes[-1] if t.capture_sizes else 0
     print(f"tuned list ({how}): {len(t.capture_sizes)} graphs, max {top}")
-    print(f"expected step {t.expected_step_ms:.4f} ms vs vLLM default {d.expected_step_ms:.4f} ms "
-          f"({change:+.1%}); graph memory {t.graph_memory_bytes / GIB:.3f} GiB vs {d.graph_memory_bytes / GIB:.3f} GiB; "
+    print(f"expected step {t.expected_step_ms:.4f} ms vs vLLM default {d.expected_step_ms:.4f} ms ({change:+.1%}); "
+          f"graph memory {t.graph_memory_bytes / GIB:.3f} GiB vs {d.graph_memory_bytes / GIB:.3f} GiB; "
           f"KV margin {t.kv_margin_gib:.2f} GiB" + ("" if d.feasible else " (the default does not fit the KV budget)"))
-    trials = r.trials  # type: ignore[attr-defined]
-    print(f"study {r.study_name}: {trials.get('total', 0)} trials ({trials.get('feasible', 0)} feasible, "  # type: ignore[attr-defined]
-          f"{trials.get('infeasible', 0)} infeasible, {trials.get('failed', 0)} failed, {trials.get('run_now', 0)} run now)")
+    n = result.trials
+    print(f"study {result.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
+          f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed, {n.get('run_now', 0)} run now)")
     names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
     print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
-    flags = (out / "vllm-flags.txt")
+    flags = out / "vllm-flags.txt"
     if flags.is_file():
         line = [ln for ln in flags.read_text().splitlines() if ln and not ln.startswith("#")]
         if line:

@@ -8,8 +8,9 @@ import logging
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import load_workload_arg
+from tuner.commands.common import load_workload_arg, positive_int
 from tuner.commands.search import add_search_arguments, command_line, search_and_write
+from tuner.workload import Workload
 
 __all__ = ["TuneCommand", "gpu_available"]
 
@@ -48,6 +49,8 @@ class TuneCommand(Command):
         p.add_argument("workload", help="workload YAML (model shape, serving config, traffic)")
         p.add_argument("--profile", type=Path, metavar="CSV",
                        help="recorded profile (CSV + JSON); without it the GPU of this machine is profiled first")
+        p.add_argument("--max-widths", type=positive_int, metavar="N",
+                       help="when profiling: thin the candidate widths to N (as `cgtune profile --max-widths`)")
         add_search_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -69,16 +72,24 @@ class TuneCommand(Command):
         return code
 
     @staticmethod
-    def _profile(workload: object, args: argparse.Namespace, *, device_name: str) -> Path:
+    def _profile(workload: Workload, args: argparse.Namespace, *, device_name: str) -> Path:
         from tqdm.contrib.logging import logging_redirect_tqdm
 
-        from tuner.measure.profile import profile_workload
+        from tuner.measure.profile import candidate_widths, profile_workload, thin_widths
+        from tuner.vllm.defaults import capture_ceiling
 
+        widths = candidate_widths(workload)
+        if args.max_widths is not None:
+            s = workload.serving
+            keep = {capture_ceiling(s.gpu_capability), s.defaults().max_size,
+                    min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)}
+            widths = thin_widths(widths, args.max_widths, keep=keep)
         sweep_dir = args.out / "profile-sweep"
-        print(f"[1/3] profile: measuring {workload.name} on {device_name} into {sweep_dir}/ "  # type: ignore[attr-defined]
+        print(f"[1/3] profile: measuring {workload.name} on {device_name} into {sweep_dir}/ "
               f"(rerun to resume if interrupted)")
         with logging_redirect_tqdm():
-            result = profile_workload(workload, sweep_dir, device="cuda", progress=not args.no_progress,  # type: ignore[arg-type]
+            result = profile_workload(workload, sweep_dir, widths=widths, device="cuda",
+                                      progress=not args.no_progress,
                                       command=f"cgtune tune {args.workload} --out {args.out}")
         if not result.complete:
             raise UsageError(f"profile sweep stopped early; rerun the same command to resume ({result.csv_path})")

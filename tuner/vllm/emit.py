@@ -69,7 +69,8 @@ def validate_capture_sizes(
     """The list as vLLM 0.33 would keep it, or EmitError when vLLM would drop, reorder or reject anything."""
     values = [int(s) for s in sizes]
     if not values:
-        raise EmitError("cudagraph_capture_sizes: empty (vLLM needs at least one size; emit cudagraph_mode NONE instead)")
+        raise EmitError("cudagraph_capture_sizes: empty (vLLM needs at least one size; emit cudagraph_mode NONE "
+                        "instead)")
     if any(s < 1 for s in values):
         raise EmitError(f"cudagraph_capture_sizes: {values} holds a size < 1")
     if values != sorted(set(values)):
