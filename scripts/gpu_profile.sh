@@ -35,7 +35,7 @@ if [[ $DEVICE == cuda ]]; then
 fi
 
 echo "== GPU tests"
-timeout -s INT -k 10 150 python3 -m pytest -q -m gpu tests/measure -p no:cacheprovider
+timeout -s INT -k 10 200 python3 -m pytest -q -m gpu tests/measure -p no:cacheprovider
 TESTS_RC=$?
 echo "gpu tests exit code: $TESTS_RC"
 

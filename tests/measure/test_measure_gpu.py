@@ -72,3 +72,17 @@ def test_sweep_memory_readings(tmp_path) -> None:
     meta = result.metadata
     assert meta["device_name"] and meta["compute_capability"] and meta["total_memory_bytes"] > 0
     assert meta["activation_peak_bytes"] > 0 and meta["kv_cache_bytes"] > 0
+
+
+def test_compiled_graph_replay_matches_eager() -> None:
+    model = DecodeModel(ShardShape.for_rank(SMALL), max_num_tokens=64, decode_query_len=4, context_len=300,
+                        dtype=torch.bfloat16, device="cuda")
+    reference = {w: model.step(w).float().clone() for w in (64, 13, 1)}
+    model.compile()
+    pool = new_pool()
+    for w in (64, 13, 1):
+        model.step(w)  # compiles (once for every width > 1) before the capture, as vLLM warms up
+        graph = capture(lambda w=w: model.forward_hidden(w), w, pool=pool)
+        graph.replay()
+        replayed = model.logits(model.hidden_out[:w]).float()
+        torch.testing.assert_close(replayed, reference[w], rtol=1.6e-2, atol=1e-2, msg=lambda m: f"width {w}: {m}")

@@ -4,6 +4,7 @@ shaped like the step vLLM's model runner executes (and captures) for a batch of 
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -182,7 +183,14 @@ class DecodeModel:
             self.input_ids = torch.randint(0, s.vocab_size, (max_num_tokens,), generator=gen, device=self.device)
             self.positions = (torch.arange(max_num_tokens, device=self.device) % decode_query_len) + context_len
             self.hidden_out = torch.zeros(max_num_tokens, s.hidden_size, dtype=dtype, device=self.device)
+        self.attention_kernel = attention_kernel(shard, dtype, self.device)
+        """Fused SDPA kernel the attention runs on (`flash`, `efficient` or `math`)."""
+        # A plain bool fixed here: under dynamic=True, Dynamo would turn a comparison of int fields into a SymBool.
+        self._enable_gqa = bool(shard.num_heads != shard.num_kv_heads)
         self._forward_hidden = self._forward_hidden_eager
+        self._compiled = False
+        self._key = id(self)
+        _MODELS[self._key] = self
 
     # ------------------------------------------------------------------ sizes
     def weights(self) -> list[torch.Tensor]:
@@ -198,10 +206,11 @@ class DecodeModel:
         return sum(layer.kv_cache.numel() * layer.kv_cache.element_size() for layer in self.layers)
 
     def compile(self, **kwargs: object) -> None:
-        """Route `forward_hidden` through torch.compile with dynamic shapes, so one compiled graph (plus a few
-        guard variants such as a partial last request) serves every width, as vLLM compiles once."""
-        kwargs.setdefault("dynamic", True)
+        """Route `forward_hidden` through torch.compile with the token dimension dynamic and attention as an
+        opaque op, so one compiled graph serves every width, as vLLM compiles once."""
+        kwargs.setdefault("fullgraph", True)  # a graph break would silently measure eager code as "compiled"
         self._forward_hidden = torch.compile(self._forward_hidden_eager, **kwargs)
+        self._compiled = True
 
     # ------------------------------------------------------------------ step
     def forward_hidden(self, num_tokens: int) -> torch.Tensor:
@@ -209,8 +218,14 @@ class DecodeModel:
         normed hidden states into the static `hidden_out[:num_tokens]` and returns that slice."""
         if not 1 <= num_tokens <= self.max_num_tokens:
             raise ValueError(f"{num_tokens=} must be in 1..{self.max_num_tokens}")
+        ids = self.input_ids[:num_tokens]
+        pos = self.positions[:num_tokens]
+        if self._compiled:
+            # Only the token dimension varies: model constants stay static, so one graph serves every width.
+            torch._dynamo.maybe_mark_dynamic(ids, 0)
+            torch._dynamo.maybe_mark_dynamic(pos, 0)
         with torch.no_grad():
-            return self._forward_hidden(num_tokens)
+            return self._forward_hidden(ids, pos)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM-head logits for every token (speculative verification scores every draft position)."""
@@ -221,16 +236,15 @@ class DecodeModel:
         """One eager decode step: body and logits, `[num_tokens, vocab_size]`."""
         return self.logits(self.forward_hidden(num_tokens))
 
-    def _forward_hidden_eager(self, num_tokens: int) -> torch.Tensor:
+    def _forward_hidden_eager(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         s = self.shard
         eps = s.rms_norm_eps
-        n_full, rest = divmod(num_tokens, self.decode_query_len)
-        ids = self.input_ids[:num_tokens]
-        pos = self.positions[:num_tokens]
+        num_tokens = ids.shape[0]
         cos = self.cos[pos].unsqueeze(1)  # [T, 1, head_dim / 2], broadcast over heads
         sin = self.sin[pos].unsqueeze(1)
         h = F.embedding(ids, self.embed)
-        for layer in self.layers:
+        compiled = self._compiled
+        for i, layer in enumerate(self.layers):
             a = F.rms_norm(h, (s.hidden_size,), layer.input_norm, eps)
             q, k, v = F.linear(a, layer.qkv).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
             q = q.view(num_tokens, s.num_heads, s.head_dim)
@@ -241,7 +255,10 @@ class DecodeModel:
                 k = F.rms_norm(k, (s.head_dim,), layer.k_norm, eps)
             q = _rope(q, cos, sin)
             k = _rope(k, cos, sin)
-            o = self._attention(layer.kv_cache, q, k, v, n_full, rest)
+            if compiled:
+                o = torch.ops.cgtune.decode_attention(q, k, v, self._key, i)
+            else:  # called directly: the custom op's dispatch would add host time per layer to eager steps
+                o = self._attention(i, q, k, v)
             h = h + F.linear(o, layer.o_proj)
             m = F.rms_norm(h, (s.hidden_size,), layer.post_norm, eps)
             gate, up = F.linear(m, layer.gate_up).chunk(2, dim=-1)
@@ -250,12 +267,14 @@ class DecodeModel:
         out.copy_(F.rms_norm(h, (s.hidden_size,), self.final_norm, eps))
         return out
 
-    def _attention(self, kv_cache: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   n_full: int, rest: int) -> torch.Tensor:
-        """Write the new keys/values after each request's context, then attend over context + new tokens."""
+    def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Write the new keys/values after each request's context, then attend over context + new tokens:
+        `T // q` requests of q tokens, and one request with the `T % q` remaining tokens if any."""
         s = self.shard
+        kv_cache = self.layers[layer].kv_cache
         ql = self.decode_query_len
         ctx = self.context_len
+        n_full, rest = divmod(q.shape[0], ql)
         outs = []
         for first, requests, length in ((0, n_full, ql), (n_full, 1 if rest else 0, rest)):
             if not requests:
@@ -269,9 +288,27 @@ class DecodeModel:
             # Bottom-right causal: new token j sees the whole context and new tokens 0..j, which is what
             # speculative verification needs; this bias keeps SDPA on its fused kernels.
             o = F.scaled_dot_product_attention(qr, cache[0], cache[1], attn_mask=causal_lower_right(length, ctx + length),
-                                               enable_gqa=s.num_heads != s.num_kv_heads)
+                                               enable_gqa=self._enable_gqa)
             outs.append(o.transpose(1, 2).reshape(requests * length, s.q_size))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+# Models by key, so the attention custom op can find its KV cache without taking it as a (mutated) argument.
+_MODELS: weakref.WeakValueDictionary[int, DecodeModel] = weakref.WeakValueDictionary()
+
+
+@torch.library.custom_op("cgtune::decode_attention", mutates_args=())
+def _decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_key: int, layer: int) -> torch.Tensor:
+    """Attention as one opaque op for torch.compile, as vLLM registers its attention: Inductor compiles
+    everything around it, and the ragged request split inside stays eager Python, so only the token count
+    is dynamic. The KV-cache write is hidden from the compiler like vLLM's (the cache is looked up, not
+    passed), so Inductor never copies the cache to functionalize it."""
+    return _MODELS[model_key]._attention(layer, q, k, v)
+
+
+@_decode_attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_key: int, layer: int) -> torch.Tensor:
+    return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
