@@ -254,8 +254,13 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
     if search.source == "study":
         lines.append(f"The optuna study's best is within {gap:.2%} of the exact optimum." if gap is not None else "")
     elif search.source == "exact":
-        lines.append("**The exact solver's answer is used**: the study's best was not within 1% of it"
-                     + (f" ({gap:.2%} slower)." if gap is not None else " (no feasible trial)."))
+        if gap is None:
+            why = "no study trial was feasible."
+        elif gap > 0.01:
+            why = f"the study's best was not within 1% of it ({gap:.2%} slower)."
+        else:
+            why = (f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory.")
+        lines.append("**The exact solver's answer is used**: " + why)
     cross = crossover_width(model.profile)
     lines += [
         "",

@@ -608,7 +608,15 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     pareto = _pareto([reevaluate(t) for t in study.best_trials]) if config.objective == "pareto" and feasible \
         else exact.front
 
-    if study_best is not None and study_best.expected_step_ms <= exact.best.expected_step_ms * (1 + config.tolerance):
+    ex = exact.best
+    dominated = study_best is not None and (
+        ex.expected_step_ms <= study_best.expected_step_ms and ex.graph_memory_bytes <= study_best.graph_memory_bytes
+        and (ex.expected_step_ms, ex.graph_memory_bytes) != (study_best.expected_step_ms, study_best.graph_memory_bytes))
+    if study_best is not None and dominated:
+        chosen, source = ex, "exact"
+        notes.append("the exact solver's list is at least as fast with no more graph memory than the study's best: "
+                     "the exact solver's answer is used")
+    elif study_best is not None and study_best.expected_step_ms <= ex.expected_step_ms * (1 + config.tolerance):
         chosen, source = study_best, "study"
     else:
         chosen, source = exact.best, "exact"

@@ -86,7 +86,7 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path) -> None
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
     gap = result.gap
     how = {"study": f"optuna study, {gap:.2%} from the exact optimum" if gap is not None else "optuna study",
-           "exact": "exact solver (the study was not within 1%)", "default": "vLLM default"}[result.source]
+           "exact": "exact solver; see the notes in summary.json", "default": "vLLM default"}[result.source]
     top = t.capture_sizes[-1] if t.capture_sizes else 0
     print(f"tuned list ({how}): {len(t.capture_sizes)} graphs, max {top}")
     print(f"expected step {t.expected_step_ms:.4f} ms vs vLLM default {d.expected_step_ms:.4f} ms ({change:+.1%}); "
