@@ -199,3 +199,10 @@ def test_list_from_params_always_holds_the_top(tmp_path):
     assert sizes[-1] == m.candidates[40] and len(sizes) <= 5
     with_default = list_from_params(m, top=40, count=5, spacing=0.5, keep_default=True)
     assert set(s for s in m.default_sizes if s <= m.candidates[40]) <= set(with_default)
+
+
+def test_storage_password_never_reaches_the_result():
+    from tuner.search import display_url
+
+    assert display_url("postgresql://cgtune:s3cret@db:5432/studies") == "postgresql://cgtune:***@db:5432/studies"
+    assert display_url("sqlite:////tmp/run/study.db") == "sqlite:////tmp/run/study.db"

@@ -306,7 +306,8 @@ class CostModel:
         if not rows:
             return None
         if not points:
-            raise ModelError(f"{name}: no {mode} row has a usable {column}")
+            hint = " (profiled with --no-standalone?)" if column == "standalone_bytes" else ""
+            raise ModelError(f"{name}: no {mode} row has a usable {column}{hint}; the graph-memory model needs it")
         return _Curve(points, monotone=column == "standalone_bytes")
 
     def _candidates(self) -> list[int]:

@@ -28,6 +28,7 @@ __all__ = [
     "SearchResult",
     "brute_force",
     "default_storage_url",
+    "display_url",
     "exact_solve",
     "list_from_params",
     "profile_hash",
@@ -359,7 +360,7 @@ class SearchResult:
     study_name: str
     """Optuna study name (resumable)."""
     storage: str
-    """Optuna storage URL."""
+    """Optuna storage URL, password hidden (it is written into files)."""
     objective: str
     """One of OBJECTIVES."""
     trials: dict[str, int] = field(default_factory=dict)
@@ -419,6 +420,18 @@ def study_name_for(model: CostModel, objective: str) -> str:
     profile = model.profile
     ph = profile_hash(profile.path) if profile.path else "unsaved"
     return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}-v1"
+
+
+def display_url(url: str) -> str:
+    """A storage URL fit for files and logs: any password replaced by ***."""
+    if not url or "@" not in url:
+        return url
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not an SQLAlchemy URL: keep only what follows the credentials
+        return "***@" + url.rsplit("@", 1)[1]
 
 
 def default_storage_url(run_dir: str | Path) -> str:
@@ -559,8 +572,8 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     trials_info = {"total": 0, "complete": 0, "feasible": 0, "infeasible": 0, "failed": 0, "run_now": 0}
     if not model.candidates:
         notes.append("no candidate widths (no graph rows with status ok, or cudagraph_mode NONE): nothing to search")
-        return SearchResult(exact.best, "exact", exact, None, default, name, storage or "none", config.objective,
-                            trials_info, exact.front, notes)
+        return SearchResult(exact.best, "exact", exact, None, default, name, display_url(storage) or "none",
+                            config.objective, trials_info, exact.front, notes)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # group=True: the enqueued default trial has no parameters, which would otherwise leave multivariate TPE
@@ -611,7 +624,8 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     ex = exact.best
     dominated = study_best is not None and (
         ex.expected_step_ms <= study_best.expected_step_ms and ex.graph_memory_bytes <= study_best.graph_memory_bytes
-        and (ex.expected_step_ms, ex.graph_memory_bytes) != (study_best.expected_step_ms, study_best.graph_memory_bytes))
+        and (ex.expected_step_ms, ex.graph_memory_bytes)
+        != (study_best.expected_step_ms, study_best.graph_memory_bytes))
     if study_best is not None and dominated:
         chosen, source = ex, "exact"
         notes.append("the exact solver's list is at least as fast with no more graph memory than the study's best: "
@@ -629,5 +643,5 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     if default.feasible and chosen.expected_step_ms > default.expected_step_ms:
         # Cannot happen when the default trial ran; kept as a guard for resumed studies from older cost models.
         chosen, source = default, "default"
-    return SearchResult(chosen, source, exact, study_best, default, name, storage or "in-memory",
+    return SearchResult(chosen, source, exact, study_best, default, name, display_url(storage) or "in-memory",
                         config.objective, trials_info, pareto, notes)
