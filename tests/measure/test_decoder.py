@@ -118,3 +118,14 @@ def test_compiled_step_matches_eager_with_one_dynamic_graph() -> None:
     for width in (40, 13, 5, 8, 1, 2):
         torch.testing.assert_close(compiled.step(width), eager.step(width), rtol=1e-4, atol=1e-4)
     assert counters["stats"]["unique_graphs"] <= 2
+
+
+def test_profile_run_is_vllms_memory_profiling_step() -> None:
+    """max_num_batched_tokens fresh tokens over max_num_seqs requests, logits for each request's last token;
+    wider than the static buffers is fine (it allocates its own inputs)."""
+    model = _model()
+    assert model.profile_run(1024, 160).shape == (160, TINY.vocab_size)
+    logits = model.profile_run(7, 3)  # requests of 3, 2, 2 tokens
+    assert logits.shape == (3, TINY.vocab_size) and torch.isfinite(logits).all()
+    with pytest.raises(ValueError):
+        model.profile_run(2, 3)

@@ -72,6 +72,9 @@ def test_sweep_memory_readings(tmp_path) -> None:
     meta = result.metadata
     assert meta["device_name"] and meta["compute_capability"] and meta["total_memory_bytes"] > 0
     assert meta["activation_peak_bytes"] > 0 and meta["kv_cache_bytes"] > 0
+    peaks = meta["activation_peaks"]
+    assert peaks["profile_run_bytes"] > 0 and peaks["decode_step_bytes"] > 0
+    assert meta["activation_peak_bytes"] == max(peaks["profile_run_bytes"], peaks["decode_step_bytes"])
 
 
 def test_compiled_graph_replay_matches_eager() -> None:

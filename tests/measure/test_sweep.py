@@ -230,6 +230,23 @@ def test_writes_are_atomic(tiny, tmp_path, monkeypatch) -> None:
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_activation_peak_is_the_larger_of_profile_run_and_widest_step(tiny, tmp_path) -> None:
+    class Peaks(StepRunner):
+        def __init__(self, model):
+            super().__init__(model)
+            self.readings = [300, 700]  # scripted: profile run, then the widest decode step
+
+        def peak_bytes(self, fn):
+            fn()
+            return self.readings.pop(0)
+
+    meta = _run(tiny, tmp_path, [8, 16], runner_factory=Peaks).metadata
+    assert meta["activation_peak_bytes"] == 700
+    assert meta["activation_peaks"] == {"profile_run_bytes": 300, "profile_run_tokens": 1024,
+                                        "profile_run_requests": 160, "decode_step_bytes": 700,
+                                        "decode_step_tokens": 16}
+
+
 def test_fake_clock_drives_the_reported_statistics(tiny, tmp_path) -> None:
     class Clocked(StepRunner):
         def __init__(self, model):

@@ -236,6 +236,51 @@ class DecodeModel:
         """One eager decode step: body and logits, `[num_tokens, vocab_size]`."""
         return self.logits(self.forward_hidden(num_tokens))
 
+    def profile_run(self, num_tokens: int, num_requests: int) -> torch.Tensor:
+        """The step vLLM's memory profiling runs before it sizes the KV cache (`profile_run`): `num_tokens`
+        fresh tokens (max_num_batched_tokens) split over `num_requests` requests (max_num_seqs), attending
+        causally among themselves with no cached context, then logits for each request's last token. Eager,
+        with its own temporary inputs, so it may be wider than the static buffers; returns the logits."""
+        if not 1 <= num_requests <= num_tokens:
+            raise ValueError(f"{num_requests=} must be in 1..{num_tokens=}")
+        s = self.shard
+        eps = s.rms_norm_eps
+        with torch.no_grad():
+            ids = torch.randint(0, s.vocab_size, (num_tokens,), device=self.device)
+            per_request, extra = divmod(num_tokens, num_requests)
+            lengths = [per_request + (1 if r < extra else 0) for r in range(num_requests)]
+            # Positions past the rotary table wrap around: they change values, not memory or work.
+            pos = torch.cat([torch.arange(n, device=self.device) for n in lengths]) % self.cos.shape[0]
+            cos = self.cos[pos].unsqueeze(1)
+            sin = self.sin[pos].unsqueeze(1)
+            h = F.embedding(ids, self.embed)
+            for layer in self.layers:
+                a = F.rms_norm(h, (s.hidden_size,), layer.input_norm, eps)
+                q, k, v = F.linear(a, layer.qkv).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+                q = q.reshape(num_tokens, s.num_heads, s.head_dim)
+                k = k.reshape(num_tokens, s.num_kv_heads, s.head_dim)
+                v = v.reshape(num_tokens, s.num_kv_heads, s.head_dim)
+                if layer.q_norm is not None:
+                    q = F.rms_norm(q, (s.head_dim,), layer.q_norm, eps)
+                    k = F.rms_norm(k, (s.head_dim,), layer.k_norm, eps)
+                q = _rope(q, cos, sin)
+                k = _rope(k, cos, sin)
+                outs, lo = [], 0
+                # Requests of equal length attend as one batch (at most two lengths: per_request and +1).
+                for length in sorted(set(lengths), reverse=True):
+                    count = lengths.count(length)
+                    hi = lo + count * length
+                    batch = [x[lo:hi].view(count, length, -1, s.head_dim).transpose(1, 2) for x in (q, k, v)]
+                    o = F.scaled_dot_product_attention(*batch, is_causal=True, enable_gqa=self._enable_gqa)
+                    outs.append(o.transpose(1, 2).reshape(count * length, s.q_size))
+                    lo = hi
+                h = h + F.linear(torch.cat(outs) if len(outs) > 1 else outs[0], layer.o_proj)
+                m = F.rms_norm(h, (s.hidden_size,), layer.post_norm, eps)
+                gate, up = F.linear(m, layer.gate_up).chunk(2, dim=-1)
+                h = h + F.linear(F.silu(gate) * up, layer.down)
+            last = torch.tensor(lengths, device=self.device).cumsum(0) - 1
+            return self.logits(F.rms_norm(h[last], (s.hidden_size,), self.final_norm, eps))
+
     def _forward_hidden_eager(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         s = self.shard
         eps = s.rms_norm_eps

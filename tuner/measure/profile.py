@@ -145,14 +145,14 @@ class StepRunner:
     def release(self, *, collect: bool = False) -> None:
         _graphs.release_memory(self.device, collect=collect)
 
-    def activation_peak_bytes(self, num_tokens: int) -> int | None:
-        """Peak bytes an eager step at `num_tokens` allocates beyond what is live before it (CUDA only)."""
+    def peak_bytes(self, fn: Callable[[], object]) -> int | None:
+        """Peak bytes `fn` allocates beyond what is live before it (CUDA only: None elsewhere)."""
         if self.device.type != "cuda":
             return None
         self.release()
         torch.cuda.reset_peak_memory_stats(self.device)
         base = torch.cuda.memory_allocated(self.device)
-        self.eager(num_tokens)
+        fn()
         torch.cuda.synchronize(self.device)
         return int(torch.cuda.max_memory_allocated(self.device) - base)
 
@@ -282,10 +282,7 @@ def profile_workload(
         widths_requested=requested,
         first_created_at=old_meta.get("first_created_at", old_meta.get("created_at", meta["created_at"])),
     )
-    ok, peak, _ = _attempt(runner, lambda: runner.activation_peak_bytes(max(requested)))
-    meta["activation_peak_bytes"] = peak
-    if not ok:
-        log.warning("eager step at %d tokens ran out of memory while measuring the activation peak", max(requested))
+    meta.update(_activation_peaks(runner, workload, max(requested)))
     if dev.type == "cuda":
         meta["free_memory_bytes"] = runner.memory().free_bytes
 
@@ -339,6 +336,28 @@ def profile_workload(
         runner.release()
     all_rows = sorted((r for rs in rows.values() for r in rs), key=lambda r: (r.num_tokens, MODES.index(r.mode)))
     return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete)
+
+
+def _activation_peaks(runner: StepRunner, workload: Workload, widest: int) -> dict[str, Any]:
+    """`activation_peak_bytes`, what the KV budget must leave free besides weights and graphs: the larger of
+    the peak of vLLM's memory-profiling step (max_num_batched_tokens fresh tokens over max_num_seqs requests,
+    the number vLLM itself subtracts) and the peak of the widest decode step measured (logits for every
+    token), which serving needs as well. Both are kept; None on a CPU or when a step ran out of memory."""
+    s = workload.serving
+    tokens, requests = s.max_num_batched_tokens, min(s.max_num_seqs, s.max_num_batched_tokens)
+    ok_run, run_peak, run_oom = _attempt(runner, lambda: runner.peak_bytes(lambda: runner.model.profile_run(tokens, requests)))
+    ok_step, step_peak, step_oom = _attempt(runner, lambda: runner.peak_bytes(lambda: runner.eager(widest)))
+    for what, message in (("profile run", run_oom), ("widest decode step", step_oom)):
+        if message:
+            log.warning("%s ran out of memory while measuring the activation peak: %s", what, message)
+    peaks = [p for p in (run_peak, step_peak) if p is not None]
+    return {
+        "activation_peak_bytes": max(peaks) if ok_run and ok_step and peaks else None,
+        "activation_peaks": {
+            "profile_run_bytes": run_peak, "profile_run_tokens": tokens, "profile_run_requests": requests,
+            "decode_step_bytes": step_peak, "decode_step_tokens": widest,
+        },
+    }
 
 
 def _progress(total: int, name: str, *, enabled: bool) -> Any:
