@@ -226,8 +226,8 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
     lines = [
         f"# cgtune report: {model.workload.name}",
         "",
-        f"- device: **{meta['device_name']}** (profile `{meta['profile']}`, made by `{meta['profile_command']}` "
-        f"at {meta['profile_created_at']})",
+        f"- device: **{meta['device_name']}** (profile `{meta['profile']}`, made by "
+        f"`{meta['profile_command'] or '?'}` at {meta['profile_created_at'] or '?'})",
         f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), cudagraph_mode "
         f"{model.cudagraph_mode}, q = {model.q}, max_num_seqs {model.serving.max_num_seqs}",
         f"- KV budget: {b.total_memory_bytes / GIB:.2f} GiB x {b.gpu_memory_utilization} - weights "
@@ -276,7 +276,7 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
     for name, e in table.items():
         feasible = "yes" if e.feasible else f"no: {e.why_infeasible}"
         if name == "ideal":
-            feasible += " (memory ignored)"
+            feasible = "memory ignored" + ("" if e.feasible else " (it would not fit)")
         lines.append(f"| {_LABELS[name]} | {len(e.capture_sizes)} | {e.capture_sizes[-1] if e.capture_sizes else 0} "
                      f"| {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {e.graph_memory_bytes / GIB:.3f} "
                      f"| {e.kv_available_bytes / GIB:.2f} | {feasible} |")
