@@ -30,10 +30,14 @@ __all__ = [
     "default_storage_url",
     "display_url",
     "exact_solve",
+    "finished_trials",
     "list_from_params",
+    "make_objective",
+    "open_study",
     "profile_hash",
     "run_search",
     "study_name_for",
+    "summarize_study",
 ]
 
 log = logging.getLogger(__name__)
@@ -530,7 +534,10 @@ def _open_storage(url: str) -> Any:
     return storage
 
 
-def _make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial], Any]:
+def make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial], Any]:
+    """The study's objective: a capture list from the trial's parameters (or its fixed `capture_sizes`), its
+    evaluation recorded on the trial, the KV shortfall declared as a constraint; returns the latency (and the
+    graph memory in GiB for `pareto`). ValueError/ArithmeticError are recorded as `fail_reason` and re-raised."""
     def latency(trial: optuna.Trial) -> Any:
         try:
             e = model.evaluate(_trial_list(trial, model))
@@ -546,35 +553,18 @@ def _make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial]
     return latency
 
 
-def run_search(model: CostModel, config: SearchConfig | None = None, *,
-               run_dir: str | Path | None = None) -> SearchResult:
-    """Run (or resume) the study, solve exactly, and pick the list to ship."""
-    import optuna  # deferred: measurement code imports nothing from here, but keep the CLI start light too
-    from tqdm.auto import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
+def open_study(model: CostModel, config: SearchConfig, *, run_dir: str | Path | None = None) -> tuple[Any, str]:
+    """Create or load the study for (workload, profile, objective) in the configured storage, with vLLM's
+    default list enqueued as its first trial when it is new; returns (study, storage URL or "" in memory).
 
-    config = config or SearchConfig()
-    if config.objective not in OBJECTIVES:
-        raise SearchError(f"objective={config.objective!r} must be one of {', '.join(OBJECTIVES)}")
-    if config.n_trials < 1:
-        raise SearchError(f"n_trials={config.n_trials} must be >= 1")
-    exact = exact_solve(model, memory_buckets=config.memory_buckets)
-    default = model.evaluate(model.default_sizes)
-    notes = list(model.notes)
-    if not exact.exact_memory:
-        notes.append(f"exact solver counted memory in {exact.memory_unit_bytes / (1 << 20):.2f} MiB units, each graph "
-                     f"rounded up: its answer fits, and is optimal up to that rounding")
+    A worker sharing a study (e.g. over PostgreSQL) calls this with the same config and then
+    `study.optimize(make_objective(model, config.objective), ...)`."""
+    import optuna
+
     storage = config.storage or (default_storage_url(run_dir) if run_dir is not None else "")
     if not config.storage and run_dir is not None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
     name = config.study_name or study_name_for(model, config.objective)
-
-    trials_info = {"total": 0, "complete": 0, "feasible": 0, "infeasible": 0, "failed": 0, "run_now": 0}
-    if not model.candidates:
-        notes.append("no candidate widths (no graph rows with status ok, or cudagraph_mode NONE): nothing to search")
-        return SearchResult(exact.best, "exact", exact, None, default, name, display_url(storage) or "none",
-                            config.objective, trials_info, exact.front, notes)
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # group=True: the enqueued default trial has no parameters, which would otherwise leave multivariate TPE
     # with an empty joint search space.
@@ -586,30 +576,37 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
         "directions": ["minimize", "minimize"]}
     study = optuna.create_study(storage=_open_storage(storage) if storage else None, study_name=name,
                                 sampler=sampler, load_if_exists=True, **kwargs)
-    finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
-                       optuna.trial.TrialState.PRUNED)
-    existing = study.get_trials(deepcopy=False)
-    if not existing:
+    if not study.get_trials(deepcopy=False):
         # vLLM's default goes first, so the study's best is never worse than what vLLM does out of the box.
-        study.enqueue_trial({}, user_attrs={"capture_sizes": list(default.capture_sizes)})
-    done = sum(t.state in finished_states for t in existing)
-    remaining = max(0, config.n_trials - done)
-    if existing:
-        log.info("resuming study %s: %d trials finished, %d to run", name, done, remaining)
+        study.enqueue_trial({}, user_attrs={"capture_sizes": list(model.default_sizes)})
+    return study, storage
 
-    if remaining:
-        objective = _make_objective(model, config.objective)
-        with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
-                                           disable=not config.progress) as bar:
-            study.optimize(objective, n_trials=remaining, catch=(ValueError, ArithmeticError),
-                           callbacks=[lambda s, t: bar.update(1)])
 
+def finished_trials(study: Any) -> int:
+    """Trials that ran to an end (complete, failed or pruned): what `n_trials` counts toward."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+    return sum(t.state in states for t in study.get_trials(deepcopy=False))
+
+
+def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: SearchConfig, *,
+                    storage: str = "", run_now: int = 0) -> SearchResult:
+    """Pick the list to ship from a study's trials and the exact answer (see SearchResult.source)."""
+    import optuna
+
+    default = model.evaluate(model.default_sizes)
+    notes = list(model.notes)
+    if not exact.exact_memory:
+        notes.append(f"the exact solver counted memory in {exact.memory_unit_bytes / (1 << 20):.2f} MiB units "
+                     f"(rounded to the nearest, its answer re-checked in bytes): it fits, and is optimal up to "
+                     f"that rounding")
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     feasible = [t for t in complete if all(v <= 0 for v in t.constraints.values())]
-    trials_info.update(total=len(trials), complete=len(complete), feasible=len(feasible),
-                       infeasible=len(complete) - len(feasible),
-                       failed=sum(t.state == optuna.trial.TrialState.FAIL for t in trials), run_now=remaining)
+    trials_info = {"total": len(trials), "complete": len(complete), "feasible": len(feasible),
+                   "infeasible": len(complete) - len(feasible),
+                   "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in trials), "run_now": run_now}
 
     def reevaluate(t: Any) -> Evaluation:
         return model.evaluate(t.user_attrs["evaluation"]["capture_sizes"])
@@ -633,15 +630,50 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     elif study_best is not None and study_best.expected_step_ms <= ex.expected_step_ms * (1 + config.tolerance):
         chosen, source = study_best, "study"
     else:
-        chosen, source = exact.best, "exact"
+        chosen, source = ex, "exact"
         if study_best is None:
             notes.append("no study trial was feasible: the exact solver's answer is used")
         else:
-            gap = study_best.expected_step_ms / exact.best.expected_step_ms - 1
+            gap = study_best.expected_step_ms / ex.expected_step_ms - 1
             notes.append(f"the study's best is {gap:.2%} slower than the exact optimum (tolerance "
                          f"{config.tolerance:.0%}): the exact solver's answer is used")
     if default.feasible and chosen.expected_step_ms > default.expected_step_ms:
-        # Cannot happen when the default trial ran; kept as a guard for resumed studies from older cost models.
+        # Cannot happen when the default trial ran; kept as a guard for studies resumed under an older model.
         chosen, source = default, "default"
-    return SearchResult(chosen, source, exact, study_best, default, name, display_url(storage) or "in-memory",
-                        config.objective, trials_info, pareto, notes)
+    return SearchResult(chosen, source, exact, study_best, default, study.study_name,
+                        display_url(storage) or "in-memory", config.objective, trials_info, pareto, notes)
+
+
+def run_search(model: CostModel, config: SearchConfig | None = None, *,
+               run_dir: str | Path | None = None) -> SearchResult:
+    """Solve exactly, run (or resume) the study up to `config.n_trials` finished trials, and pick the list."""
+    from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    config = config or SearchConfig()
+    if config.objective not in OBJECTIVES:
+        raise SearchError(f"objective={config.objective!r} must be one of {', '.join(OBJECTIVES)}")
+    if config.n_trials < 1:
+        raise SearchError(f"n_trials={config.n_trials} must be >= 1")
+    exact = exact_solve(model, memory_buckets=config.memory_buckets)  # raises SearchError before any file exists
+    if not model.candidates:
+        default = model.evaluate(model.default_sizes)
+        notes = list(model.notes) + [
+            "no candidate widths (no graph rows with status ok, or cudagraph_mode NONE): nothing to search"]
+        trials_info = {"total": 0, "complete": 0, "feasible": 0, "infeasible": 0, "failed": 0, "run_now": 0}
+        return SearchResult(exact.best, "exact", exact, None, default,
+                            config.study_name or study_name_for(model, config.objective), "none", config.objective,
+                            trials_info, exact.front, notes)
+
+    study, storage = open_study(model, config, run_dir=run_dir)
+    done = finished_trials(study)
+    remaining = max(0, config.n_trials - done)
+    if done:
+        log.info("resuming study %s: %d trials finished, %d to run", study.study_name, done, remaining)
+    if remaining:
+        objective = make_objective(model, config.objective)
+        with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
+                                           disable=not config.progress) as bar:
+            study.optimize(objective, n_trials=remaining, catch=(ValueError, ArithmeticError),
+                           callbacks=[lambda s, t: bar.update(1)])
+    return summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
