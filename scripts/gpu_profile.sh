@@ -23,7 +23,7 @@ exec > >(tee -a "$LOG") 2>&1
 BUDGET_S=${BUDGET_S:-470}   # whole script; the device lease allows 8 minutes
 DEVICE=${DEVICE:-cuda}      # DEVICE=cpu only rehearses this script's plumbing on a CPU (eager rows only)
 # name:max widths:max seconds, run in order
-WORKLOADS=${WORKLOADS:-"dflash-llama-3.1-8b:48:100 suffix-llama-3.1-8b:32:110 dflash-llama-3.1-8b-shared:24:70"}
+WORKLOADS=${WORKLOADS:-"dflash-llama-3.1-8b:64:120 suffix-llama-3.1-8b:40:130 dflash-llama-3.1-8b-shared:32:80"}
 START=$SECONDS
 left() { echo $(( BUDGET_S - (SECONDS - START) )); }
 

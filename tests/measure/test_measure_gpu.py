@@ -44,7 +44,7 @@ def test_graph_replay_matches_eager_at_every_width() -> None:
         eager = model.step(w).float()
         graphs[w].replay()
         replayed = model.logits(model.hidden_out[:w]).float()
-        torch.testing.assert_close(replayed, eager, rtol=1.6e-2, atol=1e-2, msg=lambda m: f"width {w}: {m}")
+        torch.testing.assert_close(replayed, eager, rtol=2e-2, atol=3e-2, msg=lambda m: f"width {w}: {m}")
     del graphs
     release_memory("cuda")
 
@@ -88,4 +88,4 @@ def test_compiled_graph_replay_matches_eager() -> None:
         graph = capture(lambda w=w: model.forward_hidden(w), w, pool=pool)
         graph.replay()
         replayed = model.logits(model.hidden_out[:w]).float()
-        torch.testing.assert_close(replayed, reference[w], rtol=1.6e-2, atol=1e-2, msg=lambda m: f"width {w}: {m}")
+        torch.testing.assert_close(replayed, reference[w], rtol=2e-2, atol=3e-2, msg=lambda m: f"width {w}: {m}")

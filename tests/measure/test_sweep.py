@@ -166,6 +166,13 @@ def test_other_errors_are_not_swallowed(tiny, tmp_path) -> None:
 
     assert not is_oom(RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert is_oom(RuntimeError("CUDA error: out of memory"))
+    try:  # ending a capture that an allocation failure invalidated raises its own error
+        try:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (scripted)")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+    except RuntimeError as chained:
+        assert is_oom(chained)
     with pytest.raises(RuntimeError, match="illegal"):
         _run(tiny, tmp_path, [8], runner_factory=Broken)
 

@@ -55,10 +55,18 @@ def capture(fn: Callable[[], object], num_tokens: int, *, pool: Any = None) -> C
 
 def is_oom(exc: BaseException) -> bool:
     """True for the allocator's OutOfMemoryError and for driver-level out-of-memory errors (graph
-    instantiation can fail with a plain RuntimeError "CUDA error: out of memory")."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    instantiation can fail with a plain RuntimeError "CUDA error: out of memory"), also when the error
+    surfaced while cleaning up after one (ending a capture that an allocation failure invalidated)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, torch.cuda.OutOfMemoryError):
+            return True
+        if isinstance(current, RuntimeError) and "out of memory" in str(current).lower():
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def release_memory(device: torch.device | str | None = None, *, collect: bool = False) -> None:

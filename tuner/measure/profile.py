@@ -273,7 +273,7 @@ def profile_workload(
     meta.update(
         weights_bytes=model.weight_bytes(),
         kv_cache_bytes=model.kv_cache_bytes(),
-        attention_kernel=attention_kernel(model.shard, model.dtype, dev),
+        attention_kernel=model.attention_kernel,
         graphs=runner.unsupported_reason or "full graphs captured with torch.cuda.CUDAGraph, largest first, "
                                                 "one shared pool",
         piecewise=PIECEWISE_NOTE,
