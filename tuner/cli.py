@@ -38,6 +38,7 @@ _COMMANDS: dict[str, str] = {
     "report": "tuner.commands.report:ReportCommand",
     "search": "tuner.commands.search:SearchCommand",
     "tune": "tuner.commands.tune:TuneCommand",
+    "validate": "tuner.commands.validate:ValidateCommand",
     "workload": "tuner.commands.workload:WorkloadCommand",
 }
 

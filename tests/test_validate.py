@@ -1,0 +1,323 @@
+"""CPU tests of `cgtune validate`: the seeded trace, per-step dispatch accounting, the comparison and report logic on
+scripted numbers (test fixtures, never measurements), the error paths, and an eager CPU replay with real timings."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
+from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+
+from tuner.cli import main  # noqa: E402
+from tuner.model import CostModel  # noqa: E402
+from tuner.report import write_run  # noqa: E402
+from tuner.search import SearchResult, exact_solve  # noqa: E402
+from tuner.validate import (  # noqa: E402
+    VALIDATION_FILE,
+    CaptureResult,
+    PlannedStep,
+    ValidationError,
+    choose_measured,
+    compare_list,
+    dispatch_counts,
+    lists_to_validate,
+    plan_trace,
+    predicted_trace_step_ms,
+    sample_trace,
+    step_statistics,
+    top_candidates,
+    validate_lists,
+    validate_run,
+)
+from tuner.validate_report import BEGIN, END, update_report  # noqa: E402
+
+FIXTURE_DEVICE = "scripted test fixture (not a measurement)"
+MIXED_TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 12}, "mixed_share": 0.2,
+                 "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
+
+
+def _model(tmp_path: Path, **profile_kwargs: object) -> CostModel:
+    wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=12, max_num_batched_tokens=32, traffic=MIXED_TRAFFIC)
+    path = handmade_profile(tmp_path / "profile", wl, list(range(1, 33)), standalone_bytes=lambda w: 2 * w * MIB,
+                            **profile_kwargs)
+    return CostModel.from_files(path, wl)
+
+
+def _search(model: CostModel) -> SearchResult:
+    """A search result from the exact solver alone (no optuna study needed for these tests)."""
+    exact = exact_solve(model)
+    return SearchResult(exact.best, "exact", exact, None, model.evaluate(model.default_sizes), "test-study", "none",
+                        "latency", {}, exact.front, [])
+
+
+def _run_dir(tmp_path: Path, **profile_kwargs: object) -> tuple[Path, CostModel, SearchResult]:
+    model = _model(tmp_path, **profile_kwargs)
+    search = _search(model)
+    run = tmp_path / "run"
+    write_run(run, model, search, command="pytest", plots=False)
+    return run, model, search
+
+
+class ScriptedBackend:
+    """Test fixture: capture results and step timings are scripted, not measured. Each step 'takes' the model's
+    prediction times `latency_factor`; the pool 'takes' the prediction times `memory_factor`."""
+
+    device_name = FIXTURE_DEVICE
+    graphs_supported = True
+
+    def __init__(self, model: CostModel, memory_factor: dict[int, float] | float = 1.0, latency_factor: float = 1.0,
+                 oom_above: int | None = None) -> None:
+        self.model = model
+        self.memory_factor = memory_factor
+        self.latency_factor = latency_factor
+        self.oom_above = oom_above
+        self.captured: list[list[tuple[str, int]]] = []
+        self.released = 0
+
+    def metadata(self) -> dict[str, object]:
+        return {"device_name": FIXTURE_DEVICE}
+
+    def capture(self, graphs):
+        self.captured.append(list(graphs))
+        widths = [w for _, w in graphs]
+        if self.oom_above is not None and widths and max(widths) > self.oom_above:
+            return CaptureResult(None, oom="scripted: CUDA out of memory")
+        sizes = sorted({w for _, w in graphs})
+        predicted = self.model.graph_memory_bytes(sizes) if graphs else 0
+        factor = self.memory_factor if isinstance(self.memory_factor, float) else \
+            self.memory_factor.get(max(widths) if widths else 0, 1.0)
+        return CaptureResult(int(predicted * factor), graphs=len(graphs))
+
+    def time_steps(self, plan):
+        return [ms * self.latency_factor for ms in predicted_trace_step_ms(self.model, plan)]
+
+    def release(self):
+        self.released += 1
+        return 0
+
+
+# ---------------------------------------------------------------------------------------------- trace
+def test_trace_is_seeded_and_follows_the_step_distribution(tmp_path):
+    from scipy.stats import chi2
+
+    model = _model(tmp_path)
+    steps = model.workload.steps()
+    trace = sample_trace(steps, 6000, seed=7)
+    assert trace == sample_trace(steps, 6000, seed=7)
+    assert trace != sample_trace(steps, 6000, seed=8)
+    counts = Counter((s.num_tokens, s.uniform_decode) for s in trace)
+    # Pearson chi-square against the workload's probabilities; 0.1% level, so a correct sampler fails 1 run in 1000
+    # (and the seed is fixed, so this one never flakes).
+    stat = sum((counts.get((s.num_tokens, s.uniform_decode), 0) - 6000 * s.probability) ** 2
+               / (6000 * s.probability) for s in steps)
+    assert stat < chi2.ppf(0.999, len(steps) - 1)
+    uniform_share = sum(s.uniform_decode for s in trace) / len(trace)
+    assert abs(uniform_share - 0.8) < 0.03  # mixed_share 0.2
+    with pytest.raises(ValueError, match="num_steps"):
+        sample_trace(steps, 0, seed=0)
+
+
+def test_every_step_is_dispatched_as_vllm_would(tmp_path):
+    model = _model(tmp_path)
+    trace = sample_trace(model.workload.steps(), 2000, seed=0)
+    for sizes in (model.default_sizes, (4, 12), (1, 2, 3, 24)):
+        dispatcher = model.serving.dispatcher(sizes)
+        plan = plan_trace(trace, dispatcher)
+        assert len(plan) == len(trace)
+        for step, p in zip(trace, plan):
+            d = dispatcher.dispatch(step.num_tokens, uniform_decode=step.uniform_decode)
+            assert (p.num_tokens, p.uniform_decode, p.runtime_mode, p.padded_size) == \
+                (step.num_tokens, step.uniform_decode, d.runtime_mode, d.padded_size)
+            assert p.run_width == (d.padded_size or step.num_tokens) >= step.num_tokens
+        counts = dispatch_counts(plan)
+        assert counts["FULL"] + counts["PIECEWISE"] + counts["NONE"] == len(trace)
+        assert counts["tokens"] == sum(s.num_tokens for s in trace)
+        assert counts["padding_tokens"] == sum(p.run_width - p.num_tokens for p in plan)
+        # Each planned step is costed exactly as the model costs that step.
+        predicted = predicted_trace_step_ms(model, plan)
+        for step, ms in list(zip(trace, predicted))[:200]:
+            assert ms == pytest.approx(model.step_latency_ms(step.num_tokens, step.uniform_decode, sizes))
+        # Over many steps the trace's predicted mean approaches the model's expectation.
+        assert sum(predicted) / len(predicted) == pytest.approx(model.expected_step_ms(sizes), rel=0.02)
+
+
+def test_dispatch_counts_by_hand():
+    plan = [PlannedStep(3, True, "FULL", 4), PlannedStep(5, False, "PIECEWISE", 8), PlannedStep(40, False, "NONE", None)]
+    assert dispatch_counts(plan) == {"FULL": 1, "PIECEWISE": 1, "NONE": 1, "tokens": 48, "padding_tokens": 4}
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+def test_statistics_on_scripted_timings():
+    plan = [PlannedStep(10, True, "FULL", 10)] * 100
+    samples = [1.0] * 98 + [5.0, 9.0]  # test fixture numbers
+    s = step_statistics(samples, plan)
+    assert s["measured_step_ms"] == pytest.approx(1.12)
+    assert s["p50_step_ms"] == 1.0
+    assert 5.0 < s["p99_step_ms"] < 9.0
+    assert s["tokens_per_s"] == pytest.approx(1000 * 10 / 1.12)
+    with pytest.raises(ValueError):
+        step_statistics(samples[:-1], plan)
+
+
+def test_compare_list_errors_fit_and_loud_warning(tmp_path):
+    model = _model(tmp_path)
+    e = model.evaluate((1, 2, 4, 8, 16))
+    plan = plan_trace(sample_trace(model.workload.steps(), 500, seed=1), model.serving.dispatcher(e.capture_sizes))
+    predicted = predicted_trace_step_ms(model, plan)
+    samples = [ms * 1.02 for ms in predicted]  # fixture: 2% slower than predicted
+
+    ok = compare_list(model, "tuned", e, plan, samples, CaptureResult(int(e.graph_memory_bytes * 1.04)))
+    assert ok.memory_error == pytest.approx(1 / 1.04 - 1, abs=1e-6)
+    assert ok.latency_error == pytest.approx(1 / 1.02 - 1)
+    assert ok.fits and not ok.warnings
+    assert ok.kv_available_bytes == model.budget.kv_available_bytes(int(e.graph_memory_bytes * 1.04))
+    assert sum(g["steps"] for g in ok.by_graph) == len(plan)
+
+    over = compare_list(model, "tuned", e, plan, samples, CaptureResult(int(e.graph_memory_bytes * 1.5)))
+    assert any("EXCEEDS THE PREDICTION" in w for w in over.warnings)
+    # Beyond the margin the fit check charges a safety margin on top of the measured pool.
+    assert over.kv_available_bytes == model.budget.kv_available_bytes(int(int(e.graph_memory_bytes * 1.5) * 1.05))
+
+    huge = model.budget.graph_budget_bytes + model.budget.required_kv_bytes
+    no_fit = compare_list(model, "tuned", e, plan, samples, CaptureResult(huge))
+    assert not no_fit.fits and any("never emitted" in w for w in no_fit.warnings)
+
+    oom = compare_list(model, "tuned", e, plan, [], CaptureResult(None, oom="scripted OOM"))
+    assert not oom.fits and math.isnan(oom.measured_step_ms) and "out of memory" in oom.warnings[0]
+
+
+def test_choose_measured_picks_fastest_that_fits(tmp_path):
+    model = _model(tmp_path)
+    lists = {"default": model.evaluate(model.default_sizes), "tuned": model.evaluate((1, 2, 4, 8, 12, 16, 24)),
+             "exact": model.evaluate(tuple(range(1, 25)))}
+    # Fixture: the widest list 'measures' twice its prediction, beyond the KV budget.
+    too_much = (model.budget.graph_budget_bytes + MIB) / lists["exact"].graph_memory_bytes
+    backend = ScriptedBackend(model, memory_factor={24: too_much})
+    trace, results = validate_lists(model, lists, backend, num_steps=300, seed=0)
+    assert len(trace) == 300 and backend.released == 3
+    assert [g for g in backend.captured[1]] == model.graphs(lists["tuned"].capture_sizes)  # vLLM's order
+    assert not results["exact"].fits and results["tuned"].fits
+    assert choose_measured(results).name == "tuned"
+
+
+def test_lists_and_candidates(tmp_path):
+    model = _model(tmp_path)
+    search = _search(model)
+    lists = lists_to_validate(search)
+    assert list(lists)[:2] == ["default", "tuned"]
+    assert "exact" not in lists  # the search chose the exact optimum
+    cands = top_candidates(model, search, 3, trial_lists=[[1, 2, 4], [1, 2, 4]])
+    assert cands[0].capture_sizes == search.chosen.capture_sizes
+    assert len({c.capture_sizes for c in cands}) == len(cands) <= 3
+    assert all(c.feasible for c in cands)
+
+
+# ---------------------------------------------------------------------------------------------- run directory
+def test_validate_run_writes_record_and_report_section(tmp_path):
+    run, model, search = _run_dir(tmp_path)
+    backend = ScriptedBackend(model, memory_factor=1.01, latency_factor=0.99)
+    record = validate_run(run, num_steps=400, seed=3, backend=backend, command="pytest")
+    on_disk = json.loads((run / VALIDATION_FILE).read_text())
+    assert on_disk["device_name"] == FIXTURE_DEVICE
+    assert on_disk["workload"]["name"] == model.workload.name
+    assert on_disk["profile"]["path"].endswith("profile.csv")
+    for name in ("default", "tuned"):
+        for key in ("predicted_graph_bytes", "measured_graph_bytes", "predicted_step_ms", "measured_step_ms",
+                    "p50_step_ms", "p99_step_ms"):
+            assert on_disk[name][key] is not None, (name, key)
+    assert on_disk["tuned"]["capture_sizes"] == list(search.chosen.capture_sizes)
+    assert on_disk["emitted"] == "tuned"
+    assert record["measured_speedup_tuned_over_default"] == pytest.approx(
+        record["predicted_speedup_tuned_over_default"])
+    report = (run / "report.md").read_text()
+    assert report.count(BEGIN) == 1 and report.count(END) == 1 and "Validation on the device" in report
+    assert FIXTURE_DEVICE in report and (run / "plots" / "validation.png").is_file()
+    # Validating again replaces the section instead of adding a second one.
+    validate_run(run, num_steps=200, seed=4, backend=ScriptedBackend(model))
+    assert (run / "report.md").read_text().count(BEGIN) == 1
+
+
+def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path):
+    run, model, search = _run_dir(tmp_path)
+    tuned_top = search.chosen.capture_sizes[-1]
+    assert tuned_top != model.default_sizes[-1]
+    too_much = (model.budget.graph_budget_bytes + MIB) / search.chosen.graph_memory_bytes
+    record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, memory_factor={tuned_top: too_much}))
+    assert record["emitted"] == "default" and not record["tuned"]["fits"]
+    config = json.loads((run / "compilation_config.json").read_text())
+    assert config["cudagraph_capture_sizes"] == list(model.default_sizes)
+    assert any("never emitted" in w for w in record["warnings"])
+
+    record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, oom_above=0))
+    assert record["emitted"] is None and not (run / "compilation_config.json").exists()
+
+
+def test_update_report_without_report_md(tmp_path):
+    record = {"device_name": FIXTURE_DEVICE, "workload": {"name": "w"}, "lists": [], "trace": {}}
+    path = update_report(tmp_path, record)
+    assert BEGIN in path.read_text()
+
+
+# ---------------------------------------------------------------------------------------------- errors
+def test_cli_bad_run_dir_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a directory" in err and len(err.splitlines()) == 1
+    (tmp_path / "empty").mkdir()
+    assert main(["validate", str(tmp_path / "empty")]) == 2
+    assert "no profile.csv" in capsys.readouterr().err
+
+
+def test_cli_without_cuda_is_one_line_exit_2(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    run, _, _ = _run_dir(tmp_path)
+    assert main(["validate", str(run), "--steps", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cgtune validate: error: no CUDA device is visible") and len(err.splitlines()) == 1
+    assert not (run / VALIDATION_FILE).exists()
+
+
+def test_unreadable_search_json_is_a_validation_error(tmp_path):
+    run, _, _ = _run_dir(tmp_path)
+    (run / "search.json").write_text("{not json")
+    with pytest.raises(ValidationError, match="search.json"):
+        validate_run(run, backend=object())  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------- CPU end to end
+def test_cpu_eager_replay_through_the_torch_backend(tmp_path):
+    """Real timings on the tiny model, eagerly on the CPU (FULL steps run the body at the padded width): the
+    accounting is exercised end to end; no graph memory exists here, so none is reported."""
+    torch = pytest.importorskip("torch")
+    from tuner.measure.profile import build_model
+    from tuner.validate import TorchBackend
+
+    run, model, search = _run_dir(tmp_path)
+    backend = TorchBackend(build_model(model.workload, 32, "cpu"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: extra threads only contend on a shared CI machine (30x slower)
+    try:
+        record = validate_run(run, num_steps=300, seed=0, backend=backend)
+    finally:
+        torch.set_num_threads(threads)
+    assert record["device"]["device"] == "cpu"
+    for name in ("default", "tuned"):
+        r = record[name]
+        assert r["measured_graph_bytes"] is None and not r["fits"]
+        assert r["measured_step_ms"] > 0 and r["p50_step_ms"] <= r["p99_step_ms"]
+        assert r["tokens_per_s"] > 0
+        d = r["dispatch"]
+        assert d["FULL"] + d["PIECEWISE"] + d["NONE"] == 300
+        assert sum(g["steps"] for g in r["by_graph"]) == 300
+    assert any("no CUDA graphs here" in w for w in record["warnings"])
+    # No fallback is emitted from a CPU run: nothing was measured that could overrule the search.
+    assert json.loads((run / "compilation_config.json").read_text())["cudagraph_capture_sizes"] == \
+        list(search.chosen.capture_sizes)

@@ -1,0 +1,81 @@
+"""`cgtune validate RUN_DIR`: capture the run's default and tuned lists on the GPU, replay the workload, compare."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+from pathlib import Path
+
+from tuner.cli import Command, UsageError
+from tuner.commands.common import positive_int
+
+__all__ = ["ValidateCommand"]
+
+GIB = 1 << 30
+
+
+class ValidateCommand(Command):
+    help = "capture the default and tuned lists on the GPU, replay the workload, compare with the cost model"
+    description = (
+        "For a run directory of `cgtune search` or `cgtune tune`: build the workload's decode model once on\n"
+        "this machine's CUDA GPU; for vLLM's default, the tuned list and the exact optimum (when different)\n"
+        "capture exactly that list's graphs in one shared pool in vLLM's order, read the pool's memory,\n"
+        "replay the same seeded trace of workload steps (padded graph or eager, as vLLM dispatches) timing\n"
+        "every step with CUDA events, and release the graphs. Writes validation.json and a section of\n"
+        "report.md with a predicted-vs-measured plot. A tuned list whose measured memory leaves too little\n"
+        "KV cache is replaced in the vLLM files by the fastest measured list that fits. Needs a CUDA GPU and\n"
+        "no optuna.\n\n"
+        "examples:\n"
+        "  cgtune validate runs/dflash\n"
+        "  cgtune validate runs/suffix --steps 5000 --seed 1"
+    )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_dir", type=Path, help="output directory of `cgtune search` or `cgtune tune`")
+        p.add_argument("--steps", type=positive_int, default=3000, metavar="N",
+                       help="steps in the replayed trace (default 3000)")
+        p.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+        p.add_argument("--no-emit", action="store_true",
+                       help="never rewrite the vLLM files, even when the tuned list does not fit")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from tuner.validate import ValidationError, validate_run
+
+        run = args.run_dir
+        if not run.is_dir():
+            raise UsageError(f"run_dir: {str(run)!r} is not a directory")
+        for name in ("profile.csv", "workload.yaml", "search.json"):
+            if not (run / name).is_file():
+                raise UsageError(f"run_dir: {str(run)!r} has no {name} (not a cgtune search or tune output directory)")
+        command = shlex.join(["cgtune", "validate", str(run), "--steps", str(args.steps), "--seed", str(args.seed)])
+        try:
+            record = validate_run(run, num_steps=args.steps, seed=args.seed, command=command, emit=not args.no_emit,
+                                  progress=lambda msg: print(f"validate: {msg}", flush=True))
+        except ValidationError as exc:
+            raise UsageError(str(exc)) from None
+        _print_table(record)
+        print(f"wrote {run / 'validation.json'} and the validation section of {run / 'report.md'}")
+        return 0
+
+
+def _fmt(x: object, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def _print_table(record: dict) -> None:
+    print(f"device {record.get('device_name')}, {record['trace']['steps']} steps (seed {record['trace']['seed']})")
+    print(f"{'list':<10} {'pred GiB':>9} {'meas GiB':>9} {'err':>7} {'pred ms':>9} {'meas ms':>9} {'err':>7} "
+          f"{'p99 ms':>9} {'fits':>5}")
+    for name in record["lists"]:
+        r = record[name]
+        mem = r["measured_graph_bytes"]
+        print(f"{name:<10} {r['predicted_graph_bytes'] / GIB:>9.3f} {_fmt(mem and mem / GIB, '.3f'):>9} "
+              f"{_fmt(r['memory_error'], '+.1%'):>7} {_fmt(r['predicted_trace_step_ms'], '.4f'):>9} "
+              f"{_fmt(r['measured_step_ms'], '.4f'):>9} {_fmt(r['latency_error'], '+.1%'):>7} "
+              f"{_fmt(r['p99_step_ms'], '.4f'):>9} {'yes' if r['fits'] else 'NO':>5}")
+    if record.get("measured_speedup_tuned_over_default") is not None:
+        print(f"measured speedup tuned over default: {record['measured_speedup_tuned_over_default']:.3f}x "
+              f"(predicted {record['predicted_speedup_tuned_over_default']:.3f}x); emitted: {record.get('emitted')}")
+    for w in record.get("warnings", []):
+        print(f"WARNING: {w}")

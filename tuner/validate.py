@@ -1,0 +1,767 @@
+"""GPU validation of capture lists: capture each list as vLLM would, replay a seeded trace of the workload's
+steps, and hold the cost model to its predicted graph memory and step latency."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from tuner import __version__
+from tuner.model import GIB, CostModel, Evaluation
+from tuner.profile_table import atomic_write_text
+from tuner.vllm.dispatch import Dispatcher
+from tuner.workload import Step, Workload
+
+if TYPE_CHECKING:  # torch and the device code load only where a backend is built
+    from tuner.measure.decoder import DecodeModel
+    from tuner.measure.memory import MemorySnapshot
+    from tuner.measure.timing import Clock
+    from tuner.search import SearchResult
+
+__all__ = [
+    "LATENCY_GOAL",
+    "MEMORY_GOAL",
+    "MEMORY_MARGIN",
+    "VALIDATION_FILE",
+    "CaptureResult",
+    "ListValidation",
+    "PlannedStep",
+    "ReplayBackend",
+    "TorchBackend",
+    "ValidationError",
+    "build_record",
+    "choose_measured",
+    "compare_list",
+    "dispatch_counts",
+    "lists_to_validate",
+    "plan_trace",
+    "predicted_trace_step_ms",
+    "sample_trace",
+    "step_statistics",
+    "top_candidates",
+    "validate_candidates",
+    "validate_lists",
+    "validate_run",
+    "write_validation",
+]
+
+log = logging.getLogger(__name__)
+
+VALIDATION_FILE = "validation.json"
+MEMORY_GOAL = 0.05
+"""Predicted graph memory should be within this share of the measured pool."""
+LATENCY_GOAL = 0.03
+"""Predicted mean step latency (same trace) should be within this share of the measured mean."""
+MEMORY_MARGIN = 0.05
+"""When the measured pool exceeds the prediction by more than this share, the run warns loudly and the fit check
+adds this share of the measured pool on top: the model was shown wrong, so vLLM's real pool may be larger too."""
+
+
+class ValidationError(ValueError):
+    """Validation cannot run (no CUDA device, unusable run directory); the message is one line."""
+
+
+# ---------------------------------------------------------------------------------------------- trace
+def sample_trace(steps: Sequence[Step], num_steps: int, seed: int) -> list[Step]:
+    """`num_steps` steps drawn independently from the workload's step distribution with a seeded generator, so
+    two lists (and two runs) replay the very same sequence."""
+    if num_steps < 1:
+        raise ValueError(f"{num_steps=} must be >= 1")
+    if not steps:
+        raise ValueError("the workload has no steps to sample")
+    probs = np.array([s.probability for s in steps], dtype=float)
+    probs = probs / probs.sum()  # the distribution sums to 1 up to rounding; choice() insists on exactly
+    idx = np.random.default_rng(seed).choice(len(steps), size=num_steps, p=probs)
+    return [steps[i] for i in idx]
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One trace step and what vLLM runs for it under one capture list."""
+
+    num_tokens: int
+    """Tokens in the step."""
+    uniform_decode: bool
+    """Every request has exactly q tokens."""
+    runtime_mode: str
+    """`FULL`, `PIECEWISE` or `NONE` (eager), as Dispatcher.dispatch says."""
+    padded_size: int | None
+    """Width of the graph replayed; None when eager."""
+
+    @property
+    def run_width(self) -> int:
+        """Width the model body runs at: the padded width under a graph, the step's own width eagerly."""
+        return self.padded_size if self.padded_size is not None else self.num_tokens
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """What is actually run: the same key means the same kernels (used to warm up and to group timings)."""
+        return self.runtime_mode, self.run_width
+
+
+def plan_trace(trace: Sequence[Step], dispatcher: Dispatcher) -> list[PlannedStep]:
+    """Dispatch every step of the trace as vLLM would with the dispatcher's capture list."""
+    cache: dict[tuple[int, bool], PlannedStep] = {}
+    out = []
+    for step in trace:
+        k = (step.num_tokens, step.uniform_decode)
+        planned = cache.get(k)
+        if planned is None:
+            d = dispatcher.dispatch(step.num_tokens, uniform_decode=step.uniform_decode)
+            planned = cache[k] = PlannedStep(step.num_tokens, step.uniform_decode, d.runtime_mode, d.padded_size)
+        out.append(planned)
+    return out
+
+
+def dispatch_counts(plan: Sequence[PlannedStep]) -> dict[str, int]:
+    """Steps per runtime mode, plus the padding tokens graphs added (tokens run but not asked for)."""
+    counts = Counter(p.runtime_mode for p in plan)
+    return {
+        "FULL": counts.get("FULL", 0),
+        "PIECEWISE": counts.get("PIECEWISE", 0),
+        "NONE": counts.get("NONE", 0),
+        "tokens": sum(p.num_tokens for p in plan),
+        "padding_tokens": sum(p.run_width - p.num_tokens for p in plan),
+    }
+
+
+def predicted_trace_step_ms(model: CostModel, plan: Sequence[PlannedStep]) -> list[float]:
+    """The cost model's latency for each planned step (same dispatch, same widths), so measured and predicted
+    means are compared on the very steps replayed and sampling noise drops out of the comparison."""
+    cache: dict[tuple[str, int], float] = {}
+    out = []
+    for p in plan:
+        ms = cache.get(p.key)
+        if ms is None:
+            ms = float(model.eager_ms(p.num_tokens)) if p.runtime_mode == "NONE" else \
+                float(model.graph_latency_ms(p.run_width, p.runtime_mode))
+            cache[p.key] = ms
+        out.append(ms)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- backends
+@dataclass(frozen=True)
+class CaptureResult:
+    """Device memory around capturing one list's graphs into one shared pool."""
+
+    free_delta_bytes: int | None
+    """Free device memory taken (cudaMemGetInfo before/after, cached blocks released first): the pool and the graph
+    objects, as the profile's capture deltas were measured; None when unreadable or negative."""
+    nvml_delta_bytes: int | None = None
+    """The same, through NVML (the driver's used-memory counter)."""
+    reserved_delta_bytes: int | None = None
+    """Growth of torch's reserved memory (the pool's segments as the caching allocator sees them)."""
+    capture_s: float = 0.0
+    """Wall seconds the warm-ups and captures took."""
+    oom: str | None = None
+    """The out-of-memory message when the list could not be captured on this device."""
+    graphs: int = 0
+    """Graphs captured."""
+
+
+class ReplayBackend(Protocol):
+    """What validation does on a device; the CPU tests inject a fake or an eager CPU backend."""
+
+    device_name: str
+    """Device the numbers come from."""
+    graphs_supported: bool
+    """Whether `capture` really captures (False on a CPU: FULL steps then run the body eagerly at the padded width)."""
+
+    def metadata(self) -> dict[str, Any]: ...
+
+    def capture(self, graphs: Sequence[tuple[str, int]]) -> CaptureResult: ...
+
+    def time_steps(self, plan: Sequence[PlannedStep]) -> list[float]: ...
+
+    def release(self) -> int | None: ...
+
+
+class TorchBackend:
+    """The decode model of `cgtune profile` (built once) with its capture, memory and timing helpers: capture
+    a list's graphs into one pool in the given order, time each planned step with the profile's clock (CUDA events
+    around each step, one synchronize per chunk, so the host runs ahead as in serving), release the graphs."""
+
+    def __init__(self, model: DecodeModel, clock: Clock | None = None, *, chunk_steps: int = 512,
+                 warmup_eager: int = 32) -> None:
+        from tuner.measure.memory import device_metadata
+        from tuner.measure.profile import StepRunner
+
+        self.model = model
+        self.runner = StepRunner(model, clock)
+        self.graphs_supported = self.runner.graphs_supported
+        self._meta = device_metadata(model.device)
+        self.device_name = str(self._meta.get("device_name"))
+        self.chunk_steps = chunk_steps
+        self.warmup_eager = warmup_eager
+        self._graphs: dict[tuple[str, int], Any] = {}
+        self._baseline: MemorySnapshot | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        return dict(self._meta, graphs=("torch.cuda.CUDAGraph, one shared pool" if self.graphs_supported else
+                                        "none: FULL steps run the body eagerly at the padded width"),
+                    attention_kernel=self.model.attention_kernel,
+                    compiled=bool(getattr(self.model, "_compiled", False)))
+
+    def capture(self, graphs: Sequence[tuple[str, int]]) -> CaptureResult:
+        import time
+
+        from tuner.measure import graphs as _graphs
+        from tuner.measure.memory import free_delta_bytes, nvml_delta_bytes
+
+        if self._graphs:
+            raise RuntimeError("capture() called while another list's graphs are live; release() first")
+        runner = self.runner
+        runner.release(collect=True)
+        before = runner.memory()
+        self._baseline = before
+        if not self.graphs_supported:
+            return CaptureResult(None)
+        pool = runner.new_pool()
+        t0 = time.perf_counter()
+        oom = None
+        try:
+            for mode, width in graphs:
+                # vLLM warms each size eagerly before capturing it (lazy init, library heuristics).
+                runner.eager(width)
+                self._graphs[(mode, width)] = runner.capture(width, pool)
+        except Exception as exc:
+            if not _graphs.is_oom(exc):
+                raise
+            oom = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        if oom is not None:
+            # Outside the except block: its traceback's frames would keep the failed capture's tensors alive.
+            self.release()
+            return CaptureResult(None, oom=oom, capture_s=time.perf_counter() - t0)
+        runner.release()  # the warm-ups' cached activation blocks are not graph memory
+        after = runner.memory()
+        reserved = None if before.reserved_bytes is None or after.reserved_bytes is None else \
+            after.reserved_bytes - before.reserved_bytes
+        return CaptureResult(free_delta_bytes(before, after), nvml_delta_bytes(before, after), reserved,
+                             time.perf_counter() - t0, None, len(self._graphs))
+
+    def _step_fn(self, p: PlannedStep) -> Callable[[], object]:
+        m = self.model
+        t = p.num_tokens
+        if p.runtime_mode == "FULL" and self.graphs_supported:
+            g = self._graphs[("FULL", p.run_width)].graph
+            # vLLM replays the padded body, then computes logits eagerly for the real tokens only.
+            return lambda: (g.replay(), m.logits(m.hidden_out[:t]))
+        if p.runtime_mode == "NONE":
+            return lambda: m.step(t)
+        # PIECEWISE (and FULL without graphs on a CPU): the body eagerly at the padded width. cgtune does not build
+        # vLLM's piecewise split (see tuner.measure.profile.PIECEWISE_NOTE), and the cost model costs these steps
+        # as the eager step at the padded width; the stand-in graph is still captured so its memory counts.
+        w = p.run_width
+        return lambda: m.logits(m.forward_hidden(w)[:t])
+
+    def time_steps(self, plan: Sequence[PlannedStep]) -> list[float]:
+        fns = {p.key + (p.num_tokens,): self._step_fn(p) for p in plan}
+        # Untimed runs first (allocator growth, cuBLAS heuristics): every graph width, and eager steps from the
+        # widest down, at most WARMUP_EAGER of them (mixed steps take nearly every width; warming all would double
+        # the trace's eager time).
+        eager = sorted((k for k in fns if k[0] != "FULL"), key=lambda k: -k[1])
+        for k in [k for k in fns if k[0] == "FULL"] + eager[:self.warmup_eager]:
+            fns[k]()
+        order = [fns[p.key + (p.num_tokens,)] for p in plan]
+        out: list[float] = []
+        for lo in range(0, len(order), self.chunk_steps):
+            chunk = iter(order[lo:lo + self.chunk_steps])
+            out += self.runner.clock.time_ms(lambda: next(chunk)(), min(self.chunk_steps, len(order) - lo))
+        return out
+
+    def release(self) -> int | None:
+        """Drop the graphs and their pool; returns the bytes still missing against the pre-capture reading."""
+        self._graphs.clear()
+        self.runner.release(collect=True)
+        if self._baseline is None or self._baseline.free_bytes is None:
+            return None
+        after = self.runner.memory()
+        return None if after.free_bytes is None else self._baseline.free_bytes - after.free_bytes
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+def _quantile(sorted_values: Sequence[float], p: float) -> float:
+    from tuner.measure.timing import quantile  # the profile's quantile (tuner.measure loads torch: import late)
+
+    return quantile(sorted_values, p)
+
+
+def step_statistics(samples_ms: Sequence[float], plan: Sequence[PlannedStep]) -> dict[str, float]:
+    """Mean, p50, p99 step latency and tokens per second (real tokens, padding excluded)."""
+    if len(samples_ms) != len(plan) or not plan:
+        raise ValueError(f"{len(samples_ms)} timings for {len(plan)} steps")
+    s = sorted(samples_ms)
+    total_ms = float(sum(samples_ms))
+    tokens = sum(p.num_tokens for p in plan)
+    return {
+        "measured_step_ms": total_ms / len(s),
+        "p50_step_ms": _quantile(s, 0.5),
+        "p99_step_ms": _quantile(s, 0.99),
+        "tokens_per_s": tokens / total_ms * 1e3 if total_ms > 0 else math.inf,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+@dataclass
+class ListValidation:
+    """One list: the cost model's predictions next to what the device measured."""
+
+    name: str
+    """`default`, `tuned`, `exact` or `candidate-N`."""
+    capture_sizes: tuple[int, ...]
+    """The list."""
+    num_graphs: int
+    """Graphs vLLM captures for it (mixed + FULL decode)."""
+    predicted_graph_bytes: int
+    """Cost model: graph memory."""
+    measured_graph_bytes: int | None
+    """Device: free-memory delta around capturing every graph into one pool (None: not measurable, or OOM)."""
+    predicted_step_ms: float
+    """Cost model: expected step latency over the workload's distribution."""
+    predicted_trace_step_ms: float
+    """Cost model: mean latency of the very steps replayed."""
+    measured_step_ms: float
+    """Device: mean latency of the replayed steps."""
+    p50_step_ms: float
+    """Device: median step latency."""
+    p99_step_ms: float
+    """Device: 99th-percentile step latency."""
+    tokens_per_s: float
+    """Device: real tokens per second over the trace."""
+    kv_available_bytes: int | None
+    """KV cache left with the measured graph memory (safety margin included when the prediction was exceeded)."""
+    required_kv_bytes: int
+    """KV the deployment needs."""
+    dispatch: dict[str, int]
+    """Steps per runtime mode and padding tokens (dispatch_counts)."""
+    by_graph: list[dict[str, Any]] = field(default_factory=list)
+    """Per distinct (mode, width run): steps, predicted ms, measured mean ms."""
+    nvml_graph_bytes: int | None = None
+    """Device: the same pool through NVML."""
+    reserved_graph_bytes: int | None = None
+    """Device: torch reserved-memory growth."""
+    capture_s: float = 0.0
+    """Seconds spent warming up and capturing."""
+    residual_bytes: int | None = None
+    """Memory not given back after releasing this list's graphs."""
+    oom: str | None = None
+    """Capture ran out of memory on the device (the list does not fit)."""
+    warnings: list[str] = field(default_factory=list)
+    """What a user must not miss."""
+
+    @property
+    def memory_error(self) -> float | None:
+        """predicted / measured - 1 (negative: the model under-predicts)."""
+        if self.measured_graph_bytes is None or self.measured_graph_bytes <= 0:
+            return None
+        return self.predicted_graph_bytes / self.measured_graph_bytes - 1.0
+
+    @property
+    def latency_error(self) -> float:
+        """predicted (same trace) / measured - 1."""
+        return self.predicted_trace_step_ms / self.measured_step_ms - 1.0 if self.measured_step_ms > 0 else math.inf
+
+    @property
+    def fits(self) -> bool:
+        """The device could capture it and the KV cache keeps what is required with the measured memory."""
+        return self.oom is None and self.kv_available_bytes is not None and \
+            self.kv_available_bytes >= self.required_kv_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "capture_sizes": list(self.capture_sizes),
+            "num_graphs": self.num_graphs,
+            "predicted_graph_bytes": self.predicted_graph_bytes,
+            "measured_graph_bytes": self.measured_graph_bytes,
+            "nvml_graph_bytes": self.nvml_graph_bytes,
+            "reserved_graph_bytes": self.reserved_graph_bytes,
+            "memory_error": self.memory_error,
+            "predicted_step_ms": self.predicted_step_ms,
+            "predicted_trace_step_ms": self.predicted_trace_step_ms,
+            "measured_step_ms": self.measured_step_ms,
+            "latency_error": self.latency_error,
+            "p50_step_ms": self.p50_step_ms,
+            "p99_step_ms": self.p99_step_ms,
+            "tokens_per_s": self.tokens_per_s,
+            "kv_available_bytes": self.kv_available_bytes,
+            "required_kv_bytes": self.required_kv_bytes,
+            "fits": self.fits,
+            "oom": self.oom,
+            "capture_s": self.capture_s,
+            "residual_bytes": self.residual_bytes,
+            "dispatch": dict(self.dispatch),
+            "by_graph": list(self.by_graph),
+            "warnings": list(self.warnings),
+        }
+
+
+def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequence[PlannedStep],
+                 samples_ms: Sequence[float], capture: CaptureResult, *, residual_bytes: int | None = None,
+                 margin: float = MEMORY_MARGIN) -> ListValidation:
+    """Put a list's measurements next to the model's predictions, decide whether it fits, and say loudly when
+    the measured pool exceeds the prediction by more than `margin`."""
+    stats = step_statistics(samples_ms, plan) if samples_ms else {
+        "measured_step_ms": math.nan, "p50_step_ms": math.nan, "p99_step_ms": math.nan, "tokens_per_s": math.nan}
+    predicted = predicted_trace_step_ms(model, plan) if plan else []
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, p in enumerate(plan):
+        groups.setdefault(p.key, []).append(i)
+    by_graph = []
+    if samples_ms:
+        for (mode, width), idx in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            by_graph.append({"mode": mode, "width": width, "steps": len(idx),
+                             "predicted_ms": float(np.mean([predicted[i] for i in idx])),
+                             "measured_ms": float(np.mean([samples_ms[i] for i in idx]))})
+    warnings: list[str] = []
+    measured = capture.free_delta_bytes
+    kv_available = None
+    if capture.oom is not None:
+        warnings.append(f"{name}: capture ran out of memory on the device ({capture.oom}); this list does not fit "
+                        f"and is never emitted")
+    elif measured is not None:
+        charged = measured
+        if measured > evaluation.graph_memory_bytes * (1 + margin):
+            charged = int(measured * (1 + margin))
+            warnings.append(
+                f"{name}: MEASURED GRAPH MEMORY {measured / GIB:.3f} GiB EXCEEDS THE PREDICTION "
+                f"{evaluation.graph_memory_bytes / GIB:.3f} GiB by {measured / max(1, evaluation.graph_memory_bytes) - 1:.1%} "
+                f"(margin {margin:.0%}): the fit check charges {charged / GIB:.3f} GiB")
+        kv_available = model.budget.kv_available_bytes(charged)
+        if kv_available < model.budget.required_kv_bytes:
+            warnings.append(f"{name}: with the measured graph memory the KV cache gets {kv_available / GIB:.2f} GiB < "
+                            f"required {model.budget.required_kv_bytes / GIB:.2f} GiB: this list does not fit and is "
+                            f"never emitted")
+    return ListValidation(
+        name=name,
+        capture_sizes=tuple(evaluation.capture_sizes),
+        num_graphs=len(model.graphs(evaluation.capture_sizes)),
+        predicted_graph_bytes=int(evaluation.graph_memory_bytes),
+        measured_graph_bytes=measured,
+        predicted_step_ms=float(evaluation.expected_step_ms),
+        predicted_trace_step_ms=float(np.mean(predicted)) if predicted else math.nan,
+        kv_available_bytes=kv_available,
+        required_kv_bytes=model.budget.required_kv_bytes,
+        dispatch=dispatch_counts(plan),
+        by_graph=by_graph,
+        nvml_graph_bytes=capture.nvml_delta_bytes,
+        reserved_graph_bytes=capture.reserved_delta_bytes,
+        capture_s=capture.capture_s,
+        residual_bytes=residual_bytes,
+        oom=capture.oom,
+        warnings=warnings,
+        **stats,
+    )
+
+
+def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: ReplayBackend, *, num_steps: int = 3000,
+                   seed: int = 0, margin: float = MEMORY_MARGIN,
+                   progress: Callable[[str], None] | None = None) -> tuple[list[Step], dict[str, ListValidation]]:
+    """For each list in turn: capture exactly its graphs in one pool in vLLM's order, read the pool's memory,
+    replay the same seeded trace dispatched as vLLM would, release the graphs; then compare with the model."""
+    trace = sample_trace(model.workload.steps(), num_steps, seed)
+    out: dict[str, ListValidation] = {}
+    for name, evaluation in lists.items():
+        sizes = evaluation.capture_sizes
+        dispatcher = model.serving.dispatcher(sizes)
+        graphs = model.graphs(sizes)
+        plan = plan_trace(trace, dispatcher)
+        if progress:
+            progress(f"{name}: capturing {len(graphs)} graphs, max {sizes[-1] if sizes else 0}")
+        capture = backend.capture(graphs)
+        samples: list[float] = []
+        if capture.oom is None:
+            if progress:
+                progress(f"{name}: replaying {len(plan)} steps")
+            samples = backend.time_steps(plan)
+        residual = backend.release()
+        out[name] = compare_list(model, name, evaluation, plan, samples, capture, residual_bytes=residual,
+                                 margin=margin)
+        for w in out[name].warnings:
+            log.warning(w)
+    return trace, out
+
+
+# ---------------------------------------------------------------------------------------------- decisions
+def choose_measured(results: dict[str, ListValidation]) -> ListValidation | None:
+    """The list with the lowest measured mean step latency among those whose measured memory fits (None: none)."""
+    fitting = [r for r in results.values() if r.fits and math.isfinite(r.measured_step_ms)]
+    return min(fitting, key=lambda r: r.measured_step_ms) if fitting else None
+
+
+def lists_to_validate(search: SearchResult) -> dict[str, Evaluation]:
+    """default and tuned, and the exact optimum when it differs from both."""
+    lists = {"default": search.default, "tuned": search.chosen}
+    exact = search.exact.best
+    if exact.capture_sizes not in (search.default.capture_sizes, search.chosen.capture_sizes):
+        lists["exact"] = exact
+    return lists
+
+
+def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence[Step],
+                 results: dict[str, ListValidation], *, seed: int, command: str = "",
+                 emitted: str | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
+    """validation.json: device, profile, workload, the trace, and per list predicted vs measured."""
+    meta = model.profile.metadata
+    record: dict[str, Any] = {
+        "device_name": backend_meta.get("device_name"),
+        "device": backend_meta,
+        "profile": {"path": str(model.profile.path) if model.profile.path else None,
+                    "device_name": meta.get("device_name"), "command": meta.get("command"),
+                    "created_at": meta.get("created_at"), "compiled": meta.get("compiled")},
+        "workload": {"name": model.workload.name, "hash": model.workload.content_hash},
+        "command": command,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "cgtune_version": __version__,
+        "trace": {"steps": len(trace), "seed": seed,
+                  "mean_tokens": float(np.mean([s.num_tokens for s in trace])) if trace else 0.0,
+                  "uniform_decode_share": float(np.mean([s.uniform_decode for s in trace])) if trace else 0.0},
+        "goals": {"memory": MEMORY_GOAL, "latency": LATENCY_GOAL, "margin": MEMORY_MARGIN},
+        "lists": list(results),
+        "emitted": emitted,
+        "warnings": [w for r in results.values() for w in r.warnings],
+        "notes": list(notes),
+    }
+    if meta.get("device_name") != backend_meta.get("device_name"):
+        record["warnings"].append(f"profile measured on {meta.get('device_name')!r}, validated on "
+                                  f"{backend_meta.get('device_name')!r}: latency predictions are for another device")
+    for name, r in results.items():
+        record[name] = r.as_dict()
+    d, t = results.get("default"), results.get("tuned")
+    if d is not None and t is not None and t.measured_step_ms > 0 and math.isfinite(d.measured_step_ms):
+        record["measured_speedup_tuned_over_default"] = d.measured_step_ms / t.measured_step_ms
+        record["predicted_speedup_tuned_over_default"] = d.predicted_trace_step_ms / t.predicted_trace_step_ms
+    return record
+
+
+def write_validation(run_dir: str | Path, record: dict[str, Any]) -> Path:
+    """Write RUN_DIR/validation.json atomically (NaN written as null, so any JSON reader takes it)."""
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v) for v in x]
+        return x
+
+    path = Path(run_dir) / VALIDATION_FILE
+    atomic_write_text(path, json.dumps(clean(record), indent=2, default=str) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- orchestration
+def _cuda_device() -> str:
+    """The device to validate on; ValidationError naming why when there is none."""
+    try:
+        import torch
+    except ImportError:
+        raise ValidationError("PyTorch is not installed: validation captures graphs on a CUDA GPU") from None
+    if not torch.cuda.is_available():
+        raise ValidationError("no CUDA device is visible: validation captures and replays graphs on the GPU the "
+                              "profile was measured on (run it there)")
+    return "cuda"
+
+
+def build_backend(model: CostModel, lists: dict[str, Evaluation], device: str) -> TorchBackend:
+    """The workload's decode model built once, wide enough for every step and graph, compiled as the profile was."""
+    from tuner.measure.profile import build_model
+
+    widest = max([int(model.step_arrays()[0].max())]
+                 + [w for e in lists.values() for _, w in model.graphs(e.capture_sizes)])
+    decoder = build_model(model.workload, widest, device)
+    if model.profile.metadata.get("compiled"):
+        decoder.compile()
+    return TorchBackend(decoder)
+
+
+def _emit(run_dir: Path, model: CostModel, search: SearchResult, chosen: Evaluation, note: str) -> None:
+    """Re-write the run directory's vLLM files (and report) for `chosen`, keeping everything else."""
+    import dataclasses
+
+    from tuner.report import write_run
+
+    replaced = dataclasses.replace(search, chosen=chosen, notes=list(search.notes) + [note])
+    write_run(run_dir, model, replaced, command="cgtune validate", copy_inputs=False)
+
+
+def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, backend: ReplayBackend | None = None,
+                 command: str = "", margin: float = MEMORY_MARGIN, emit: bool = True,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`cgtune validate RUN_DIR`: validate default, tuned (and exact) of a run directory and write validation.json
+    and the report section. When the tuned list does not fit by measurement, the fastest measured list that does
+    is emitted instead (never one that does not fit); without any, the vLLM files are removed."""
+    from tuner.model import ModelError
+    from tuner.report import load_run
+    from tuner.validate_report import update_report
+    from tuner.workload import WorkloadError
+
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ValidationError(f"run_dir: {str(run)!r} is not a directory")
+    try:
+        model, search = load_run(run)
+    except (ModelError, WorkloadError) as exc:
+        raise ValidationError(str(exc).splitlines()[0]) from None
+    lists = lists_to_validate(search)
+    if backend is None:
+        backend = build_backend(model, lists, _cuda_device())
+    trace, results = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
+                                    progress=progress)
+    emitted = "tuned"
+    notes: list[str] = []
+    if not results["tuned"].fits and backend.graphs_supported:
+        fallback = choose_measured(results)
+        if fallback is None:
+            emitted = None
+            _remove_vllm_files(run)
+            notes.append("no validated list fits by measured memory: the vLLM files were removed")
+        else:
+            emitted = fallback.name
+            note = (f"cgtune validate: the tuned list did not fit by measured graph memory; '{fallback.name}' "
+                    f"(fastest measured list that fits) is emitted instead")
+            notes.append(note)
+            if emit:
+                _emit(run, model, search, lists[fallback.name], note)
+        log.warning("TUNED LIST DOES NOT FIT ON THE DEVICE: emitted %s instead", emitted or "nothing")
+    record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
+                          notes=notes)
+    if not backend.graphs_supported:
+        record["warnings"].append(f"{backend.device_name}: no CUDA graphs here, graph steps ran eagerly; these are "
+                                  f"no validation numbers")
+    write_validation(run, record)
+    update_report(run, record)
+    return record
+
+
+def _remove_vllm_files(run: Path) -> None:
+    from tuner.vllm.emit import COMPILATION_CONFIG_FILE, FLAGS_FILE, SERVE_YAML_FILE
+
+    for name in (COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE):
+        (run / name).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------- tune --validate
+def top_candidates(model: CostModel, search: SearchResult, k: int, trial_lists: Sequence[Sequence[int]] = ()
+                   ) -> list[Evaluation]:
+    """The `k` best distinct feasible lists by predicted latency: tuned, the exact optimum, the exact front and
+    the study's trials (`trial_lists`), each re-evaluated under `model`."""
+    if k < 1:
+        raise ValueError(f"{k=} must be >= 1")
+    pool = [search.chosen, search.exact.best, *search.exact.front, *(model.evaluate(s) for s in trial_lists)]
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for e in sorted(pool, key=lambda e: e.expected_step_ms):
+        if e.feasible and e.capture_sizes not in seen:
+            seen.add(e.capture_sizes)
+            out.append(e)
+    return out[:k]
+
+
+def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchResult, k: int, *,
+                        backend: ReplayBackend | None = None, num_steps: int = 3000, seed: int = 0,
+                        margin: float = MEMORY_MARGIN, command: str = "", record_study: bool = True,
+                        progress: Callable[[str], None] | None = None) -> tuple[SearchResult, dict[str, Any]]:
+    """`cgtune tune --validate K`: measure vLLM's default and the K best distinct candidates on the GPU, choose
+    the fastest by measured mean step latency among those whose measured memory fits the KV budget, record every
+    GPU measurement as a trial (user attribute `source: gpu-validation`) in the search's optuna study, and write
+    validation.json and the report section. Returns the search with `chosen` replaced (unchanged when the model's
+    pick wins) and the record; the caller re-emits the run directory from it."""
+    import dataclasses
+
+    from tuner.validate_report import update_report
+
+    study = None
+    trial_lists: list[list[int]] = []
+    if record_study and search.storage not in ("in-memory", "none", ""):
+        import optuna  # only here: the GPU box validating a recorded run directory has no optuna
+
+        study = optuna.load_study(study_name=search.study_name, storage=search.storage)
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            ev = t.user_attrs.get("evaluation")
+            if isinstance(ev, dict) and ev.get("capture_sizes") is not None and t.user_attrs.get("source") is None:
+                trial_lists.append(ev["capture_sizes"])
+    candidates = top_candidates(model, search, k, trial_lists)
+    lists: dict[str, Evaluation] = {"default": search.default}
+    for i, e in enumerate(candidates):
+        name = "tuned" if e.capture_sizes == search.chosen.capture_sizes else f"candidate-{i + 1}"
+        if e.capture_sizes != search.default.capture_sizes:
+            lists[name] = e
+    if "tuned" not in lists and search.chosen.capture_sizes != search.default.capture_sizes:
+        lists["tuned"] = search.chosen  # the model's pick is always measured, so the record has default and tuned
+    if backend is None:
+        backend = build_backend(model, lists, _cuda_device())
+    trace, results = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
+                                    progress=progress)
+    if "tuned" not in results:  # the model's pick is vLLM's default
+        results["tuned"] = dataclasses.replace(results["default"], name="tuned")
+    best = choose_measured({n: r for n, r in results.items() if n in lists})
+    notes = [f"tune --validate {k}: {len(lists)} lists measured on {backend.device_name}, chosen by measured mean "
+             f"step latency among those whose measured graph memory fits"]
+    if best is None:
+        chosen_search = dataclasses.replace(search, notes=list(search.notes) + ["no validated list fits by measured "
+                                                                                "memory: nothing may be emitted"])
+        emitted = None
+    else:
+        emitted = best.name
+        chosen_eval = lists.get(best.name, search.chosen)
+        if chosen_eval.capture_sizes == search.chosen.capture_sizes:
+            chosen_search = search
+        else:
+            note = (f"chosen on the GPU: '{best.name}' measured {best.measured_step_ms:.4f} ms per step vs the model's "
+                    f"pick {results['tuned'].measured_step_ms:.4f} ms")
+            chosen_search = dataclasses.replace(search, chosen=chosen_eval, source="gpu-validated",
+                                                notes=list(search.notes) + [note])
+            notes.append(note)
+    record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
+                          notes=notes)
+    record["candidates"] = {name: list(e.capture_sizes) for name, e in lists.items()}
+    if study is not None:
+        _record_trials(study, model, results, backend.device_name)
+    write_validation(run_dir, record)
+    update_report(run_dir, record)
+    return chosen_search, record
+
+
+def _record_trials(study: Any, model: CostModel, results: dict[str, ListValidation], device_name: str) -> None:
+    """One finished trial per measured list, value = measured mean step latency (and measured GiB for a two-objective
+    study), constraint = KV shortfall with the measured memory, so the history stays in one study."""
+    import optuna
+
+    two = len(study.directions) == 2
+    default_sizes = results["default"].capture_sizes if "default" in results else None
+    for name, r in results.items():
+        if name != "default" and r.capture_sizes == default_sizes:
+            continue  # the default's measurement stands for both; one trial is enough
+        evaluation = model.evaluate(r.capture_sizes)
+        measured_gib = (r.measured_graph_bytes or 0) / GIB
+        shortfall = 1.0 if r.kv_available_bytes is None else (r.required_kv_bytes - r.kv_available_bytes) / GIB
+        attrs = {
+            "source": "gpu-validation",
+            "device_name": device_name,
+            "list_name": name,
+            # Same shape as the model-only trials, so code reading `evaluation` keeps working on these.
+            "evaluation": {"capture_sizes": list(r.capture_sizes),
+                           "expected_step_ms": evaluation.expected_step_ms,
+                           "graph_memory_bytes": evaluation.graph_memory_bytes,
+                           "kv_available_bytes": evaluation.kv_available_bytes,
+                           "infeasible_reason": evaluation.why_infeasible},
+            "measured": {k: v for k, v in r.as_dict().items() if k not in ("by_graph", "capture_sizes")},
+        }
+        ok = r.oom is None and math.isfinite(r.measured_step_ms)
+        trial = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL,
+            values=([r.measured_step_ms, measured_gib] if two else [r.measured_step_ms]) if ok else None,
+            user_attrs=attrs,
+            constraints={"kv_shortfall_gib": shortfall},  # the search's constraint: <= 0 is feasible
+        )
+        study.add_trial(trial)
