@@ -645,8 +645,9 @@ def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: Se
 
 
 def run_search(model: CostModel, config: SearchConfig | None = None, *,
-               run_dir: str | Path | None = None) -> SearchResult:
-    """Solve exactly, run (or resume) the study up to `config.n_trials` finished trials, and pick the list."""
+               run_dir: str | Path | None = None, exact: ExactResult | None = None) -> SearchResult:
+    """Solve exactly (unless `exact` is given), run (or resume) the study up to `config.n_trials` finished
+    trials, and pick the list."""
     from tqdm.auto import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -655,7 +656,8 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
         raise SearchError(f"objective={config.objective!r} must be one of {', '.join(OBJECTIVES)}")
     if config.n_trials < 1:
         raise SearchError(f"n_trials={config.n_trials} must be >= 1")
-    exact = exact_solve(model, memory_buckets=config.memory_buckets)  # raises SearchError before any file exists
+    if exact is None:  # raises SearchError (no list fits) before any file exists
+        exact = exact_solve(model, memory_buckets=config.memory_buckets)
     if not model.candidates:
         default = model.evaluate(model.default_sizes)
         notes = list(model.notes) + [

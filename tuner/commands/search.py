@@ -69,13 +69,13 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     _check_out(args.out)
     try:
         model = CostModel.from_files(profile_csv, workload)
-        exact_solve(model, memory_buckets=args.memory_buckets)  # a budget nothing meets fails here, before --out
+        exact = exact_solve(model, memory_buckets=args.memory_buckets)  # a budget nothing meets fails before --out
     except (ModelError, SearchError) as exc:
         raise UsageError(str(exc)) from None
     config = SearchConfig(n_trials=args.trials, storage=args.storage, objective=args.objective, seed=args.seed,
                           memory_buckets=args.memory_buckets, progress=not args.no_progress)
     log.info("searching %d candidate widths for %s (%s)", len(model.candidates), workload.name, profile_csv)
-    result = run_search(model, config, run_dir=args.out)
+    result = run_search(model, config, run_dir=args.out, exact=exact)
     written = write_run(args.out, model, result, command=command, plots=report, report=report)
     _print_summary(result, written, args.out)
     return 0
