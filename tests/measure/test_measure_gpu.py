@@ -89,3 +89,30 @@ def test_compiled_graph_replay_matches_eager() -> None:
         graph.replay()
         replayed = model.logits(model.hidden_out[:w]).float()
         torch.testing.assert_close(replayed, reference[w], rtol=2e-2, atol=3e-2, msg=lambda m: f"width {w}: {m}")
+
+
+def test_real_out_of_memory_in_capture_is_survived(tmp_path) -> None:
+    """An allocation larger than the device inside the capture: the allocator raises during capture, the
+    capture is ended and dropped, the width is `oom`, and smaller widths still capture and replay."""
+    from tuner.measure import graphs
+    from tuner.measure.profile import StepRunner
+
+    total = torch.cuda.get_device_properties(0).total_memory
+
+    class Hog(StepRunner):
+        def capture(self, num_tokens, pool):
+            if num_tokens < 64:
+                return super().capture(num_tokens, pool)
+
+            def too_big() -> None:
+                self.model.forward_hidden(num_tokens)
+                torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+
+            return graphs.capture(too_big, num_tokens, pool=pool)
+
+    result = profile_workload(_workload(SMALL), tmp_path, widths=[8, 16, 64, 128], device="cuda", progress=False,
+                              options=SweepOptions(warmup_ms=2, rep_ms=5, min_reps=2), runner_factory=Hog)
+    status = {(r.num_tokens, r.mode): r for r in result.rows}
+    assert [status[(w, "full")].status for w in (8, 16, 64, 128)] == ["ok", "ok", "oom", "oom"]
+    assert all(status[(w, "eager")].status == "ok" for w in (8, 16, 64, 128))
+    assert status[(16, "full")].latency_ms > 0 and status[(16, "full")].capture_delta_bytes is not None
