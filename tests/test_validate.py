@@ -70,9 +70,10 @@ class ScriptedBackend:
 
     device_name = FIXTURE_DEVICE
     graphs_supported = True
+    max_num_tokens: int | None = None
 
-    def __init__(self, model: CostModel, memory_factor: dict[int, float] | float = 1.0, latency_factor: float = 1.0,
-                 oom_above: int | None = None) -> None:
+    def __init__(self, model: CostModel, memory_factor: dict[int, float] | float = 1.0,
+                 latency_factor: dict[int, float] | float = 1.0, oom_above: int | None = None) -> None:
         self.model = model
         self.memory_factor = memory_factor
         self.latency_factor = latency_factor
@@ -95,7 +96,9 @@ class ScriptedBackend:
         return CaptureResult(int(predicted * factor), graphs=len(graphs))
 
     def time_steps(self, plan):
-        return [ms * self.latency_factor for ms in predicted_trace_step_ms(self.model, plan)]
+        top = max((w for _, w in self.captured[-1]), default=0)
+        factor = self.latency_factor if isinstance(self.latency_factor, float) else self.latency_factor.get(top, 1.0)
+        return [ms * factor for ms in predicted_trace_step_ms(self.model, plan)]
 
     def release(self):
         self.released += 1
@@ -199,11 +202,25 @@ def test_choose_measured_picks_fastest_that_fits(tmp_path):
     # Fixture: the widest list 'measures' twice its prediction, beyond the KV budget.
     too_much = (model.budget.graph_budget_bytes + MIB) / lists["exact"].graph_memory_bytes
     backend = ScriptedBackend(model, memory_factor={24: too_much})
-    trace, results = validate_lists(model, lists, backend, num_steps=300, seed=0)
+    trace, results, info = validate_lists(model, lists, backend, num_steps=300, seed=0)
+    assert info == {"sampled": 300, "replayed": 300, "excluded": 0, "max_num_tokens": None}
     assert len(trace) == 300 and backend.released == 3
     assert [g for g in backend.captured[1]] == model.graphs(lists["tuned"].capture_sizes)  # vLLM's order
     assert not results["exact"].fits and results["tuned"].fits
     assert choose_measured(results).name == "tuned"
+
+
+def test_steps_wider_than_the_backend_are_left_out_of_every_list(tmp_path):
+    model = _model(tmp_path)
+    backend = ScriptedBackend(model)
+    backend.max_num_tokens = 20
+    lists = {"default": model.evaluate(model.default_sizes), "tuned": model.evaluate((4, 12, 20))}
+    trace, results, info = validate_lists(model, lists, backend, num_steps=1000, seed=2)
+    assert all(s.num_tokens <= 20 for s in trace)
+    assert info["sampled"] == 1000 and info["replayed"] == len(trace) == 1000 - info["excluded"]
+    wider = sum(s.probability for s in model.workload.steps() if s.num_tokens > 20)
+    assert abs(info["excluded"] / 1000 - wider) < 0.04
+    assert all(sum(g["steps"] for g in r.by_graph) == len(trace) for r in results.values())
 
 
 def test_lists_and_candidates(tmp_path):
@@ -321,3 +338,92 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path):
     # No fallback is emitted from a CPU run: nothing was measured that could overrule the search.
     assert json.loads((run / "compilation_config.json").read_text())["cudagraph_capture_sizes"] == \
         list(search.chosen.capture_sizes)
+
+
+def test_exact_run_writes_a_run_directory_without_optuna(tmp_path):
+    from tuner.validate import exact_run
+
+    model = _model(tmp_path)
+    (tmp_path / "w.yaml").write_text(json.dumps(model.workload.spec))  # JSON is YAML
+    run = exact_run(tmp_path / "w.yaml", model.profile.path, tmp_path / "run", command="pytest")
+    search = json.loads((run / "search.json").read_text())
+    assert search["chosen"] == search["exact"]["best"] and search["storage"] == "none"
+    assert (run / "compilation_config.json").is_file() and (run / "report.md").is_file()
+    with pytest.raises(ValidationError):
+        exact_run(tmp_path / "w.yaml", tmp_path / "missing.csv", tmp_path / "run2")
+
+
+def test_cli_profile_flags_check_before_writing(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    model = _model(tmp_path)
+    (tmp_path / "w.yaml").write_text(json.dumps(model.workload.spec))
+    assert main(["validate", str(tmp_path / "run"), "--profile", str(model.profile.path)]) == 2
+    assert "go together" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "run"), "--workload", str(tmp_path / "w.yaml"),
+                 "--profile", str(tmp_path / "nope.csv")]) == 2
+    assert "is not a file" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["validate", str(tmp_path / "run"), "--workload", str(tmp_path / "w.yaml"),
+                     "--profile", str(model.profile.path)]) == 2
+        assert "no CUDA device" in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()  # nothing written by a failed command
+
+
+def test_tune_validate_records_gpu_trials_in_the_study_and_chooses_by_measurement(tmp_path):
+    pytest.importorskip("optuna")
+    import optuna
+
+    from tuner.search import SearchConfig, run_search
+    from tuner.validate import validate_candidates
+
+    model = _model(tmp_path)
+    run = tmp_path / "run"
+    search = run_search(model, SearchConfig(n_trials=12, progress=False), run_dir=run)
+    write_run(run, model, search, command="pytest", plots=False)
+    model_only = len(optuna.load_study(study_name=search.study_name, storage=search.storage).trials)
+    # Fixture: the model's pick 'measures' 30% slower than predicted, every other list as predicted.
+    top = search.chosen.capture_sizes[-1]
+    backend = ScriptedBackend(model, latency_factor={top: 1.3})
+    chosen, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=400, command="pytest")
+    fastest = min((r for n, r in record.items() if n in record["lists"] and r["fits"]),
+                  key=lambda r: r["measured_step_ms"])
+    assert list(chosen.chosen.capture_sizes) == fastest["capture_sizes"]
+    assert record["emitted"] in record["lists"] and "candidates" in record
+    assert {"default", "tuned"} <= set(record["lists"])
+    study = optuna.load_study(study_name=search.study_name, storage=search.storage)
+    gpu = [t for t in study.trials if t.user_attrs.get("source") == "gpu-validation"]
+    distinct = {tuple(record[n]["capture_sizes"]) for n in record["lists"]}
+    assert len(study.trials) == model_only + len(gpu) and len(gpu) == len(distinct)
+    for t in gpu:
+        assert t.value == pytest.approx(t.user_attrs["measured"]["measured_step_ms"])
+        assert t.user_attrs["device_name"] == FIXTURE_DEVICE and "kv_shortfall_gib" in t.constraints
+    # The study still resumes with GPU trials in it.
+    before = len(study.trials)
+    again = run_search(model, SearchConfig(n_trials=before + 2, progress=False), run_dir=run)
+    assert again.trials["total"] == before + 2
+    assert (run / VALIDATION_FILE).is_file()
+
+
+def test_the_gpu_box_path_never_imports_optuna(tmp_path):
+    """The GPU machine has no optuna: exact_run, validate_run and the command module must work without it."""
+    import subprocess
+
+    code = f"""
+import json, sys
+sys.modules["optuna"] = None  # any import of optuna now raises ImportError
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from pathlib import Path
+from test_validate import ScriptedBackend, _model
+import tuner.commands.validate
+from tuner.validate import exact_run, validate_run
+tmp = Path({str(tmp_path)!r})
+model = _model(tmp)
+(tmp / "w.yaml").write_text(json.dumps(model.workload.spec))
+run = exact_run(tmp / "w.yaml", model.profile.path, tmp / "run")
+record = validate_run(run, num_steps=100, backend=ScriptedBackend(model))
+print(record["emitted"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "tuned"

@@ -42,9 +42,11 @@ __all__ = [
     "choose_measured",
     "compare_list",
     "dispatch_counts",
+    "exact_run",
     "lists_to_validate",
     "plan_trace",
     "predicted_trace_step_ms",
+    "require_cuda",
     "sample_trace",
     "step_statistics",
     "top_candidates",
@@ -176,6 +178,8 @@ class ReplayBackend(Protocol):
     """Device the numbers come from."""
     graphs_supported: bool
     """Whether `capture` really captures (False on a CPU: FULL steps then run the body eagerly at the padded width)."""
+    max_num_tokens: int | None
+    """Widest step the backend can run (its static buffers and KV cache); wider trace steps are left out."""
 
     def metadata(self) -> dict[str, Any]: ...
 
@@ -199,6 +203,7 @@ class TorchBackend:
         self.model = model
         self.runner = StepRunner(model, clock)
         self.graphs_supported = self.runner.graphs_supported
+        self.max_num_tokens = model.max_num_tokens
         self._meta = device_metadata(model.device)
         self.device_name = str(self._meta.get("device_name"))
         self.chunk_steps = chunk_steps
@@ -464,11 +469,22 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
 
 
 def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: ReplayBackend, *, num_steps: int = 3000,
-                   seed: int = 0, margin: float = MEMORY_MARGIN,
-                   progress: Callable[[str], None] | None = None) -> tuple[list[Step], dict[str, ListValidation]]:
+                   seed: int = 0, margin: float = MEMORY_MARGIN, progress: Callable[[str], None] | None = None,
+                   ) -> tuple[list[Step], dict[str, ListValidation], dict[str, Any]]:
     """For each list in turn: capture exactly its graphs in one pool in vLLM's order, read the pool's memory,
-    replay the same seeded trace dispatched as vLLM would, release the graphs; then compare with the model."""
-    trace = sample_trace(model.workload.steps(), num_steps, seed)
+    replay the same seeded trace dispatched as vLLM would, release the graphs; then compare with the model.
+    Returns the replayed trace, the per-list results and what was sampled versus replayed: steps wider than the
+    backend can run are left out of every list alike (they run eager under all of them)."""
+    sampled = sample_trace(model.workload.steps(), num_steps, seed)
+    cap = getattr(backend, "max_num_tokens", None)
+    trace = [s for s in sampled if cap is None or s.num_tokens <= cap]
+    if not trace:
+        raise ValidationError(f"every sampled step is wider than the {cap} tokens the decode model was built for")
+    info = {"sampled": len(sampled), "replayed": len(trace), "excluded": len(sampled) - len(trace),
+            "max_num_tokens": cap}
+    if info["excluded"]:
+        log.warning("%d of %d sampled steps are wider than %d tokens and are left out of every list's replay",
+                    info["excluded"], len(sampled), cap)
     out: dict[str, ListValidation] = {}
     for name, evaluation in lists.items():
         sizes = evaluation.capture_sizes
@@ -488,7 +504,7 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
                                  margin=margin)
         for w in out[name].warnings:
             log.warning(w)
-    return trace, out
+    return trace, out, info
 
 
 # ---------------------------------------------------------------------------------------------- decisions
@@ -509,7 +525,8 @@ def lists_to_validate(search: SearchResult) -> dict[str, Evaluation]:
 
 def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence[Step],
                  results: dict[str, ListValidation], *, seed: int, command: str = "",
-                 emitted: str | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
+                 emitted: str | None = None, notes: Sequence[str] = (),
+                 trace_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """validation.json: device, profile, workload, the trace, and per list predicted vs measured."""
     meta = model.profile.metadata
     record: dict[str, Any] = {
@@ -524,7 +541,8 @@ def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence
         "cgtune_version": __version__,
         "trace": {"steps": len(trace), "seed": seed,
                   "mean_tokens": float(np.mean([s.num_tokens for s in trace])) if trace else 0.0,
-                  "uniform_decode_share": float(np.mean([s.uniform_decode for s in trace])) if trace else 0.0},
+                  "uniform_decode_share": float(np.mean([s.uniform_decode for s in trace])) if trace else 0.0,
+                  **(trace_info or {})},
         "goals": {"memory": MEMORY_GOAL, "latency": LATENCY_GOAL, "margin": MEMORY_MARGIN},
         "lists": list(results),
         "emitted": emitted,
@@ -560,7 +578,7 @@ def write_validation(run_dir: str | Path, record: dict[str, Any]) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- orchestration
-def _cuda_device() -> str:
+def require_cuda() -> str:
     """The device to validate on; ValidationError naming why when there is none."""
     try:
         import torch
@@ -576,8 +594,11 @@ def build_backend(model: CostModel, lists: dict[str, Evaluation], device: str) -
     """The workload's decode model built once, wide enough for every step and graph, compiled as the profile was."""
     from tuner.measure.profile import build_model
 
-    widest = max([int(model.step_arrays()[0].max())]
-                 + [w for e in lists.values() for _, w in model.graphs(e.capture_sizes)])
+    # As wide as every graph, and as the widest step the profile measured eagerly: the decoder models a wider
+    # (mixed) step as more decode requests, whose KV cache would not fit (DFlash-like: 8192 tokens are 482
+    # requests of 2 GiB context each), and the model only extrapolates there anyway.
+    graphs = [w for e in lists.values() for _, w in model.graphs(e.capture_sizes)]
+    widest = max(graphs + [min(int(model.step_arrays()[0].max()), model.eager_ms.max_width)])
     decoder = build_model(model.workload, widest, device)
     if model.profile.metadata.get("compiled"):
         decoder.compile()
@@ -614,9 +635,9 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
         raise ValidationError(str(exc).splitlines()[0]) from None
     lists = lists_to_validate(search)
     if backend is None:
-        backend = build_backend(model, lists, _cuda_device())
-    trace, results = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
-                                    progress=progress)
+        backend = build_backend(model, lists, require_cuda())
+    trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
+                                          progress=progress)
     emitted = "tuned"
     notes: list[str] = []
     if not results["tuned"].fits and backend.graphs_supported:
@@ -634,7 +655,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
                 _emit(run, model, search, lists[fallback.name], note)
         log.warning("TUNED LIST DOES NOT FIT ON THE DEVICE: emitted %s instead", emitted or "nothing")
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
-                          notes=notes)
+                          notes=notes, trace_info=info)
     if not backend.graphs_supported:
         record["warnings"].append(f"{backend.device_name}: no CUDA graphs here, graph steps ran eagerly; these are "
                                   f"no validation numbers")
@@ -648,6 +669,27 @@ def _remove_vllm_files(run: Path) -> None:
 
     for name in (COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE):
         (run / name).unlink(missing_ok=True)
+
+
+def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str | Path, *, command: str = "",
+              memory_buckets: int = 2048) -> Path:
+    """An optuna-free `cgtune search`: the exact solver's optimum as the tuned list, written as a run directory
+    (vLLM files, search.json, summary.json, report.md), so a GPU machine without optuna can validate a fresh profile."""
+    from tuner.model import ModelError
+    from tuner.report import write_run
+    from tuner.search import SearchError, SearchResult, exact_solve
+    from tuner.workload import WorkloadError, load_workload
+
+    try:
+        model = CostModel.from_files(profile_csv, load_workload(workload_path))
+        exact = exact_solve(model, memory_buckets=memory_buckets)
+    except (ModelError, SearchError, WorkloadError) as exc:
+        raise ValidationError(str(exc).splitlines()[0]) from None
+    note = "no optuna study: the exact solver's optimum is the tuned list (written by cgtune validate --profile)"
+    search = SearchResult(exact.best, "exact", exact, None, model.evaluate(model.default_sizes), "none", "none",
+                          "latency", {}, exact.front, list(model.notes) + [note])
+    write_run(run_dir, model, search, command=command)
+    return Path(run_dir)
 
 
 # ---------------------------------------------------------------------------------------------- tune --validate
@@ -699,9 +741,9 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     if "tuned" not in lists and search.chosen.capture_sizes != search.default.capture_sizes:
         lists["tuned"] = search.chosen  # the model's pick is always measured, so the record has default and tuned
     if backend is None:
-        backend = build_backend(model, lists, _cuda_device())
-    trace, results = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
-                                    progress=progress)
+        backend = build_backend(model, lists, require_cuda())
+    trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
+                                          progress=progress)
     if "tuned" not in results:  # the model's pick is vLLM's default
         results["tuned"] = dataclasses.replace(results["default"], name="tuned")
     best = choose_measured({n: r for n, r in results.items() if n in lists})
@@ -723,7 +765,7 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
                                                 notes=list(search.notes) + [note])
             notes.append(note)
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
-                          notes=notes)
+                          notes=notes, trace_info=info)
     record["candidates"] = {name: list(e.capture_sizes) for name, e in lists.items()}
     if study is not None:
         _record_trials(study, model, results, backend.device_name)

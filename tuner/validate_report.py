@@ -44,7 +44,9 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
         f"- made by `{record.get('command') or 'cgtune validate'}` at {record.get('created_at')}",
         f"- trace: {trace.get('steps')} steps drawn from the workload's step distribution (seed {trace.get('seed')}, "
         f"mean {_num(trace.get('mean_tokens'), '.1f')} tokens, {_num(trace.get('uniform_decode_share'), '.1%')} "
-        f"uniform decode); every list replays the same steps, each timed with CUDA events",
+        f"uniform decode); every list replays the same steps, each timed with CUDA events"
+        + (f"; {trace['excluded']} of {trace['sampled']} sampled steps were wider than the {trace['max_num_tokens']} "
+           f"tokens the decode model was built for and are left out of every list" if trace.get("excluded") else ""),
         f"- goals: graph memory within {mem_goal:.0%}, mean step latency within {lat_goal:.0%} (model vs measured, "
         f"same steps); error = predicted / measured - 1",
         "",

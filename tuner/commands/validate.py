@@ -25,9 +25,11 @@ class ValidateCommand(Command):
         "every step with CUDA events, and release the graphs. Writes validation.json and a section of\n"
         "report.md with a predicted-vs-measured plot. A tuned list whose measured memory leaves too little\n"
         "KV cache is replaced in the vLLM files by the fastest measured list that fits. Needs a CUDA GPU and\n"
-        "no optuna.\n\n"
+        "no optuna: with --workload and --profile it first writes RUN_DIR itself from the exact solver\n"
+        "(an optuna-free `cgtune search`), so a fresh profile is validated on the machine that measured it.\n\n"
         "examples:\n"
         "  cgtune validate runs/dflash\n"
+        "  cgtune validate runs/dflash-h200 --workload workloads/dflash-llama-3.1-8b.yaml --profile P.csv\n"
         "  cgtune validate runs/suffix --steps 5000 --seed 1"
     )
 
@@ -36,18 +38,41 @@ class ValidateCommand(Command):
         p.add_argument("--steps", type=positive_int, default=3000, metavar="N",
                        help="steps in the replayed trace (default 3000)")
         p.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+        p.add_argument("--workload", metavar="YAML", help="with --profile: write RUN_DIR from the exact solver first")
+        p.add_argument("--profile", type=Path, metavar="CSV", help="with --workload: recorded profile (CSV + JSON)")
         p.add_argument("--no-emit", action="store_true",
                        help="never rewrite the vLLM files, even when the tuned list does not fit")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.validate import ValidationError, validate_run
+        from tuner.validate import ValidationError, exact_run, require_cuda, validate_run
 
         run = args.run_dir
+        if (args.workload is None) != (args.profile is None):
+            raise UsageError("--workload and --profile go together (they write RUN_DIR from the exact solver)")
+        if args.profile is not None:
+            if run.exists() and not run.is_dir():
+                raise UsageError(f"run_dir: {str(run)!r} exists and is not a directory")
+            if not args.profile.is_file():
+                raise UsageError(f"--profile: {str(args.profile)!r} is not a file")
+            from tuner.commands.common import load_workload_arg
+
+            load_workload_arg(args.workload)  # a bad workload is a one-line usage error, before anything is written
+            try:
+                require_cuda()  # before writing RUN_DIR: a failed command leaves nothing behind
+                exact_run(args.workload, args.profile, run, command=shlex.join(
+                    ["cgtune", "validate", str(run), "--workload", str(args.workload), "--profile", str(args.profile)]))
+            except ValidationError as exc:
+                raise UsageError(str(exc)) from None
+            print(f"validate: wrote {run}/ from the exact solver on {args.profile}")
         if not run.is_dir():
             raise UsageError(f"run_dir: {str(run)!r} is not a directory")
         for name in ("profile.csv", "workload.yaml", "search.json"):
             if not (run / name).is_file():
                 raise UsageError(f"run_dir: {str(run)!r} has no {name} (not a cgtune search or tune output directory)")
+        try:
+            require_cuda()
+        except ValidationError as exc:
+            raise UsageError(str(exc)) from None
         command = shlex.join(["cgtune", "validate", str(run), "--steps", str(args.steps), "--seed", str(args.seed)])
         try:
             record = validate_run(run, num_steps=args.steps, seed=args.seed, command=command, emit=not args.no_emit,
