@@ -45,7 +45,8 @@ def capture(fn: Callable[[], object], num_tokens: int, *, pool: Any = None) -> C
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     # torch.cuda.graph() runs gc.collect() and empty_cache() on entry; vLLM patches both out while it
-    # captures (they cost ~0.1 s a graph), and so do we: callers release memory themselves beforehand.
+    # captures (a full collection per graph adds up over hundreds of graphs), and so do we: callers release
+    # memory themselves beforehand.
     with patch("gc.collect", lambda *a, **k: 0), patch("torch.cuda.empty_cache", lambda: None):
         with torch.cuda.graph(graph, pool=pool):
             fn()
@@ -74,7 +75,7 @@ def release_memory(device: torch.device | str | None = None, *, collect: bool = 
     tensors hold; `collect` also runs gc first (after an error, when frames may still hold tensors)."""
     if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
         return  # nothing is read from a CPU's memory
-    if collect:  # ~0.1 s with torch loaded: only where reference cycles may hold memory
+    if collect:  # a full collection is slow with torch loaded: only where an error's frames may hold memory
         gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

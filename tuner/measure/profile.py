@@ -240,9 +240,7 @@ def profile_workload(
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("no CUDA device is visible; pass --device cpu to measure the eager path on the CPU")
-    requested = sorted(set(widths)) if widths is not None else candidate_widths(workload)
-    if not requested:
-        raise ValueError("no widths to measure")
+    requested = validate_sizes(widths, workload) if widths is not None else candidate_widths(workload)
     started = time.perf_counter()
     meta: dict[str, Any] = {
         **device_metadata(dev),
