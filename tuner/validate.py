@@ -214,7 +214,7 @@ class TorchBackend:
     def metadata(self) -> dict[str, Any]:
         return dict(self._meta, graphs=("torch.cuda.CUDAGraph, one shared pool" if self.graphs_supported else
                                         "none: FULL steps run the body eagerly at the padded width"),
-                    attention_kernel=self.model.attention_kernel,
+                    attention_kernel=self.model.attention_kernel, clock=type(self.runner.clock).__name__,
                     compiled=bool(getattr(self.model, "_compiled", False)))
 
     def capture(self, graphs: Sequence[tuple[str, int]]) -> CaptureResult:
@@ -260,7 +260,7 @@ class TorchBackend:
         if p.runtime_mode == "FULL" and self.graphs_supported:
             g = self._graphs[("FULL", p.run_width)].graph
             # vLLM replays the padded body, then computes logits eagerly for the real tokens only.
-            return lambda: (g.replay(), m.logits(m.hidden_out[:t]))
+            return lambda: (g.replay(), m.logits(m.hidden_out[:t]))[1]
         if p.runtime_mode == "NONE":
             return lambda: m.step(t)
         # PIECEWISE (and FULL without graphs on a CPU): the body eagerly at the padded width. cgtune does not build

@@ -34,6 +34,7 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
     mem_goal, lat_goal = goals.get("memory", 0.05), goals.get("latency", 0.03)
     trace = record.get("trace", {})
     profile = record.get("profile", {})
+    clock = (record.get("device") or {}).get("clock")
     lines = [
         BEGIN,
         "## Validation on the device",
@@ -44,7 +45,8 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
         f"- made by `{record.get('command') or 'cgtune validate'}` at {record.get('created_at')}",
         f"- trace: {trace.get('steps')} steps drawn from the workload's step distribution (seed {trace.get('seed')}, "
         f"mean {_num(trace.get('mean_tokens'), '.1f')} tokens, {_num(trace.get('uniform_decode_share'), '.1%')} "
-        f"uniform decode); every list replays the same steps, each timed with CUDA events"
+        f"uniform decode); every list replays the same steps, each timed with "
+        f"{'CUDA events' if clock == 'CudaEventClock' else clock or 'the backend'}"
         + (f"; {trace['excluded']} of {trace['sampled']} sampled steps were wider than the {trace['max_num_tokens']} "
            f"tokens the decode model was built for and are left out of every list" if trace.get("excluded") else ""),
         f"- goals: graph memory within {mem_goal:.0%}, mean step latency within {lat_goal:.0%} (model vs measured, "
