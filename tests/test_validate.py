@@ -427,3 +427,16 @@ print(record["emitted"])
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "tuned"
+
+
+def test_cgtune_report_keeps_the_section_of_this_list_only(tmp_path, capsys):
+    run, model, search = _run_dir(tmp_path)
+    validate_run(run, num_steps=200, backend=ScriptedBackend(model))
+    assert main(["report", str(run)]) == 0
+    assert (run / "report.md").read_text().count(BEGIN) == 1
+    record = json.loads((run / VALIDATION_FILE).read_text())
+    record["tuned"]["capture_sizes"] = [1]
+    record["emitted"] = "tuned"
+    (run / VALIDATION_FILE).write_text(json.dumps(record))  # now the validation of another list
+    assert main(["report", str(run)]) == 0
+    assert BEGIN not in (run / "report.md").read_text()

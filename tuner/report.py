@@ -378,6 +378,10 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
         files["summary.json"] = summary_json(data)
         if report:
             files["report.md"] = render_markdown(model, search, table, command=command)
+            from tuner.validate_report import section_for_run  # keeps `cgtune validate`'s section on re-render
+
+            if section := section_for_run(run, search.chosen.capture_sizes):
+                files["report.md"] += "\n" + section
         for name, text in files.items():
             (staging / name).write_text(text)
         if plots:

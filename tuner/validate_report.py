@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BEGIN", "END", "PLOT", "render_plot", "render_section", "update_report"]
+__all__ = ["BEGIN", "END", "PLOT", "render_plot", "render_section", "section_for_run", "update_report"]
 
 GIB = 1 << 30
 BEGIN = "<!-- cgtune validate: begin -->"
@@ -152,3 +152,19 @@ def update_report(run_dir: str | Path, record: dict[str, Any]) -> Path:
         text = text.rstrip("\n") + "\n\n" + section
     atomic_write_text(report, text)
     return report
+
+
+def section_for_run(run_dir: str | Path, capture_sizes: tuple[int, ...] | list[int]) -> str:
+    """The section for a re-rendered report.md: from RUN_DIR/validation.json when it validated this very list
+    (as tuned or as the list emitted instead), else "" (no validation, or one of an earlier list)."""
+    import json
+
+    path = Path(run_dir) / "validation.json"
+    if not path.is_file():
+        return ""
+    try:
+        record = json.loads(path.read_text())
+        validated = [record[n]["capture_sizes"] for n in ("tuned", record.get("emitted")) if n in record]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return render_section(record) if list(capture_sizes) in validated else ""
