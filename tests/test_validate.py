@@ -223,6 +223,15 @@ def test_steps_wider_than_the_backend_are_left_out_of_every_list(tmp_path):
     assert all(sum(g["steps"] for g in r.by_graph) == len(trace) for r in results.values())
 
 
+def test_a_list_named_twice_is_measured_once(tmp_path):
+    model = _model(tmp_path)
+    e = model.evaluate(model.default_sizes)
+    backend = ScriptedBackend(model)
+    _, results, _ = validate_lists(model, {"default": e, "tuned": e}, backend, num_steps=100, seed=0)
+    assert len(backend.captured) == 1 and results["tuned"].name == "tuned"
+    assert results["tuned"].measured_step_ms == results["default"].measured_step_ms
+
+
 def test_lists_and_candidates(tmp_path):
     model = _model(tmp_path)
     search = _search(model)

@@ -486,8 +486,14 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
         log.warning("%d of %d sampled steps are wider than %d tokens and are left out of every list's replay",
                     info["excluded"], len(sampled), cap)
     out: dict[str, ListValidation] = {}
+    by_sizes: dict[tuple[int, ...], ListValidation] = {}
     for name, evaluation in lists.items():
         sizes = evaluation.capture_sizes
+        if sizes in by_sizes:  # e.g. the tuned list is vLLM's default: one measurement stands for both
+            import dataclasses
+
+            out[name] = dataclasses.replace(by_sizes[sizes], name=name)
+            continue
         dispatcher = model.serving.dispatcher(sizes)
         graphs = model.graphs(sizes)
         plan = plan_trace(trace, dispatcher)
@@ -500,8 +506,8 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
                 progress(f"{name}: replaying {len(plan)} steps")
             samples = backend.time_steps(plan)
         residual = backend.release()
-        out[name] = compare_list(model, name, evaluation, plan, samples, capture, residual_bytes=residual,
-                                 margin=margin)
+        out[name] = by_sizes[sizes] = compare_list(model, name, evaluation, plan, samples, capture,
+                                                   residual_bytes=residual, margin=margin)
         for w in out[name].warnings:
             log.warning(w)
     return trace, out, info
@@ -712,12 +718,13 @@ def top_candidates(model: CostModel, search: SearchResult, k: int, trial_lists: 
 def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchResult, k: int, *,
                         backend: ReplayBackend | None = None, num_steps: int = 3000, seed: int = 0,
                         margin: float = MEMORY_MARGIN, command: str = "", record_study: bool = True,
-                        progress: Callable[[str], None] | None = None) -> tuple[SearchResult, dict[str, Any]]:
+                        progress: Callable[[str], None] | None = None) -> tuple[SearchResult | None, dict[str, Any]]:
     """`cgtune tune --validate K`: measure vLLM's default and the K best distinct candidates on the GPU, choose
     the fastest by measured mean step latency among those whose measured memory fits the KV budget, record every
     GPU measurement as a trial (user attribute `source: gpu-validation`) in the search's optuna study, and write
-    validation.json and the report section. Returns the search with `chosen` replaced (unchanged when the model's
-    pick wins) and the record; the caller re-emits the run directory from it."""
+    validation.json and the report section. Returns the search with `chosen` replaced (the same object when the
+    model's pick wins) and the record; the caller re-emits the run directory from it. When no measured list fits,
+    returns None and removes the run directory's vLLM files: nothing may be emitted."""
     import dataclasses
 
     from tuner.validate_report import update_report
@@ -746,13 +753,15 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
                                           progress=progress)
     if "tuned" not in results:  # the model's pick is vLLM's default
         results["tuned"] = dataclasses.replace(results["default"], name="tuned")
-    best = choose_measured({n: r for n, r in results.items() if n in lists})
+    best = choose_measured(results)
     notes = [f"tune --validate {k}: {len(lists)} lists measured on {backend.device_name}, chosen by measured mean "
              f"step latency among those whose measured graph memory fits"]
+    chosen_search: SearchResult | None
     if best is None:
-        chosen_search = dataclasses.replace(search, notes=list(search.notes) + ["no validated list fits by measured "
-                                                                                "memory: nothing may be emitted"])
-        emitted = None
+        chosen_search, emitted = None, None
+        notes.append("no validated list fits by measured memory: the vLLM files were removed")
+        _remove_vllm_files(Path(run_dir))
+        log.warning("NO VALIDATED LIST FITS ON THE DEVICE: nothing is emitted")
     else:
         emitted = best.name
         chosen_eval = lists.get(best.name, search.chosen)
