@@ -39,9 +39,9 @@ timeout -s INT -k 10 200 python3 -m pytest -q -m gpu tests/measure -p no:cachepr
 TESTS_RC=$?
 echo "gpu tests exit code: $TESTS_RC"
 
-# cgtune without an install: main() reads sys.argv, so -c keeps one copy of tuner.cli (python -m would
-# load it twice, as __main__ and as tuner.cli).
-cgtune() { python3 -c 'import sys; from tuner.cli import main; sys.exit(main())' "$@"; }
+# cgtune without an install, as a command `timeout` can run (not a shell function): main() reads sys.argv,
+# and -c keeps one copy of tuner.cli (python -m would load it twice, as __main__ and as tuner.cli).
+CGTUNE=(python3 -c 'import sys; from tuner.cli import main; sys.exit(main())')
 
 profile() {  # workload, max widths, max seconds
   local workload=$1 widths=$2 seconds=$3
@@ -55,7 +55,7 @@ profile() {  # workload, max widths, max seconds
     return
   fi
   echo "== profile $workload (max $widths widths, $seconds s; $(left) s left)"
-  timeout -s INT -k 15 "$hard" cgtune profile "workloads/$workload.yaml" --out "$PROFILES" \
+  timeout -s INT -k 15 "$hard" "${CGTUNE[@]}" profile "workloads/$workload.yaml" --out "$PROFILES" \
     --device "$DEVICE" --max-widths "$widths" --max-seconds "$seconds" --no-progress
   echo "exit code: $?"
 }

@@ -99,3 +99,20 @@ def test_resume_of_another_workload_is_refused(tmp_path, capsys) -> None:
     assert "--fresh" in capsys.readouterr().err
     assert main(["profile", str(other), "--device", "cpu", "--out", str(tmp_path), "--sizes", "4", "--fresh",
                  "--no-progress"]) == 0
+
+
+def test_profile_runs_where_optuna_is_missing(tmp_path) -> None:
+    """The GPU box has no optuna: `cgtune profile` (and the parser that loads every command) must not need it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['optuna'] = None\n"  # makes any `import optuna` fail, as on that box
+        "from tuner.cli import main\n"
+        f"sys.exit(main(['profile', {TINY!r}, '--device', 'cpu', '--out', {str(tmp_path)!r}, '--sizes', '4',"
+        " '--no-progress']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "optuna" not in done.stderr
+    assert read_profile(tmp_path / "tiny-cpu.csv").widths() == [4]
