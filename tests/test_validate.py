@@ -151,7 +151,8 @@ def test_every_step_is_dispatched_as_vllm_would(tmp_path):
 
 
 def test_dispatch_counts_by_hand():
-    plan = [PlannedStep(3, True, "FULL", 4), PlannedStep(5, False, "PIECEWISE", 8), PlannedStep(40, False, "NONE", None)]
+    plan = [PlannedStep(3, True, "FULL", 4), PlannedStep(5, False, "PIECEWISE", 8),
+            PlannedStep(40, False, "NONE", None)]
     assert dispatch_counts(plan) == {"FULL": 1, "PIECEWISE": 1, "NONE": 1, "tokens": 48, "padding_tokens": 4}
 
 

@@ -19,7 +19,7 @@ from tuner import __version__
 from tuner.model import GIB, CostModel, Evaluation
 from tuner.profile_table import atomic_write_text
 from tuner.vllm.dispatch import Dispatcher
-from tuner.workload import Step, Workload
+from tuner.workload import Step
 
 if TYPE_CHECKING:  # torch and the device code load only where a backend is built
     from tuner.measure.decoder import DecodeModel
@@ -439,7 +439,8 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
             charged = int(measured * (1 + margin))
             warnings.append(
                 f"{name}: MEASURED GRAPH MEMORY {measured / GIB:.3f} GiB EXCEEDS THE PREDICTION "
-                f"{evaluation.graph_memory_bytes / GIB:.3f} GiB by {measured / max(1, evaluation.graph_memory_bytes) - 1:.1%} "
+                f"{evaluation.graph_memory_bytes / GIB:.3f} GiB by "
+                f"{measured / max(1, evaluation.graph_memory_bytes) - 1:.1%} "
                 f"(margin {margin:.0%}): the fit check charges {charged / GIB:.3f} GiB")
         kv_available = model.budget.kv_available_bytes(charged)
         if kv_available < model.budget.required_kv_bytes:

@@ -70,7 +70,8 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
             f"{_gib(r.get('measured_graph_bytes'))} | {_pct(mem_err)}{mem_flag} | "
             f"{_num(r.get('predicted_trace_step_ms'), '.4f')} | {_num(r.get('measured_step_ms'), '.4f')} | "
             f"{_pct(lat_err)}{lat_flag} | {_num(r.get('p50_step_ms'), '.4f')} | {_num(r.get('p99_step_ms'), '.4f')} | "
-            f"{_num(r.get('tokens_per_s'), ',.0f')} | {d.get('FULL', 0)} / {d.get('PIECEWISE', 0)} / {d.get('NONE', 0)} "
+            f"{_num(r.get('tokens_per_s'), ',.0f')} | "
+            f"{d.get('FULL', 0)} / {d.get('PIECEWISE', 0)} / {d.get('NONE', 0)} "
             f"| {fits} |")
     lines.append("")
     speedup = record.get("measured_speedup_tuned_over_default")
@@ -78,7 +79,8 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
         lines.append(f"Measured speedup of tuned over default (mean step latency, same steps): **{speedup:.3f}x** "
                      f"(the model predicted {record.get('predicted_speedup_tuned_over_default', math.nan):.3f}x).")
     emitted = record.get("emitted")
-    lines.append(f"Emitted list: **{emitted}**." if emitted else "**No list is emitted: none fits by measured memory.**")
+    lines.append(f"Emitted list: **{emitted}**." if emitted
+                 else "**No list is emitted: none fits by measured memory.**")
     lines += ["", "Step predicted above is the model's mean over the replayed steps; its expectation over the whole "
               "distribution is in validation.json (`predicted_step_ms`). PIECEWISE steps run the model body eagerly at "
               "the padded width (cgtune does not build vLLM's piecewise split), as the cost model assumes; their "
