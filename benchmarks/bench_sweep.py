@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = list(per_width.values())
     meta = result.metadata
     print(f"{meta['device_name']} | {workload.name} | {len(seconds)} widths {min(per_width)}..{max(per_width)} | "
-          f"compiled={meta['compiled']} standalone={options.standalone} warmup/rep {options.warmup_ms}/{options.rep_ms} ms")
+          f"compiled={meta['compiled']} standalone={options.standalone} "
+          f"warmup/rep {options.warmup_ms}/{options.rep_ms} ms")
     print(f"wall time {total_s:.1f} s (setup included), sweep loop {sum(seconds):.1f} s")
     print(f"per width: mean {statistics.mean(seconds):.3f} s, median {statistics.median(seconds):.3f} s, "
           f"max {max(seconds):.3f} s (at {max(per_width, key=per_width.get)} tokens)")

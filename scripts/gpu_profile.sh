@@ -29,9 +29,13 @@ left() { echo $(( BUDGET_S - (SECONDS - START) )); }
 
 echo "== $(date -u +%FT%TZ) gpu_profile.sh in $PWD -> $OUT"
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader || true
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+                               "available", torch.cuda.is_available())'
 if [[ $DEVICE == cuda ]]; then
-  python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || { echo "no CUDA device: stopping"; exit 1; }
+  if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo "no CUDA device: stopping"
+    exit 1
+  fi
 fi
 
 echo "== GPU tests"
@@ -90,10 +94,11 @@ for csv_path in sorted(profiles.glob("*.csv")):
     deltas = [r.capture_delta_bytes for r in full.values() if r.status == "ok" and r.capture_delta_bytes]
     done = len(m.get("widths_done", []))
     per_width = m["sweep_s"] / done if done else None
+    peak = m.get("activation_peak_bytes")
     lines.append(f"### {csv_path.name}: {m['device_name']}, {done} widths "
                  f"({'complete' if m.get('complete') else 'INCOMPLETE'}), sweep {m['sweep_s']:.1f} s "
                  f"({cell(per_width, '.2f')} s/width), graph pool {sum(deltas) / MIB:.0f} MiB, "
-                 f"activation peak {cell(m.get('activation_peak_bytes') and m['activation_peak_bytes'] / MIB, '.0f')} MiB, "
+                 f"activation peak {cell(peak and peak / MIB, '.0f')} MiB, "
                  f"attention {m.get('attention_kernel')}")
     lines.append("| tokens | eager ms | graph ms | eager/graph | capture delta MiB | standalone MiB | capture s |")
     lines.append("|---:|---:|---:|---:|---:|---:|---:|")
@@ -109,7 +114,8 @@ for csv_path in sorted(profiles.glob("*.csv")):
             f"| {w} | {cell(el, '.3f') if e.status == 'ok' else e.status} | "
             f"{cell(fl, '.3f') if f is None or f.status == 'ok' else f.status} | {cell(ratio, '.2f')} | "
             f"{cell(f and f.capture_delta_bytes and f.capture_delta_bytes / MIB, '.1f')} | "
-            f"{cell(f and f.standalone_bytes and f.standalone_bytes / MIB, '.1f')} | {cell(f and f.capture_s, '.2f')} |")
+            f"{cell(f and f.standalone_bytes and f.standalone_bytes / MIB, '.1f')} | "
+            f"{cell(f and f.capture_s, '.2f')} |")
     lines.append("")
 text = "\n".join(lines) if lines else "no profiles were written"
 summary.write_text(text + "\n")

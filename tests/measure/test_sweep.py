@@ -105,7 +105,8 @@ def test_eager_measured_and_graph_rows_unsupported_on_cpu(tiny, tmp_path) -> Non
     result = _run(tiny, tmp_path, [1, 6, 16])
     profile = read_profile(result.csv_path)
     assert [(r.num_tokens, r.mode, r.status) for r in profile.rows] == [
-        (w, m, s) for w in (1, 6, 16) for m, s in (("eager", "ok"), ("full", "unsupported"), ("piecewise", "unsupported"))
+        (w, m, s) for w in (1, 6, 16)
+        for m, s in (("eager", "ok"), ("full", "unsupported"), ("piecewise", "unsupported"))
     ]
     assert all(r.latency_ms > 0 for r in profile.rows if r.mode == "eager")
     assert all(r.latency_ms is None and r.capture_delta_bytes is None for r in profile.rows if r.mode != "eager")

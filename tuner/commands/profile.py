@@ -56,7 +56,8 @@ def summary_table(rows: list, *, max_lines: int = 30) -> str:
             speedup = f"{eager.latency_ms / full.latency_ms:.2f}x"
         lines.append(
             f"{w:>7} {lat(eager):>11} {lat(full):>11} {speedup:>8} "
-            f"{_mib(getattr(full, 'capture_delta_bytes', None)):>10} {_mib(getattr(full, 'standalone_bytes', None)):>10} "
+            f"{_mib(getattr(full, 'capture_delta_bytes', None)):>10} "
+            f"{_mib(getattr(full, 'standalone_bytes', None)):>10} "
             f"{'-' if full is None or full.capture_s is None else f'{full.capture_s:.2f}':>10}"
         )
     if len(widths) < len(by_width):

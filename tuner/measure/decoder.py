@@ -332,8 +332,8 @@ class DecodeModel:
             cache[1, :, :, ctx:].copy_(v[lo:hi].view(requests, length, s.num_kv_heads, s.head_dim).transpose(1, 2))
             # Bottom-right causal: new token j sees the whole context and new tokens 0..j, which is what
             # speculative verification needs; this bias keeps SDPA on its fused kernels.
-            o = F.scaled_dot_product_attention(qr, cache[0], cache[1], attn_mask=causal_lower_right(length, ctx + length),
-                                               enable_gqa=self._enable_gqa)
+            mask = causal_lower_right(length, ctx + length)
+            o = F.scaled_dot_product_attention(qr, cache[0], cache[1], attn_mask=mask, enable_gqa=self._enable_gqa)
             outs.append(o.transpose(1, 2).reshape(requests * length, s.q_size))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 

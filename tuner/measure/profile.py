@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tuner.measure import graphs as _graphs
-from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape, attention_kernel
+from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape
 from tuner.measure.memory import MemorySnapshot, device_metadata, free_delta_bytes, nvml_delta_bytes, snapshot
 from tuner.measure.timing import Clock, CudaEventClock, Measurement, WallClock, measure
 from tuner.profile_table import MODES, ProfileError, ProfileRow, read_profile, write_profile
@@ -343,7 +343,8 @@ def _activation_peaks(runner: StepRunner, workload: Workload, widest: int) -> di
     token), which serving needs as well. Both are kept; None on a CPU or when a step ran out of memory."""
     s = workload.serving
     tokens, requests = s.max_num_batched_tokens, min(s.max_num_seqs, s.max_num_batched_tokens)
-    ok_run, run_peak, run_oom = _attempt(runner, lambda: runner.peak_bytes(lambda: runner.model.profile_run(tokens, requests)))
+    ok_run, run_peak, run_oom = _attempt(
+        runner, lambda: runner.peak_bytes(lambda: runner.model.profile_run(tokens, requests)))
     ok_step, step_peak, step_oom = _attempt(runner, lambda: runner.peak_bytes(lambda: runner.eager(widest)))
     for what, message in (("profile run", run_oom), ("widest decode step", step_oom)):
         if message:
