@@ -450,3 +450,58 @@ def test_cgtune_report_keeps_the_section_of_this_list_only(tmp_path, capsys):
     (run / VALIDATION_FILE).write_text(json.dumps(record))  # now the validation of another list
     assert main(["report", str(run)]) == 0
     assert BEGIN not in (run / "report.md").read_text()
+
+
+def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path):
+    """The device backend's own control flow on a CPU: capture order and keys, FULL replay plus logits of the real
+    tokens, the out-of-memory path and the release, with stand-in graphs (they run the body eagerly) and scripted
+    memory readings (test fixtures, not measurements)."""
+    torch = pytest.importorskip("torch")
+    from tuner.measure.graphs import CapturedGraph
+    from tuner.measure.memory import MemorySnapshot
+    from tuner.measure.profile import build_model
+    from tuner.validate import TorchBackend
+
+    model = _model(tmp_path)
+    backend = TorchBackend(build_model(model.workload, 32, "cpu"))
+    decoder = backend.model
+    free = {"bytes": 10_000 * MIB}
+    captured: list[int] = []
+
+    class StandIn:
+        def __init__(self, width: int) -> None:
+            self.width = width
+
+        def replay(self) -> None:
+            decoder.forward_hidden(self.width)  # writes hidden_out[:width], as a replay would
+
+    def capture(width, pool):
+        if width == 24 and free.get("oom"):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (scripted)")
+        captured.append(width)
+        free["bytes"] -= 3 * MIB
+        return CapturedGraph(StandIn(width), width, pool, 0.0)  # type: ignore[arg-type]
+
+    backend.graphs_supported = True
+    backend.runner.capture = capture  # type: ignore[method-assign]
+    backend.runner.new_pool = lambda: "pool"  # type: ignore[method-assign]
+    backend.runner.memory = lambda: MemorySnapshot(free_bytes=free["bytes"])  # type: ignore[method-assign]
+
+    sizes = (4, 8, 24)
+    graphs = model.graphs(sizes)
+    result = backend.capture(graphs)
+    assert captured == [w for _, w in graphs] and result.graphs == len(graphs)
+    assert result.free_delta_bytes == 3 * MIB * len(graphs) and result.oom is None
+    with pytest.raises(RuntimeError, match="release"):
+        backend.capture(graphs)
+    plan = plan_trace(sample_trace(model.workload.steps(), 200, seed=5), model.serving.dispatcher(sizes))
+    full = next(p for p in plan if p.runtime_mode == "FULL" and p.padded_size != p.num_tokens)
+    torch.testing.assert_close(backend._step_fn(full)(), decoder.step(full.num_tokens))
+    assert len(backend.time_steps(plan)) == len(plan)
+    free["bytes"] += 3 * MIB * len(graphs)  # scripted: the pool went back
+    assert backend.release() == 0
+
+    free["oom"] = True
+    result = backend.capture(graphs)
+    assert result.oom and "out of memory" in result.oom and result.free_delta_bytes is None
+    assert not backend._graphs  # released after the failed capture
