@@ -142,6 +142,8 @@ def measure(
         raise ValueError(f"{min_reps=} must be >= 1 and <= {max_reps=}")
     if warmup_ms < 0 or rep_ms < 0:
         raise ValueError(f"{warmup_ms=} and {rep_ms=} must be >= 0")
+    # No cache flush between repetitions: a decode step streams every weight (gigabytes for real models),
+    # far more than the L2 holds, so one repetition does not warm the cache for the next.
     estimate_ms = max(clock.time_ms(fn, 1)[0], 1e-6)
     warmup = min(max_reps, max(0, math.ceil(warmup_ms / estimate_ms) - 1))
     if warmup:
