@@ -94,4 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the imported module: command modules import `tuner.cli`, and under `python -m tuner.cli`
+    # this file is a second module (`__main__`) whose UsageError they would not raise.
+    from tuner import cli as _cli
+
+    sys.exit(_cli.main())

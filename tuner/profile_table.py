@@ -47,8 +47,9 @@ METADATA_KEYS = (
 )
 """Metadata keys every profile JSON carries (values may be null where the device has none, e.g. CPU).
 `workload`: {name, hash}; `model`: {preset, shape (ModelShape fields), dtype, tensor_parallel_size};
-`activation_peak_bytes`: peak non-KV, non-weight memory of an eager step at the widest width (what vLLM's
-profile run reserves); `compiled`: measured through torch.compile; `device`: "cuda:0" or "cpu"."""
+`activation_peak_bytes`: peak non-KV, non-weight memory the KV budget must leave free: the larger of vLLM's
+own profiling step (max_num_batched_tokens over max_num_seqs requests, what vLLM subtracts) and the widest
+decode step (both kept under `activation_peaks`); `compiled`: measured through torch.compile; `device`: "cuda:0" or "cpu"."""
 
 
 class ProfileError(ValueError):
