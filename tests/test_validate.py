@@ -64,6 +64,16 @@ def _run_dir(tmp_path: Path, **profile_kwargs: object) -> tuple[Path, CostModel,
     return run, model, search
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny matrices on a shared 2-core CI machine: extra torch threads only contend (30x slower steps)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class ScriptedBackend:
     """Test fixture: capture results and step timings are scripted, not measured. Each step 'takes' the model's
     prediction times `latency_factor`; the pool 'takes' the prediction times `memory_factor`."""
@@ -320,21 +330,15 @@ def test_unreadable_search_json_is_a_validation_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- CPU end to end
-def test_cpu_eager_replay_through_the_torch_backend(tmp_path):
+def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     """Real timings on the tiny model, eagerly on the CPU (FULL steps run the body at the padded width): the
     accounting is exercised end to end; no graph memory exists here, so none is reported."""
-    torch = pytest.importorskip("torch")
     from tuner.measure.profile import build_model
     from tuner.validate import TorchBackend
 
     run, model, search = _run_dir(tmp_path)
     backend = TorchBackend(build_model(model.workload, 32, "cpu"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: extra threads only contend on a shared CI machine (30x slower)
-    try:
-        record = validate_run(run, num_steps=300, seed=0, backend=backend)
-    finally:
-        torch.set_num_threads(threads)
+    record = validate_run(run, num_steps=300, seed=0, backend=backend)
     assert record["device"]["device"] == "cpu"
     for name in ("default", "tuned"):
         r = record[name]
@@ -452,7 +456,7 @@ def test_cgtune_report_keeps_the_section_of_this_list_only(tmp_path, capsys):
     assert BEGIN not in (run / "report.md").read_text()
 
 
-def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path):
+def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     """The device backend's own control flow on a CPU: capture order and keys, FULL replay plus logits of the real
     tokens, the out-of-memory path and the release, with stand-in graphs (they run the body eagerly) and scripted
     memory readings (test fixtures, not measurements)."""
@@ -494,7 +498,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path):
     assert result.free_delta_bytes == 3 * MIB * len(graphs) and result.oom is None
     with pytest.raises(RuntimeError, match="release"):
         backend.capture(graphs)
-    plan = plan_trace(sample_trace(model.workload.steps(), 200, seed=5), model.serving.dispatcher(sizes))
+    plan = plan_trace(sample_trace(model.workload.steps(), 100, seed=5), model.serving.dispatcher(sizes))
     full = next(p for p in plan if p.runtime_mode == "FULL" and p.padded_size != p.num_tokens)
     torch.testing.assert_close(backend._step_fn(full)(), decoder.step(full.num_tokens))
     assert len(backend.time_steps(plan)) == len(plan)
