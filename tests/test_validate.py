@@ -52,8 +52,9 @@ def _model(tmp_path: Path, **profile_kwargs: object) -> CostModel:
 def _search(model: CostModel) -> SearchResult:
     """A search result from the exact solver alone (no optuna study needed for these tests)."""
     exact = exact_solve(model)
-    return SearchResult(exact.best, "exact", exact, None, model.evaluate(model.default_sizes), "test-study", "none",
-                        "latency", {}, exact.front, [])
+    return SearchResult(chosen=exact.best, source="exact", exact=exact, study_best=None,
+                        default=model.evaluate(model.default_sizes), study_name="test-study", storage="none",
+                        objective="latency", trials={}, pareto=exact.front, notes=[])
 
 
 def _run_dir(tmp_path: Path, **profile_kwargs: object) -> tuple[Path, CostModel, SearchResult]:

@@ -74,8 +74,9 @@ def test_cgtune_validate_on_a_run_directory(tmp_path, capsys) -> None:
                             .total_memory, weights_bytes=1 << 20, activation_peak_bytes=1 << 20)
     model = CostModel.from_files(path, workload)
     exact = exact_solve(model)
-    search = SearchResult(exact.best, "exact", exact, None, model.evaluate(model.default_sizes), "none", "none",
-                          "latency", {}, exact.front, [])
+    search = SearchResult(chosen=exact.best, source="exact", exact=exact, study_best=None,
+                          default=model.evaluate(model.default_sizes), study_name="none", storage="none",
+                          objective="latency", trials={}, pareto=exact.front, notes=[])
     run = tmp_path / "run"
     write_run(run, model, search, command="pytest", plots=False)
     assert main(["validate", str(run), "--steps", "500"]) == 0

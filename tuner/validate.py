@@ -693,8 +693,9 @@ def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str |
     except (ModelError, SearchError, WorkloadError) as exc:
         raise ValidationError(str(exc).splitlines()[0]) from None
     note = "no optuna study: the exact solver's optimum is the tuned list (written by cgtune validate --profile)"
-    search = SearchResult(exact.best, "exact", exact, None, model.evaluate(model.default_sizes), "none", "none",
-                          "latency", {}, exact.front, list(model.notes) + [note])
+    search = SearchResult(chosen=exact.best, source="exact", exact=exact, study_best=None,
+                          default=model.evaluate(model.default_sizes), study_name="none", storage="none",
+                          objective="latency", trials={}, pareto=exact.front, notes=list(model.notes) + [note])
     write_run(run_dir, model, search, command=command)
     return Path(run_dir)
 
@@ -719,23 +720,26 @@ def top_candidates(model: CostModel, search: SearchResult, k: int, trial_lists: 
 def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchResult, k: int, *,
                         backend: ReplayBackend | None = None, num_steps: int = 3000, seed: int = 0,
                         margin: float = MEMORY_MARGIN, command: str = "", record_study: bool = True,
-                        progress: Callable[[str], None] | None = None) -> tuple[SearchResult | None, dict[str, Any]]:
+                        storage: str | None = None, progress: Callable[[str], None] | None = None,
+                        ) -> tuple[SearchResult | None, dict[str, Any]]:
     """`cgtune tune --validate K`: measure vLLM's default and the K best distinct candidates on the GPU, choose
     the fastest by measured mean step latency among those whose measured memory fits the KV budget, record every
     GPU measurement as a trial (user attribute `source: gpu-validation`) in the search's optuna study, and write
     validation.json and the report section. Returns the search with `chosen` replaced (the same object when the
     model's pick wins) and the record; the caller re-emits the run directory from it. When no measured list fits,
-    returns None and removes the run directory's vLLM files: nothing may be emitted."""
+    returns None and removes the run directory's vLLM files: nothing may be emitted. `storage` is the study's real
+    URL when `search.storage` is the password-hidden one written into files."""
     import dataclasses
 
     from tuner.validate_report import update_report
 
     study = None
     trial_lists: list[list[int]] = []
-    if record_study and search.storage not in ("in-memory", "none", ""):
+    url = storage or search.storage
+    if record_study and url not in ("in-memory", "none", ""):
         import optuna  # only here: the GPU box validating a recorded run directory has no optuna
 
-        study = optuna.load_study(study_name=search.study_name, storage=search.storage)
+        study = optuna.load_study(study_name=search.study_name, storage=url)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             ev = t.user_attrs.get("evaluation")
             if isinstance(ev, dict) and ev.get("capture_sizes") is not None and t.user_attrs.get("source") is None:
