@@ -292,6 +292,9 @@ def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path):
     assert config["cudagraph_capture_sizes"] == list(model.default_sizes)
     assert any("never emitted" in w for w in record["warnings"])
 
+    record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, oom_above=0), emit=False)
+    assert record["emitted"] is None and (run / "compilation_config.json").exists()  # --no-emit touches nothing
+    assert any("--no-emit" in n for n in record["notes"])
     record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, oom_above=0))
     assert record["emitted"] is None and not (run / "compilation_config.json").exists()
 

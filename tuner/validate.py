@@ -649,7 +649,11 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     notes: list[str] = []
     if not results["tuned"].fits and backend.graphs_supported:
         fallback = choose_measured(results)
-        if fallback is None:
+        if not emit:
+            emitted = None
+            notes.append("--no-emit: the vLLM files still hold the tuned list, which does NOT fit by measured memory"
+                         + (f"; '{fallback.name}' would have been emitted" if fallback is not None else ""))
+        elif fallback is None:
             emitted = None
             _remove_vllm_files(run)
             notes.append("no validated list fits by measured memory: the vLLM files were removed")
@@ -658,8 +662,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
             note = (f"cgtune validate: the tuned list did not fit by measured graph memory; '{fallback.name}' "
                     f"(fastest measured list that fits) is emitted instead")
             notes.append(note)
-            if emit:
-                _emit(run, model, search, lists[fallback.name], note)
+            _emit(run, model, search, lists[fallback.name], note)
         log.warning("TUNED LIST DOES NOT FIT ON THE DEVICE: emitted %s instead", emitted or "nothing")
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
                           notes=notes, trace_info=info)

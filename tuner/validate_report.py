@@ -80,7 +80,7 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
                      f"(the model predicted {record.get('predicted_speedup_tuned_over_default', math.nan):.3f}x).")
     emitted = record.get("emitted")
     lines.append(f"Emitted list: **{emitted}**." if emitted
-                 else "**No list is emitted: none fits by measured memory.**")
+                 else "**No list is emitted by this validation** (see the notes and warnings below).")
     lines += ["", "Step predicted above is the model's mean over the replayed steps; its expectation over the whole "
               "distribution is in validation.json (`predicted_step_ms`). PIECEWISE steps run the model body eagerly at "
               "the padded width (cgtune does not build vLLM's piecewise split), as the cost model assumes; their "
@@ -88,8 +88,8 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
     warnings = record.get("warnings") or []
     if warnings:
         lines += ["", "**Warnings**", ""] + [f"- **{w}**" for w in warnings]
-    for note in record.get("notes") or []:
-        lines.append(f"- {note}")
+    if record.get("notes"):
+        lines += ["", "**Notes**", ""] + [f"- {n}" for n in record["notes"]]
     lines += ["", f"![Predicted vs measured]({plots_dir}/{PLOT})", END]
     return "\n".join(lines) + "\n"
 
