@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only 
 
 __all__ = [
     "OBJECTIVES",
+    "PLACEMENTS",
     "ExactResult",
     "SearchConfig",
     "SearchError",
@@ -423,7 +424,8 @@ def study_name_for(model: CostModel, objective: str) -> str:
     """Same workload, same profile, same objective -> same study, so a re-run resumes it."""
     profile = model.profile
     ph = profile_hash(profile.path) if profile.path else "unsaved"
-    return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}-v1"
+    # v2: the trial parameters changed (placement); an older study's distributions would not load.
+    return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}-v2"
 
 
 def display_url(url: str) -> str:
@@ -442,49 +444,133 @@ def default_storage_url(run_dir: str | Path) -> str:
     return f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
 
 
-def list_from_params(model: CostModel, top: int, count: int, spacing: float, keep_default: bool,
-                     *, candidates: Sequence[int] | None = None, fit_budget: bool = False) -> tuple[int, ...]:
-    """A capture list from the study's four parameters.
+PLACEMENTS = ("quantile", "quantile+default", "value", "value+default")
+"""How a trial places its members below the top: at quantiles (`spacing` mixes the step-width distribution with
+plain width), or at the widths whose own steps gain most from a graph (`value`: histogram-like traffic, where a
+few widths carry the mass); `+default` adds vLLM's default sizes at or below the top."""
 
-    `top` indexes the candidates (the largest member); `count` members are placed at quantiles of a mix of the
-    workload's step-width distribution (weight `spacing`) and of plain width (weight 1 - spacing), each snapped up
-    to a candidate; `keep_default` adds vLLM's default sizes at or below the top. With `fit_budget`, `count` is an
-    upper bound: the largest count whose list fits the graph budget is used (the optimum usually sits on the
-    budget's edge, which a sampler rarely hits by chance); a list that cannot fit even with one member is returned
-    as is, and its trial is recorded infeasible.
+
+def _exact_hit_value(model: CostModel, widths: np.ndarray, top_width: int) -> np.ndarray:
+    """Per candidate width: probability x latency saving of the steps that would replay its graph unpadded."""
+    step_w, uniform, probs, eager = model.step_arrays()
+    size = int(max(step_w.max(), widths.max(), _round_up(widths.max(), model.q))) + 1
+    decode_p = np.bincount(step_w[uniform], weights=probs[uniform], minlength=size)
+    mixed_p = np.bincount(step_w[~uniform], weights=probs[~uniform], minlength=size)
+    value = np.zeros(len(widths))
+    if model.mixed_mode != "NONE":
+        value += mixed_p[widths] * (model.eager_ms(widths) - model.graph_latency_ms(widths, model.mixed_mode))
+    if model.separate_decode:
+        r = _round_up(widths, model.q)
+        ok = r <= min(top_width, model.decode_limit)
+        gain = decode_p[r] * (model.eager_ms(r) - model.graph_latency_ms(r, "FULL"))
+        value += np.where(ok, gain, 0.0)
+    elif model.decode_mode != "NONE":
+        value += decode_p[widths] * (model.eager_ms(widths) - model.graph_latency_ms(widths, model.decode_mode))
+    return value
+
+
+def list_from_params(model: CostModel, top: int, count: int, spacing: float, placement: str | bool = "quantile",
+                     *, candidates: Sequence[int] | None = None, fit_budget: bool = False) -> tuple[int, ...]:
+    """A capture list from the study's parameters.
+
+    `top` indexes the candidates (the largest member); `count` members are placed as `placement` says (one of
+    PLACEMENTS; True/False mean quantile with/without the default): at quantiles of a mix of the workload's
+    step-width distribution (weight `spacing`) and of plain width (weight 1 - spacing), each snapped up to a
+    candidate, or at the `count` candidates whose own steps gain most. With `fit_budget`, `count` is an upper
+    bound: the largest count whose list fits the graph budget is used (the optimum usually sits on the budget's
+    edge, which a sampler rarely hits by chance); a list that cannot fit even with one member is returned as is,
+    and its trial is recorded infeasible.
     """
+    if isinstance(placement, bool):
+        placement = "quantile+default" if placement else "quantile"
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement={placement!r} must be one of {', '.join(PLACEMENTS)}")
     if fit_budget:
         budget = model.budget.graph_budget_bytes
-        first = list_from_params(model, top, count, spacing, keep_default, candidates=candidates)
+        first = list_from_params(model, top, count, spacing, placement, candidates=candidates)
         if model.graph_memory_bytes(first) <= budget or count <= 1:
             return first
         lo, hi = 1, int(count) - 1  # largest fitting count in [lo, hi], memory growing with count
         best = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            sizes = list_from_params(model, top, mid, spacing, keep_default, candidates=candidates)
+            sizes = list_from_params(model, top, mid, spacing, placement, candidates=candidates)
             if model.graph_memory_bytes(sizes) <= budget:
                 best, lo = sizes, mid + 1
             else:
                 hi = mid - 1
-        return best if best is not None else list_from_params(model, top, 1, spacing, keep_default,
-                                                              candidates=candidates)
+        if best is not None:
+            return best
+        # Not even the top alone fits: lower the top to the widest one that does, then fit the count again.
+        lo, hi, fitting = 0, int(top) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if model.graph_memory_bytes(list_from_params(model, mid, 1, spacing, placement,
+                                                         candidates=candidates)) <= budget:
+                fitting, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        if fitting is None:
+            return list_from_params(model, top, 1, spacing, placement, candidates=candidates)
+        return list_from_params(model, fitting, count, spacing, placement, candidates=candidates, fit_budget=True)
     cands = np.array(sorted(model.candidates if candidates is None else candidates), dtype=np.int64)
     top_width = int(cands[min(max(top, 0), len(cands) - 1)])
     below = cands[cands <= top_width]
+    k = max(1, min(int(count), len(below)))
+    if placement.startswith("value"):
+        value = _exact_hit_value(model, below, top_width)
+        ranked = below[np.lexsort((below, -value))]  # most valuable first, smaller width on ties
+        sizes = {top_width}
+        # Widths rounding to one FULL decode graph share its value: keep the first (smallest) of each window.
+        windows = {int(_round_up(top_width, model.q))} if model.separate_decode else set()
+        for x in ranked:
+            if len(sizes) >= k:
+                break
+            window = int(_round_up(x, model.q)) if model.separate_decode else int(x)
+            if window not in windows:
+                windows.add(window)
+                sizes.add(int(x))
+    else:
+        sizes = _quantile_sizes(model, below, top_width, k, spacing)
+    if placement.endswith("+default"):
+        sizes |= {s for s in model.default_sizes if s <= top_width}
+    return tuple(sorted(sizes))
+
+
+def _quantile_sizes(model: CostModel, below: np.ndarray, top_width: int, k: int, spacing: float) -> set[int]:
     widths, _, probs, _ = model.step_arrays()
     order = np.argsort(widths, kind="stable")
     cum = np.concatenate([[0.0], np.cumsum(probs[order])])
     mass_at = cum[np.searchsorted(widths[order], below, side="right")]
     total = mass_at[-1] if mass_at[-1] > 0 else 1.0
     cdf = spacing * (mass_at / total) + (1.0 - spacing) * (below / top_width)
-    k = max(1, min(int(count), len(below)))
     targets = np.arange(1, k + 1) / k
     idx = np.minimum(np.searchsorted(cdf, targets - 1e-12, side="left"), len(below) - 1)
-    sizes = {int(x) for x in below[idx]} | {top_width}
-    if keep_default:
-        sizes |= {s for s in model.default_sizes if s <= top_width}
-    return tuple(sorted(sizes))
+    return {int(x) for x in below[idx]} | {top_width}
+
+
+def _seed_params(model: CostModel) -> list[dict[str, Any]]:
+    """Trials to start from: per placement and per count (2, 4, 8, ... all), the widest top at or below the widest
+    decode batch whose list still fits the budget. Plain heuristics, not the exact answer: they give the sampler a
+    foothold where a tight budget leaves only a narrow band of good tops."""
+    cands = model.candidates
+    budget = model.budget.graph_budget_bytes
+    widest = min(model.decode_limit, model.serving.max_num_batched_tokens)
+    top_max = max(0, int(np.searchsorted(cands, widest, side="right")) - 1)
+    counts = sorted({c for c in (2, 4, 8, 16, 32, 64, 128) if c < len(cands)} | {len(cands)})
+    seeds = []
+    for placement in PLACEMENTS:
+        for count in counts:
+            lo, hi, fitting = 0, top_max, None
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if model.graph_memory_bytes(list_from_params(model, mid, count, 1.0, placement)) <= budget:
+                    fitting, lo = mid, mid + 1
+                else:
+                    hi = mid - 1
+            if fitting is not None:
+                seeds.append({"top": fitting, "count": count, "spacing": 1.0, "placement": placement})
+    return seeds
 
 
 def _trial_list(trial: optuna.Trial, model: CostModel) -> tuple[int, ...]:
@@ -495,8 +581,8 @@ def _trial_list(trial: optuna.Trial, model: CostModel) -> tuple[int, ...]:
     top = trial.suggest_int("top", 0, n - 1)
     count = trial.suggest_int("count", 1, n, log=True)
     spacing = trial.suggest_float("spacing", 0.0, 1.0)
-    keep_default = trial.suggest_categorical("keep_default", [True, False])
-    return list_from_params(model, top, count, spacing, keep_default, fit_budget=True)
+    placement = trial.suggest_categorical("placement", list(PLACEMENTS))
+    return list_from_params(model, top, count, spacing, placement, fit_budget=True)
 
 
 def _record(trial: optuna.Trial, e: Evaluation) -> None:
@@ -579,6 +665,12 @@ def open_study(model: CostModel, config: SearchConfig, *, run_dir: str | Path | 
     if not study.get_trials(deepcopy=False):
         # vLLM's default goes first, so the study's best is never worse than what vLLM does out of the box.
         study.enqueue_trial({}, user_attrs={"capture_sizes": list(model.default_sizes)})
+        seeds = _seed_params(model)
+        keep = max(4, config.n_trials // 5)  # leave most trials to the sampler
+        if len(seeds) > keep:
+            seeds = [seeds[i] for i in np.unique(np.linspace(0, len(seeds) - 1, keep).round().astype(int))]
+        for params in seeds:
+            study.enqueue_trial(params)
     return study, storage
 
 
@@ -604,9 +696,11 @@ def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: Se
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     feasible = [t for t in complete if all(v <= 0 for v in t.constraints.values())]
-    trials_info = {"total": len(trials), "complete": len(complete), "feasible": len(feasible),
-                   "infeasible": len(complete) - len(feasible),
-                   "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in trials), "run_now": run_now}
+    failed = sum(t.state == optuna.trial.TrialState.FAIL for t in trials)
+    pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
+    trials_info = {"total": len(complete) + failed + pruned, "complete": len(complete), "feasible": len(feasible),
+                   "infeasible": len(complete) - len(feasible), "failed": failed, "run_now": run_now,
+                   "waiting": sum(t.state == optuna.trial.TrialState.WAITING for t in trials)}
 
     def reevaluate(t: Any) -> Evaluation:
         return model.evaluate(t.user_attrs["evaluation"]["capture_sizes"])
