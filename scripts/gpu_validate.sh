@@ -41,8 +41,9 @@ timeout -s INT -k 10 120 python3 -m pytest -q -m gpu tests/test_validate_gpu.py 
 TESTS_RC=$?
 echo "gpu tests exit code: $TESTS_RC"
 
-# cgtune without an install: -c keeps one copy of tuner.cli (python -m would load it twice).
-cgtune() { python3 -c 'import sys; from tuner.cli import main; sys.exit(main())' "$@"; }
+# cgtune without an install, as a command `timeout` can run (a shell function it cannot): -c keeps one copy of
+# tuner.cli (python -m would load it twice, as __main__ and as tuner.cli).
+CGTUNE=(python3 -c 'import sys; from tuner.cli import main; sys.exit(main())')
 
 # Trace length for a run directory's default and tuned lists to fit SECONDS (predicted ms per step, 1.5x for
 # eager warm-ups, logits and host gaps; ~0.25 s per graph for warm-up and capture; 20 s to build the model).
@@ -74,7 +75,7 @@ validate() {  # workload, max widths, sweep seconds, share
     echo "== $name: recorded profile $csv ($mine s for this workload)"
   else
     echo "== $name: profile sweep here (max $widths widths, $sweep s; $mine s for this workload)"
-    timeout -s INT -k 15 $(( sweep + 60 )) cgtune profile "workloads/$name.yaml" --out "$OUT/profiles" \
+    timeout -s INT -k 15 $(( sweep + 60 )) "${CGTUNE[@]}" profile "workloads/$name.yaml" --out "$OUT/profiles" \
       --max-widths "$widths" --max-seconds "$sweep" --no-progress
     echo "profile exit code: $?"
     csv="$OUT/profiles/$name.csv"
@@ -92,7 +93,7 @@ PY
   local steps
   steps=$(steps_for "$run" "$remaining")
   echo "== validate $name: $steps steps ($remaining s for it; $(left) s left)"
-  timeout -s INT -k 15 "$(( remaining + 30 ))" cgtune validate "$run" --steps "$steps"
+  timeout -s INT -k 15 "$(( remaining + 30 ))" "${CGTUNE[@]}" validate "$run" --steps "$steps"
   echo "validate exit code: $?"
 }
 
