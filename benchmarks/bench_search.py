@@ -3,6 +3,7 @@ time, on a synthetic profile. The profile's numbers are made up to give the solv
 timing fixtures, never measurements. Targets: study <= 10 s, exact solver <= 2 s.
 
     python benchmarks/bench_search.py [--trials 300] [--storage sqlite|memory] [--repeat 3]
+    python benchmarks/bench_search.py --quality     # study gap to the exact optimum over workloads x budgets
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="exact-solver repetitions (median reported)")
     p.add_argument("--required-kv-gib", type=float, default=None,
                    help="override the workload's required KV so the graph budget binds (default: as the workload)")
+    p.add_argument("--quality", action="store_true",
+                   help="instead: the study's gap to the exact optimum for four shipped workloads x graph budgets "
+                        "of 0.3, 1 and 3 GiB and the unconstrained one (in-memory storage)")
     args = p.parse_args()
+    if args.quality:
+        return _quality(args.trials)
 
     with tempfile.TemporaryDirectory() as tmp:
         csv_path, n_widths = synthetic_profile(Path(tmp), args.workload)
@@ -107,6 +113,29 @@ def main() -> int:
             "targets": {"study_s": 10, "exact_solver_s": 2},
         }
     print(json.dumps(report, indent=2))
+    return 0
+
+
+def _quality(trials: int) -> int:
+    import dataclasses
+
+    rows = []
+    for name in ("dflash-llama-3.1-8b", "suffix-llama-3.1-8b", "mtp1-qwen3-8b", "eagle-llama-3.2-1b"):
+        path = ROOT / "workloads" / f"{name}.yaml"
+        with tempfile.TemporaryDirectory() as tmp:
+            csv_path, _ = synthetic_profile(Path(tmp), path)
+            model = CostModel.from_files(csv_path, load_workload(path))
+            unconstrained = model.budget
+            for budget_gib in (0.3, 1.0, 3.0, None):
+                model.budget = unconstrained if budget_gib is None else dataclasses.replace(
+                    unconstrained, required_kv_bytes=unconstrained.kv_available_bytes(0) - int(budget_gib * GIB))
+                t0 = time.perf_counter()
+                result = run_search(model, SearchConfig(n_trials=trials, progress=False, storage=""))
+                rows.append({"workload": name, "candidates": len(model.candidates), "graph_budget_gib": budget_gib,
+                             "gap_to_exact": None if result.gap is None else round(result.gap, 5),
+                             "source": result.source, "graphs": len(result.chosen.capture_sizes),
+                             "seconds": round(time.perf_counter() - t0, 2)})
+    print(json.dumps(rows, indent=1))
     return 0
 
 
