@@ -38,6 +38,7 @@ __all__ = [
     "ReplayBackend",
     "TorchBackend",
     "ValidationError",
+    "build_backend",
     "build_record",
     "choose_measured",
     "compare_list",
