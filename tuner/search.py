@@ -175,40 +175,47 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
         value[0, 0, :] = 0.0
         pred = np.full((2, n + 1, B + 1), -1, dtype=np.int32)  # predecessor position * 2 + state
 
-        def relax(target_state: int, j: int, rows: np.ndarray, from_state: int, cost: np.ndarray, units: int) -> None:
-            if len(rows) == 0 or units > B:
+        # One scratch block, reused: a fresh (positions x levels) temporary per relaxation costs page faults.
+        scratch = np.empty((n + 1, B + 1))
+        levels = np.arange(B + 1)
+
+        def relax(target_state: int, j: int, lo: int, hi: int, from_state: int, cost: np.ndarray, units: int) -> None:
+            """Chains ending at positions lo..hi-1 (a contiguous range: positions are sorted) extended by j."""
+            if hi <= lo or units > B:
                 return
-            block = value[from_state, rows, : B + 1 - units] + cost[:, None]
+            width = B + 1 - units
+            block = scratch[: hi - lo, :width]
+            np.add(value[from_state, lo:hi, :width], cost[lo:hi, None], out=block)
             arg = np.argmin(block, axis=0)
-            best = block[arg, np.arange(block.shape[1])]
+            best = block[arg, levels[:width]]
             cur = value[target_state, j, units:]
             better = best < cur
             cur[better] = best[better]
-            pred[target_state, j, units:][better] = rows[arg[better]] * 2 + from_state
+            pred[target_state, j, units:][better] = (lo + arg[better]) * 2 + from_state
 
         for j in range(n):
             k = j + 1  # position of candidate j
-            rows = np.arange(k)
             mixcost = ((mixed_steps.mass(c[j]) - mass_mix_pos[:k]) * lat_mix[j]) if has_mixed else np.zeros(k)
             if not sep:
-                relax(0, k, rows, 0, mixcost, int(u_mix[j]))
+                relax(0, k, 0, k, 0, mixcost, int(u_mix[j]))
                 continue
-            same = r_pos[:k] == r[j]
-            lower = ~same
+            # Positions are sorted, so those in j's window are a tail [first_same, k) and those whose window lies
+            # beyond max_num_seqs requests a range [first_beyond, first_same).
+            first_same = int(np.searchsorted(r_pos[:k], r[j], side="left"))
+            first_beyond = min(first_same, int(np.searchsorted(r_pos[:k], decode_limit, side="right")))
             if r[j] <= decode_limit:
-                relax(0, k, rows[same], 0, mixcost[same], int(u_mix[j]))
+                relax(0, k, first_same, k, 0, mixcost, int(u_mix[j]))
                 dec_normal = (decode_steps.mass(r[j]) - mass_dec_rpos[:k]) * lat_full_r[j]
-                relax(0, k, rows[lower], 0, (mixcost + dec_normal)[lower], int(u_mix[j] + u_full[j]))
+                relax(0, k, 0, first_same, 0, mixcost + dec_normal, int(u_mix[j] + u_full[j]))
             below = r[j] - q
             if has_mixed:
                 dec_pad = (decode_steps.mass(below) - mass_dec_rpos[:k]) * lat_mix[j]
             else:
                 dec_pad = decode_steps.eager(below) - eager_dec_rpos[:k]
             dec_flag = dec_pad + (decode_steps.eager(r[j]) - decode_steps.eager(below))
-            relax(1, k, rows[same], 1, mixcost[same], int(u_mix[j]))
-            relax(1, k, rows[lower], 0, (mixcost + dec_flag)[lower], int(u_mix[j]))
-            beyond = lower & (r_pos[:k] > decode_limit)
-            relax(1, k, rows[beyond], 1, (mixcost + dec_flag)[beyond], int(u_mix[j]))
+            relax(1, k, first_same, k, 1, mixcost, int(u_mix[j]))
+            relax(1, k, 0, first_same, 0, mixcost + dec_flag, int(u_mix[j]))
+            relax(1, k, first_beyond, first_same, 1, mixcost + dec_flag, int(u_mix[j]))
 
         # Close: add the first-captured graph's extra footprint and the steps above the top (eager).
         if has_mixed:
