@@ -105,8 +105,10 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     consecutive members (steps padded up to the upper one), FULL decode graphs into q-wide windows (a window's
     graph is the rounded width of its lowest member), and the first-captured graph's standalone footprint is a
     term of the largest member alone. The top window is special in vLLM (its rounded graph may exceed the max and
-    is then not captured), so states carry a flag for it. Memory is counted in units of `memory_unit_bytes`,
-    every figure rounded up, so the answer always fits; with exact units it is the optimum.
+    is then not captured), so states carry a flag for it. Memory is counted in units of `memory_unit_bytes`: exact
+    when one unit divides every figure and the budget spans at most `memory_buckets` of them (then the answer is
+    the optimum), else rounded to the nearest unit with the answer re-checked in bytes (re-solved under a lower
+    budget on an overshoot, a rounded-up pass last), so the answer always fits.
     """
     cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
     budget_bytes = model.budget.graph_budget_bytes
