@@ -317,11 +317,6 @@ class Workload:
                     add(width, False, t.mixed_share * p)
         return [Step(w, u, p) for (w, u), p in sorted(probs.items())]
 
-    def decode_widths(self) -> list[int]:
-        """Every uniform decode width n x q for n up to max_num_seqs (within the token budget)."""
-        q = self.serving.decode_query_len
-        return [n * q for n in range(1, self.serving.max_num_seqs + 1) if n * q <= self.serving.max_num_batched_tokens]
-
 
 # --------------------------------------------------------------------------- parsing
 def _parse_model(r: _Reader) -> ModelSpec:

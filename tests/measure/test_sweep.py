@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tuner.candidates import decode_widths
 from tuner.measure.graphs import CapturedGraph, is_oom
 from tuner.measure.memory import MemorySnapshot
 from tuner.measure.profile import (
@@ -80,7 +81,7 @@ def test_candidates_cover_grid_decode_widths_and_stride(tiny) -> None:
     widths = candidate_widths(tiny)
     grid = tiny.serving.defaults().sizes
     assert set(grid) <= set(widths)
-    assert set(tiny.decode_widths()) <= set(widths)  # 4, 8, ..., 640
+    assert set(decode_widths(tiny.serving)) <= set(widths)  # 4, 8, ..., 640
     assert max(widths) == 640  # min(max_num_batched_tokens=1024, q * max_num_seqs = 640)
     assert all(w % 4 == 0 for w in widths if w > 512)  # above the ceiling only decode and stride widths
     wide = candidate_widths(tiny, stride_tokens=50)

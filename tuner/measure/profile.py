@@ -15,13 +15,12 @@ from typing import Any
 
 import torch
 
+from tuner import candidates as _candidates
 from tuner.measure import graphs as _graphs
 from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape
 from tuner.measure.memory import MemorySnapshot, device_metadata, free_delta_bytes, nvml_delta_bytes, snapshot
 from tuner.measure.timing import Clock, CudaEventClock, Measurement, WallClock, measure
 from tuner.profile_table import MODES, ProfileError, ProfileRow, read_profile, write_profile
-from tuner.vllm.defaults import capture_ceiling
-from tuner.vllm.dispatch import full_decode_sizes
 from tuner.workload import Workload
 
 __all__ = [
@@ -50,18 +49,9 @@ _NO_CUDA = "CUDA graphs need a CUDA device"
 
 # --------------------------------------------------------------------------- candidates
 def candidate_widths(workload: Workload, *, stride_tokens: int = 128) -> list[int]:
-    """Widths worth measuring: vLLM's default grid, every uniform decode width n*q, the FULL-decode rounded
-    widths of the grid, and a stride grid above the ceiling up to min(max_num_batched_tokens, q*max_num_seqs)."""
-    if stride_tokens < 1:
-        raise ValueError(f"{stride_tokens=} must be >= 1")
-    s = workload.serving
-    q = s.decode_query_len
-    grid = s.defaults().sizes
-    widths = set(grid) | set(workload.decode_widths()) | set(full_decode_sizes(grid, q, s.max_num_seqs))
-    top = min(s.max_num_batched_tokens, q * s.max_num_seqs)
-    ceiling = min(capture_ceiling(s.gpu_capability), top)
-    widths |= set(range(ceiling + stride_tokens, top + 1, stride_tokens)) | {top}
-    return sorted(w for w in widths if 1 <= w <= s.max_num_batched_tokens)
+    """The sweep's widths: `tuner.candidates.candidate_widths` with a 128-token stride above the ceiling,
+    coarser than vLLM's 16 so a sweep of an 8B model fits minutes; decode widths are all kept."""
+    return _candidates.candidate_widths(workload.serving, stride_tokens=stride_tokens)
 
 
 def thin_widths(widths: Sequence[int], max_count: int, *, keep: Iterable[int] = ()) -> list[int]:
