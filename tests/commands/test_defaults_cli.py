@@ -108,3 +108,12 @@ def test_help_explains_every_flag(capsys):
                  "--performance-mode", "--cudagraph-mode", "--max-cudagraph-capture-size",
                  "--cudagraph-capture-sizes", "--speculative-schedule", "--enforce-eager", "--json"):
         assert flag in out
+
+
+def test_defaults_imports_no_heavy_library():
+    # `cgtune defaults` answers in a fraction of a second: the parser must not pull in torch or optuna.
+    code = ("import sys; from tuner.cli import main; main(['defaults', '--max-num-seqs', '8', '--json']); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'optuna', 'matplotlib', 'pandas'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0
+    assert result.stdout.strip().splitlines()[-1] == "[]"
