@@ -37,8 +37,10 @@ _COMMANDS: dict[str, str] = {
     "profile": "tuner.commands.profile:ProfileCommand",
     "report": "tuner.commands.report:ReportCommand",
     "search": "tuner.commands.search:SearchCommand",
+    "status": "tuner.commands.status:StatusCommand",
     "tune": "tuner.commands.tune:TuneCommand",
     "validate": "tuner.commands.validate:ValidateCommand",
+    "worker": "tuner.commands.worker:WorkerCommand",
     "workload": "tuner.commands.workload:WorkloadCommand",
 }
 

@@ -1,0 +1,214 @@
+"""Fleet studies: the plan, one worker on SQLite, three worker processes on PostgreSQL with one killed mid-trial,
+and storage passwords that never reach an output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
+from handmade_profiles import MIB, handmade_profile  # noqa: E402
+
+from tuner.fleet import (  # noqa: E402
+    STORAGE_ENV,
+    create_or_extend,
+    fleet_result,
+    hide_secret,
+    plan_trials,
+    run_worker,
+    study_status,
+)
+from tuner.model import CostModel  # noqa: E402
+from tuner.workload import load_workload  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = {
+    "name": "fleet-hand",
+    "model": {"preset": "tiny", "dtype": "float32"},
+    "serving": {"max_num_seqs": 24, "num_speculative_tokens": 1, "max_num_batched_tokens": 64, "max_model_len": 64},
+    "traffic": {"requests": {"kind": "uniform", "min": 1, "max": 24}, "mixed_share": 0.2,
+                "mixed_tokens": {"kind": "uniform", "min": 1, "max": 64}},
+}
+BUDGET = 24
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    wl_path = tmp_path / "fleet-hand.yaml"
+    wl_path.write_text(yaml.safe_dump(SPEC))
+    workload = load_workload(wl_path)
+    profile = handmade_profile(tmp_path / "profiles", workload, list(range(1, 65)), total_memory_bytes=400 * MIB,
+                               standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
+    return wl_path, profile, CostModel.from_files(profile, workload)
+
+
+@pytest.fixture()
+def pg_url():
+    """A fresh database on the test server for each test, dropped afterwards."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    base = make_url(os.environ["CGTUNE_TEST_POSTGRES_URL"])
+    name = f"cgtune_fleet_{uuid.uuid4().hex[:10]}"
+    kw = dict(host=base.host, port=base.port, user=base.username, password=base.password, dbname=base.database)
+    conn = psycopg2.connect(**kw)
+    conn.autocommit = True
+    conn.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.close()
+
+
+def create(url, inputs, n=BUDGET, **kw):
+    wl_path, profile, model = inputs
+    return create_or_extend(url, wl_path, profile, model, n_trials=n, seed=0, heartbeat_interval_s=1,
+                            grace_period_s=2, **kw)
+
+
+def trials(url, name):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def assert_each_slot_complete_once(ts, n):
+    complete = sorted(t.user_attrs["slot"] for t in ts if t.state.name == "COMPLETE")
+    assert complete == list(range(n))
+
+
+def values_by_slot(ts):
+    return {t.user_attrs["slot"]: tuple(t.values) for t in ts if t.state.name == "COMPLETE"}
+
+
+def test_plan_is_a_function_of_seed_and_slot(inputs):
+    _, _, model = inputs
+    a, b = plan_trials(model, 30, seed=0, n_seeds=6), plan_trials(model, 40, seed=0, n_seeds=6)
+    assert a == b[:30]  # extending a study keeps the trials already planned
+    assert a[0] == ({}, {"capture_sizes": list(model.default_sizes), "slot": 0})  # vLLM's default first
+    assert [attrs["slot"] for _, attrs in b] == list(range(40))
+    assert plan_trials(model, 30, seed=1, n_seeds=6)[10:] != a[10:]
+
+
+def test_one_worker_on_sqlite_runs_the_plan_once_and_extends(inputs, tmp_path):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    name, enqueued = create(url, inputs)
+    assert enqueued == BUDGET
+    assert create(url, inputs) == (name, 0)  # same inputs: the same study, nothing enqueued twice
+    counts = run_worker(url, name, progress=False)
+    assert counts == {"complete": BUDGET, "failed": 0}
+    assert_each_slot_complete_once(trials(url, name), BUDGET)
+    result = fleet_result(url, name, inputs[2])
+    assert result.chosen.feasible and result.chosen.expected_step_ms <= result.default.expected_step_ms
+    assert result.trials["complete"] == BUDGET
+
+    assert create(url, inputs, n=BUDGET + 6) == (name, 6)
+    run_worker(url, name, progress=False)
+    assert_each_slot_complete_once(trials(url, name), BUDGET + 6)
+    [status] = study_status(url)
+    assert status.done and status.planned == BUDGET + 6 and status.counts["complete"] == BUDGET + 6
+
+
+_KILLER = textwrap.dedent("""
+    import os, signal, sys, time
+    import tuner.fleet as fleet
+
+    real = fleet._evaluate
+
+    def die_after_evaluating(objective, trial):
+        value = real(objective, trial)  # the list is evaluated and recorded on the trial; then the host dies
+        # Die only once the other workers are going, so the kill happens while they run trials.
+        while sum(t.state.name == "COMPLETE" for t in trial.study.get_trials(deepcopy=False)) < 3:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    fleet._evaluate = die_after_evaluating
+    from tuner.cli import main
+    sys.exit(main(["worker", "--study", sys.argv[1], "--no-progress", "--poll", "0.2"]))
+""")
+
+
+@pytest.mark.postgres
+def test_three_workers_on_postgres_one_killed_mid_trial(inputs, pg_url, tmp_path):
+    name, _ = create(pg_url, inputs)
+    env = {**os.environ, STORAGE_ENV: pg_url, "PYTHONPATH": str(REPO)}
+    logs = [open(tmp_path / f"worker{i}.log", "w+") for i in range(3)]  # noqa: SIM115
+    killer = subprocess.Popen([sys.executable, "-c", _KILLER, name], env=env, stdout=logs[0], stderr=logs[0])
+    # Let the killer claim the first trial before the others start, so it surely dies holding one.
+    deadline = time.monotonic() + 40
+    while not any(t.state.name == "RUNNING" for t in trials(pg_url, name)):
+        assert time.monotonic() < deadline and killer.poll() is None, "the killer worker never claimed a trial"
+        time.sleep(0.1)
+    others = [subprocess.Popen([sys.executable, "-m", "tuner.cli", "worker", "--study", name, "--no-progress",
+                                "--poll", "0.2", "--device", "cpu"], env=env, stdout=log, stderr=log)
+              for log in logs[1:]]
+    try:
+        codes = [p.wait(timeout=60) for p in [killer, *others]]
+    finally:
+        for p in [killer, *others]:
+            if p.poll() is None:
+                p.kill()
+    output = ""
+    for log in logs:
+        log.seek(0)
+        output += log.read()
+        log.close()
+    assert codes == [-9, 0, 0], output
+    assert "cgtune-test" not in output  # the server's password
+
+    ts = trials(pg_url, name)
+    assert_each_slot_complete_once(ts, BUDGET)  # nothing lost, nothing counted twice
+    [killed] = [t for t in ts if t.state.name == "FAIL"]
+    [retry] = [t for t in ts if t.system_attrs.get("failed_trial") == killed.number]
+    assert retry.state.name == "COMPLETE" and retry.user_attrs["slot"] == killed.user_attrs["slot"]
+    assert retry.user_attrs["worker"] != killed.user_attrs["worker"]
+    [status] = study_status(pg_url, name)
+    assert status.done and status.counts["failed"] == 1 and status.counts["retried"] == 1
+
+    # The same plan in one process on SQLite: the same trials, the same answer.
+    sqlite = f"sqlite:///{tmp_path / 'single.db'}"
+    single, _ = create(sqlite, inputs)
+    run_worker(sqlite, single, progress=False)
+    assert values_by_slot(trials(sqlite, single)) == values_by_slot(ts)
+    fleet, alone = fleet_result(pg_url, name, inputs[2]), fleet_result(sqlite, single, inputs[2])
+    assert fleet.chosen.capture_sizes == alone.chosen.capture_sizes and fleet.source == alone.source
+    assert fleet.study_best == alone.study_best
+    assert "cgtune-test" not in fleet.storage and fleet.storage.startswith("postgresql+psycopg2://cgtune:***@")
+
+
+def test_passwords_never_reach_errors(capsys):
+    from tuner.cli import main
+
+    url = "postgresql+psycopg2://cgtune:s3cret-pw@127.0.0.1:1/nodb"
+    for argv in (["status", "--storage", url], ["worker", "--storage", url, "--study", "x", "--no-progress"]):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert "s3cret-pw" not in out + err and "cgtune:***@127.0.0.1:1" in err
+        assert len(err.strip().splitlines()) == 1
+    os.environ[STORAGE_ENV] = url
+    try:
+        assert main(["status"]) == 2
+    finally:
+        del os.environ[STORAGE_ENV]
+    out, err = capsys.readouterr()
+    assert "s3cret-pw" not in out + err and "***" in err
+    assert hide_secret(f"could not connect {url} (password s3cret-pw)", url) == \
+        "could not connect postgresql+psycopg2://cgtune:***@127.0.0.1:1/nodb (password ***)"
+
+
+def test_worker_without_storage_is_one_line(capsys, monkeypatch):
+    from tuner.cli import main
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    assert main(["worker", "--study", "x"]) == 2
+    _, err = capsys.readouterr()
+    assert err.strip().splitlines() == [err.strip()] and STORAGE_ENV in err
