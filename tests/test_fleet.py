@@ -3,6 +3,7 @@ and storage passwords that never reach an output."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -212,3 +213,52 @@ def test_worker_without_storage_is_one_line(capsys, monkeypatch):
     assert main(["worker", "--study", "x"]) == 2
     _, err = capsys.readouterr()
     assert err.strip().splitlines() == [err.strip()] and STORAGE_ENV in err
+
+
+def _tune(capsys, *argv):
+    from tuner.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tune_workers_0_plans_and_a_rerun_collects(inputs, tmp_path, capsys, monkeypatch):
+    wl, profile, _ = inputs
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    monkeypatch.setenv(STORAGE_ENV, url)
+    out = tmp_path / "run"
+    argv = ["tune", wl, "--profile", profile, "--out", out, "--trials", 10, "--workers", 0, "--no-progress"]
+    code, stdout, err = _tune(capsys, *argv)
+    assert code == 0, err
+    assert "10 trials enqueued" in stdout and "cgtune worker --study" in stdout and not out.exists()
+    name = stdout.split("fleet study ", 1)[1].split()[0]
+    run_worker(url, name, progress=False)
+    code, stdout, err = _tune(capsys, *argv)
+    assert code == 0, err
+    assert "0 trials enqueued" in stdout and "tuned list" in stdout
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["study_name"] == name and summary["trials"]["complete"] == 10
+
+
+@pytest.mark.postgres
+def test_tune_on_sqlite_and_on_postgres_give_the_same_answer_and_hide_the_password(inputs, tmp_path, capsys,
+                                                                                  pg_url):
+    wl, profile, _ = inputs
+    password = "cgtune-test"
+    results = {}
+    for label, url, workers in (("sqlite", f"sqlite:///{tmp_path / 'one.db'}", 1), ("postgres", pg_url, 3)):
+        out = tmp_path / label
+        code, stdout, err = _tune(capsys, "tune", wl, "--profile", profile, "--out", out, "--trials", BUDGET,
+                                  "--storage", url, "--workers", workers, "--no-progress")
+        assert code == 0, err
+        assert password not in stdout + err
+        for path in out.rglob("*"):
+            if path.is_file() and path.suffix in (".json", ".md", ".yaml", ".txt", ".csv"):
+                assert password not in path.read_text(), path
+        results[label] = json.loads((out / "search.json").read_text())
+        code, stdout, err = _tune(capsys, "status", "--storage", url)
+        assert code == 0 and password not in stdout + err and "[done]" in stdout
+    assert results["postgres"]["storage"].startswith("postgresql+psycopg2://cgtune:***@")
+    for key in ("chosen", "source", "study_best", "exact"):
+        assert results["sqlite"][key] == results["postgres"][key], key

@@ -382,23 +382,37 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
 
 
 def run_local_workers(url: str, study_name: str, n: int, *, timeout_s: float | None = None,
-                      progress: bool = False) -> list[int]:
-    """Start `n` `cgtune worker` processes on this machine and wait for them; returns their exit codes. The URL
-    goes to them through $CGTUNE_STORAGE, never on a command line another user could read."""
-    env = {**os.environ, STORAGE_ENV: url}
-    cmd = [sys.executable, "-m", "tuner.cli", "worker", "--study", study_name]
-    if not progress:
-        cmd.append("--no-progress")
+                      progress: bool = False, poll_s: float = 0.5) -> list[int]:
+    """Start `n` `cgtune worker` processes on this machine and wait for them, with one progress bar over the
+    study's finished trials; returns their exit codes. The URL goes to them through $CGTUNE_STORAGE, never on a
+    command line another user could read with `ps`."""
+    import optuna
+    from tqdm.auto import tqdm
+
+    import tuner
+
+    root = str(Path(tuner.__file__).resolve().parents[1])  # the workers import this very cgtune
+    env = {**os.environ, STORAGE_ENV: url,
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    cmd = [sys.executable, "-m", "tuner.cli", "worker", "--study", study_name, "--no-progress"]
+    spec = load_spec(url, study_name)
+    study = optuna.load_study(study_name=study_name, storage=_open_storage(url))
+    TrialState = _states()
     procs = [subprocess.Popen(cmd, env=env) for _ in range(n)]
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(None if deadline is None else max(0.0, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append(p.wait())
-    return codes
+    try:
+        with tqdm(total=spec.n_trials, desc=f"{n} workers", unit="trial", disable=not progress) as bar:
+            while any(p.poll() is None for p in procs):
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                time.sleep(poll_s)
+                bar.n = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
+                bar.refresh()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [p.wait() for p in procs]
 
 
 # ---------------------------------------------------------------------------------------------- results

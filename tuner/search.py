@@ -364,7 +364,8 @@ class SearchResult:
     chosen: Evaluation
     """The list to ship."""
     source: str
-    """`study` (its best is within tolerance of exact) or `exact` (it was not, so the exact answer is used)."""
+    """`study` (its best is within tolerance of exact), `exact` (it was not, so the exact answer is used), `default`
+    (a guard) or `gpu-validated` (`cgtune tune --validate` measured another candidate faster)."""
     exact: ExactResult
     """The exact solver's answer and front."""
     study_best: Evaluation | None
@@ -714,11 +715,14 @@ def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: Se
     def reevaluate(t: Any) -> Evaluation:
         return model.evaluate(t.user_attrs["evaluation"]["capture_sizes"])
 
+    # A `cgtune tune --validate` trial's value is a measured latency, not the model's prediction: it cannot be
+    # ranked against the model's trials, so it never becomes the study's best (validate_candidates chooses by it).
+    predicted = [t for t in feasible if t.user_attrs.get("source") != "gpu-validation"]
     study_best = None
-    if feasible:
+    if predicted:
         key = (lambda t: t.value) if config.objective == "latency" else (lambda t: t.values[0])
-        study_best = reevaluate(min(feasible, key=key))
-    pareto = _pareto([reevaluate(t) for t in study.best_trials]) if config.objective == "pareto" and feasible \
+        study_best = reevaluate(min(predicted, key=key))
+    pareto = _pareto([reevaluate(t) for t in predicted]) if config.objective == "pareto" and predicted \
         else exact.front
 
     ex = exact.best

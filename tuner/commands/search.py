@@ -49,6 +49,8 @@ def command_line(name: str, args: argparse.Namespace) -> str:
         parts += ["--objective", args.objective]
     if args.seed:
         parts += ["--seed", str(args.seed)]
+    if getattr(args, "workers", None) is not None:
+        parts += ["--workers", str(args.workers)]
     return shlex.join(parts)
 
 
@@ -86,7 +88,8 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path) -> None
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
     gap = result.gap
     how = {"study": f"optuna study, {gap:.2%} from the exact optimum" if gap is not None else "optuna study",
-           "exact": "exact solver; see the notes in summary.json", "default": "vLLM default"}[result.source]
+           "exact": "exact solver; see the notes in summary.json", "default": "vLLM default",
+           "gpu-validated": "fastest measured on the GPU by --validate"}[result.source]
     top = t.capture_sizes[-1] if t.capture_sizes else 0
     print(f"tuned list ({how}): {len(t.capture_sizes)} graphs, max {top}")
     print(f"expected step {t.expected_step_ms:.4f} ms vs vLLM default {d.expected_step_ms:.4f} ms ({change:+.1%}); "

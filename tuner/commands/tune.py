@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import sys
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import load_workload_arg, positive_int
+from tuner.commands.common import load_workload_arg, non_negative_int, positive_int
 from tuner.commands.search import add_search_arguments, command_line, search_and_write
 from tuner.workload import Workload
 
@@ -42,7 +43,10 @@ class TuneCommand(Command):
         "examples:\n"
         "  cgtune tune workloads/dflash-llama-3.1-8b.yaml --out runs/dflash            # on a GPU machine\n"
         "  cgtune tune workloads/dflash-llama-3.1-8b.yaml --profile reports/h200/dflash-llama-3.1-8b.csv \\\n"
-        "      --out runs/dflash                                                        # anywhere"
+        "      --out runs/dflash                                                        # anywhere\n"
+        "  cgtune tune W.yaml --out runs/w --validate 3           # on a GPU: measure 3 candidates, ship the fastest\n"
+        "  CGTUNE_STORAGE=postgresql+psycopg2://u:PW@db/cgtune cgtune tune W.yaml --profile P.csv --out runs/w \\\n"
+        "      --workers 0                         # plan a fleet study; `cgtune worker` runs it (README: fleet)"
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -52,11 +56,44 @@ class TuneCommand(Command):
         p.add_argument("--max-widths", type=positive_int, metavar="N",
                        help="when profiling: thin the candidate widths to N (as `cgtune profile --max-widths`)")
         add_search_arguments(p)
+        p.add_argument("--validate", type=positive_int, metavar="K",
+                       help="after the search, capture and replay vLLM's default and the K best distinct candidate "
+                            "lists on this machine's GPU (as `cgtune validate`) and ship the fastest by measured step "
+                            "latency whose measured graph memory fits the KV budget; needs CUDA (checked first). "
+                            "Measurements are recorded as trials (source gpu-validation) in the study")
+        p.add_argument("--validate-steps", type=positive_int, default=3000, metavar="N",
+                       help="with --validate: steps in the seeded replay trace of the workload (default 3000)")
+        p.add_argument("--workers", type=non_negative_int, metavar="N",
+                       help="run the search as a fleet study in --storage (or $CGTUNE_STORAGE): plan its trials, "
+                            "start N local `cgtune worker` processes (0: none; workers on other hosts join with "
+                            "`cgtune worker --study NAME`) and write DIR once every planned trial has run; rerun "
+                            "to collect a study that others ran")
+        p.add_argument("--heartbeat-interval", type=positive_int, default=10, metavar="S",
+                       help="fleet study: seconds between a running trial's heartbeats (default 10; set when the "
+                            "study is created)")
+        p.add_argument("--grace-period", type=positive_int, default=60, metavar="S",
+                       help="fleet study: a trial whose heartbeat is older than S seconds is failed and retried by "
+                            "another worker (default 60; set when the study is created)")
 
     def run(self, args: argparse.Namespace) -> int:
         workload = load_workload_arg(args.workload)
         if args.out.exists() and not args.out.is_dir():
             raise UsageError(f"--out: {str(args.out)!r} exists and is not a directory")
+        if args.validate is not None:
+            from tuner.validate import ValidationError, require_cuda
+
+            try:
+                require_cuda()  # before any search work: a failed command leaves nothing behind
+            except ValidationError as exc:
+                raise UsageError(f"--validate: {exc}") from None
+        fleet_url = None
+        if args.workers is not None:
+            from tuner.fleet import FleetError, resolve_storage
+
+            try:
+                fleet_url = resolve_storage(args.storage)
+            except FleetError as exc:
+                raise UsageError(f"--workers: {exc}") from None
         profile = args.profile
         if profile is None:
             ok, why = gpu_available()
@@ -67,9 +104,80 @@ class TuneCommand(Command):
         else:
             print(f"[1/3] profile: using {profile}")
         print("[2/3] search")
-        code = search_and_write(args.workload, profile, args, command=command_line("tune", args), report=True)
+        if fleet_url is not None:
+            done = self._fleet(args, profile, fleet_url)
+            if not done:
+                return 0
+        else:
+            search_and_write(args.workload, profile, args, command=command_line("tune", args), report=True)
         print(f"[3/3] report: {args.out / 'report.md'}")
-        return code
+        if args.validate is not None:
+            return self._validate(args, fleet_url)
+        return 0
+
+    @staticmethod
+    def _validate(args: argparse.Namespace, fleet_url: str | None) -> int:
+        """Measure the K best candidates on the GPU and re-emit the run directory for the measured winner."""
+        from tuner.report import load_run, write_run
+        from tuner.validate import validate_candidates
+
+        command = command_line("tune", args) + f" --validate {args.validate}"
+        model, search = load_run(args.out)
+        chosen, record = validate_candidates(
+            args.out, model, search, args.validate, num_steps=args.validate_steps, seed=args.seed,
+            storage=fleet_url or args.storage, command=command,
+            progress=lambda m: print(f"validate: {m}", flush=True))
+        if chosen is None:
+            device = record.get("device_name") or "the GPU"
+            print(f"cgtune tune: error: no validated list fits by measured graph memory on {device}; the vLLM files "
+                  f"in {args.out} were removed (see validation.json)", file=sys.stderr)
+            return 1
+        if chosen is not search:
+            write_run(args.out, model, chosen, command=command, copy_inputs=False)
+        print(f"validate: shipped '{record.get('emitted')}' {list(chosen.chosen.capture_sizes)} "
+              f"(validation.json, report.md)")
+        return 0
+
+    @staticmethod
+    def _fleet(args: argparse.Namespace, profile: Path, url: str) -> bool:
+        """Plan (or extend) the fleet study, run --workers local workers, and write DIR when every planned trial has
+        run; False when workers elsewhere still have to run it."""
+        from tuner.commands.search import _check_out, _print_summary
+        from tuner.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
+        from tuner.model import CostModel, ModelError
+        from tuner.report import write_run
+        from tuner.search import SearchError, display_url, exact_solve
+
+        workload = load_workload_arg(args.workload)
+        _check_out(args.out)
+        try:
+            model = CostModel.from_files(profile, workload)
+            exact_solve(model, memory_buckets=args.memory_buckets)  # a budget nothing meets fails before any write
+            name, enqueued = create_or_extend(
+                url, args.workload, profile, model, objective=args.objective, n_trials=args.trials, seed=args.seed,
+                memory_buckets=args.memory_buckets, heartbeat_interval_s=args.heartbeat_interval,
+                grace_period_s=args.grace_period)
+        except (ModelError, SearchError, FleetError) as exc:
+            raise UsageError(str(exc)) from None
+        print(f"fleet study {name} in {display_url(url)}: {enqueued} trials enqueued now")
+        if args.workers:
+            codes = run_local_workers(url, name, args.workers, progress=not args.no_progress)
+            if any(codes):
+                log.warning("local workers exited with %s", codes)
+        [status] = study_status(url, name)
+        if not status.done:
+            c = status.counts
+            print(f"study not done yet ({c['complete']} complete, {c['running']} running, {c['waiting']} waiting): "
+                  f"start workers with `cgtune worker --study {name}` (storage from --storage or $CGTUNE_STORAGE), "
+                  f"watch `cgtune status --study {name}`, then rerun this command to write {args.out}/")
+            return False
+        try:
+            result = fleet_result(url, name, model)
+        except FleetError as exc:
+            raise UsageError(str(exc)) from None
+        written = write_run(args.out, model, result, command=command_line("tune", args), plots=True, report=True)
+        _print_summary(result, written, args.out)
+        return True
 
     @staticmethod
     def _profile(workload: Workload, args: argparse.Namespace, *, device_name: str) -> Path:
