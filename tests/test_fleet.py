@@ -204,6 +204,21 @@ def test_passwords_never_reach_errors(capsys):
     assert "s3cret-pw" not in out + err and "***" in err
     assert hide_secret(f"could not connect {url} (password s3cret-pw)", url) == \
         "could not connect postgresql+psycopg2://cgtune:***@127.0.0.1:1/nodb (password ***)"
+    # libpq also takes the password as a query parameter
+    query = "postgresql+psycopg2://cgtune@127.0.0.1:1/nodb?password=s3cret-pw&sslmode=disable"
+    assert main(["status", "--storage", query]) == 2
+    out, err = capsys.readouterr()
+    assert "s3cret-pw" not in out + err and "password=***" in err
+
+
+def test_display_url_hides_passwords_in_the_user_part_and_the_query():
+    from tuner.search import display_url
+
+    assert display_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+    assert display_url("postgresql://u@h/db?sslmode=require&password=pw") == \
+        "postgresql://u@h/db?sslmode=require&password=***"
+    assert display_url("sqlite:///x.db?timeout=5") == "sqlite:///x.db?timeout=5"
+    assert "pw" not in display_url("not a url://u:pw@h?token=pw")
 
 
 def test_worker_without_storage_is_one_line(capsys, monkeypatch):

@@ -62,15 +62,22 @@ def hide_secret(text: str, url: str | None) -> str:
     if not url:
         return text
     text = text.replace(url, display_url(url))
+    from tuner.search import _SECRET_QUERY_KEYS
+
+    secrets: list[str] = []
     try:
         from sqlalchemy.engine import make_url
 
-        password = make_url(url).password
+        u = make_url(url)
+        secrets.append(str(u.password or ""))
+        for k, v in u.query.items():
+            if k.lower() in _SECRET_QUERY_KEYS:
+                secrets += [v] if isinstance(v, str) else list(v)
     except Exception:  # not an SQLAlchemy URL: mask what sits between the user and the host
         userinfo = url.split("://", 1)[-1].rsplit("@", 1)[0] if "@" in url else ""
-        password = userinfo.split(":", 1)[1] if ":" in userinfo else None
-    if password:
-        text = text.replace(str(password), "***")
+        secrets.append(userinfo.split(":", 1)[1] if ":" in userinfo else "")
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
     return text
 
 
@@ -313,8 +320,15 @@ class _Heartbeat:
 def _pop_waiting(study: Any) -> int | None:
     """Claim one waiting trial (the storage's row lock makes the claim atomic across workers); None if none."""
     TrialState = _states()
+    storage = study._storage
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if study._storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+        # A heartbeat before the claim: optuna's stale check skips a running trial without any, so a worker
+        # dying between claim and first beat would otherwise leave its trial running forever.
+        try:
+            storage.record_heartbeat(t._trial_id)
+        except Exception:  # two workers inserted the first row at once: one row exists, which is all we need
+            pass
+        if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
             return int(t._trial_id)
     return None
 
@@ -347,6 +361,7 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
     with fleet_model(spec) as model, logging_redirect_tqdm(), \
             tqdm(total=spec.n_trials, desc=f"worker {study_name[:24]}", unit="trial", disable=not progress) as bar:
         objective = make_objective(model, spec.objective)
+        shown = 0.0
         while max_trials is None or counts["complete"] + counts["failed"] < max_trials:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -375,9 +390,11 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
                 beat.stop()
                 study.tell(trial, value)
                 counts["complete"] += 1
-            done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
-            bar.n = min(spec.n_trials, done)
-            bar.refresh()
+            if progress and time.monotonic() - shown > 1.0:  # reading every trial per trial would cost O(n^2)
+                shown = time.monotonic()
+                done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
+                bar.n = min(spec.n_trials, done)
+                bar.refresh()
     return counts
 
 

@@ -438,16 +438,27 @@ def study_name_for(model: CostModel, objective: str) -> str:
     return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}-v2"
 
 
+_SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "sslpassword", "token", "secret")
+"""Query parameters of a storage URL that hold secrets (libpq takes `?password=` as well as `user:password@`)."""
+
+
 def display_url(url: str) -> str:
-    """A storage URL fit for files and logs: any password replaced by ***."""
-    if not url or "@" not in url:
+    """A storage URL fit for files and logs: any password, in the user part or the query, replaced by ***."""
+    if not url or ("@" not in url and "?" not in url):
         return url
     try:
         from sqlalchemy.engine import make_url
 
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not an SQLAlchemy URL: keep only what follows the credentials
-        return "***@" + url.rsplit("@", 1)[1]
+        u = make_url(url)
+        shown = u.render_as_string(hide_password=True)
+        if any(k.lower() in _SECRET_QUERY_KEYS for k in u.query):
+            base = u.set(query={}).render_as_string(hide_password=True)
+            parts = [f"{k}={'***' if k.lower() in _SECRET_QUERY_KEYS else v}" for k, v in u.query.items()]
+            shown = base + "?" + "&".join(parts)
+        return shown
+    except Exception:  # not an SQLAlchemy URL: keep only what follows the credentials, drop any query
+        rest = url.rsplit("@", 1)[1] if "@" in url else url.split("://", 1)[-1]
+        return "***@" + rest.split("?", 1)[0]
 
 
 def default_storage_url(run_dir: str | Path) -> str:
