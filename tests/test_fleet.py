@@ -277,3 +277,21 @@ def test_tune_on_sqlite_and_on_postgres_give_the_same_answer_and_hide_the_passwo
     assert results["postgres"]["storage"].startswith("postgresql+psycopg2://cgtune:***@")
     for key in ("chosen", "source", "study_best", "exact"):
         assert results["sqlite"][key] == results["postgres"][key], key
+
+
+def test_status_lists_single_process_studies_too(inputs, tmp_path, capsys):
+    from tuner.cli import main
+    from tuner.search import SearchConfig, run_search
+
+    run_search(inputs[2], SearchConfig(n_trials=6, progress=False), run_dir=tmp_path)  # sqlite:///tmp/study.db
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    assert main(["status", "--storage", url]) == 0
+    out, _ = capsys.readouterr()
+    assert "1 study" in out and "6 complete, 0 running" in out and "[single-process]" in out and "best " in out
+    assert main(["status", "--storage", url, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [study] = data["studies"]
+    assert study["fleet"] is False and study["planned"] is None and study["counts"]["complete"] == 6
+    assert study["best_sizes"] and study["best_value"] > 0
+    assert main(["status", "--storage", url, "--study", "nope"]) == 2
+    assert "no study 'nope'" in capsys.readouterr().err

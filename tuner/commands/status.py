@@ -42,7 +42,7 @@ class StatusCommand(Command):
             print(json.dumps({"storage": display_url(url), "studies": [
                 {**s.__dict__, "done": s.done} for s in studies]}, indent=2))
             return 0
-        print(f"storage {display_url(url)}: {len(studies)} studies")
+        print(f"storage {display_url(url)}: {len(studies)} {'study' if len(studies) == 1 else 'studies'}")
         for s in studies:
             c = s.counts
             budget = f"/{s.planned} planned" if s.planned is not None else ""
