@@ -295,3 +295,16 @@ def test_status_lists_single_process_studies_too(inputs, tmp_path, capsys):
     assert study["best_sizes"] and study["best_value"] > 0
     assert main(["status", "--storage", url, "--study", "nope"]) == 2
     assert "no study 'nope'" in capsys.readouterr().err
+
+
+def test_three_local_workers_on_sqlite_never_claim_one_trial_twice(inputs, tmp_path):
+    from tuner.fleet import run_local_workers
+
+    # SQLite ignores SELECT ... FOR UPDATE: without the claim lock two workers ran one trial and one crashed on
+    # "Cannot tell a COMPLETE trial" (seen at 150 trials, 3 workers).
+    url = f"sqlite:///{tmp_path / 'local.db'}"
+    name, _ = create(url, inputs, n=90)
+    assert run_local_workers(url, name, 3, timeout_s=60) == [0, 0, 0]
+    ts = trials(url, name)
+    assert_each_slot_complete_once(ts, 90)
+    assert not [t for t in ts if t.state.name != "COMPLETE"]

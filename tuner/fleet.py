@@ -317,8 +317,34 @@ class _Heartbeat:
         self._thread.join()
 
 
-def _pop_waiting(study: Any) -> int | None:
-    """Claim one waiting trial (the storage's row lock makes the claim atomic across workers); None if none."""
+@contextmanager
+def _claim_lock(url: str) -> Iterator[None]:
+    """On SQLite, a file lock around a claim: SQLite ignores optuna's SELECT ... FOR UPDATE, so two local workers
+    could both move one waiting trial to running. Server databases lock the row and need nothing here."""
+    if not url.startswith("sqlite"):
+        yield
+        return
+    import fcntl
+
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.cgtune-claim.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _pop_waiting(study: Any, url: str) -> int | None:
+    """Claim one waiting trial (the storage's row lock, or on SQLite a file lock, makes the claim atomic across
+    workers); None if none is waiting."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
     TrialState = _states()
     storage = study._storage
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
@@ -328,8 +354,12 @@ def _pop_waiting(study: Any) -> int | None:
             storage.record_heartbeat(t._trial_id)
         except Exception:  # two workers inserted the first row at once: one row exists, which is all we need
             pass
-        if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-            return int(t._trial_id)
+        try:
+            with _claim_lock(url):
+                if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                    return int(t._trial_id)
+        except UpdateFinishedTrialError:  # the list of waiting trials is stale: another worker ran this one
+            continue
     return None
 
 
@@ -366,7 +396,7 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)
-            trial_id = _pop_waiting(study)
+            trial_id = _pop_waiting(study, url)
             if trial_id is None:
                 if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                     break
