@@ -388,6 +388,8 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
     TrialState = _states()
     worker = f"{socket.gethostname()}:{os.getpid()}" + (f":{device}" if device else "")
     counts = {"complete": 0, "failed": 0}
+    log.info("worker %s joined study %s in %s (%d trials planned)", worker, study_name, display_url(url),
+             spec.n_trials)
     with fleet_model(spec) as model, logging_redirect_tqdm(), \
             tqdm(total=spec.n_trials, desc=f"worker {study_name[:24]}", unit="trial", disable=not progress) as bar:
         objective = make_objective(model, spec.objective)
