@@ -165,6 +165,7 @@ def test_three_workers_on_postgres_one_killed_mid_trial(inputs, pg_url, tmp_path
         log.close()
     assert codes == [-9, 0, 0], output
     assert "cgtune-test" not in output  # the server's password
+    assert "joined study" in output and "cgtune:***@" in output  # the workers' logs show the URL, masked
 
     ts = trials(pg_url, name)
     assert_each_slot_complete_once(ts, BUDGET)  # nothing lost, nothing counted twice
