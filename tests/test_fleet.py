@@ -309,3 +309,22 @@ def test_three_local_workers_on_sqlite_never_claim_one_trial_twice(inputs, tmp_p
     ts = trials(url, name)
     assert_each_slot_complete_once(ts, 90)
     assert not [t for t in ts if t.state.name != "COMPLETE"]
+
+
+def test_status_counts_gpu_measurements_apart_from_trials(inputs, tmp_path, capsys):
+    import optuna
+
+    from tuner.cli import main
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    name, _ = create(url, inputs, n=6)
+    run_worker(url, name, progress=False)
+    study = optuna.load_study(study_name=name, storage=url)
+    study.add_trial(optuna.trial.create_trial(  # as tuner.validate records a measured list: a tiny measured value
+        state=optuna.trial.TrialState.COMPLETE, values=[1e-6], constraints={"kv_shortfall_gib": -1.0},
+        user_attrs={"source": "gpu-validation", "evaluation": {"capture_sizes": [1]}}))
+    [status] = study_status(url, name)
+    assert status.counts["complete"] == 6 and status.counts["gpu_validated"] == 1 and status.done
+    assert status.best_value > 1e-3  # a measurement is not ranked against the model's predictions
+    assert main(["status", "--storage", url]) == 0
+    assert "1 GPU-validated lists" in capsys.readouterr().out

@@ -492,7 +492,8 @@ class StudyStatus:
     planned: int | None
     """Trials planned (fleet studies)."""
     counts: dict[str, int]
-    """Trials per state: complete, running, waiting, failed, pruned; and retried (reruns of stale trials)."""
+    """Trials per state: complete, running, waiting, failed, pruned; retried (reruns of stale trials); and
+    gpu_validated (measurements `cgtune tune --validate` added, counted in no state)."""
     best_value: float | None
     """Best feasible value so far (first objective), None before any."""
     best_sizes: list[int] | None
@@ -526,15 +527,18 @@ def study_status(url: str, study_name: str | None = None) -> list[StudyStatus]:
         attrs = storage.get_study_user_attrs(study_id)
         spec = attrs.get(FLEET_ATTR) if isinstance(attrs.get(FLEET_ATTR), dict) else None
         trials = storage.get_all_trials(study_id, deepcopy=False)
-        counts = {"complete": 0, "running": 0, "waiting": 0, "failed": 0, "pruned": 0, "retried": 0}
+        counts = {"complete": 0, "running": 0, "waiting": 0, "failed": 0, "pruned": 0, "retried": 0,
+                  "gpu_validated": 0}
         key = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running", TrialState.WAITING: "waiting",
                TrialState.FAIL: "failed", TrialState.PRUNED: "pruned"}
         best = None
         for t in trials:
+            if t.user_attrs.get("source") == "gpu-validation":  # a measurement by tune --validate, not a trial
+                counts["gpu_validated"] += 1
+                continue
             counts[key[t.state]] += 1
             counts["retried"] += "failed_trial" in t.system_attrs
-            if t.state == TrialState.COMPLETE and t.values and all(v <= 0 for v in t.constraints.values()) \
-                    and t.user_attrs.get("source") != "gpu-validation":
+            if t.state == TrialState.COMPLETE and t.values and all(v <= 0 for v in t.constraints.values()):
                 if best is None or t.values[0] < best.values[0]:
                     best = t
         sizes = (best.user_attrs.get("evaluation") or {}).get("capture_sizes") if best is not None else None

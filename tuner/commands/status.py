@@ -51,5 +51,7 @@ class StatusCommand(Command):
                 f"best {s.best_value:.4f} ms, {len(s.best_sizes or [])} graphs, max "
                 f"{(s.best_sizes or [0])[-1] if s.best_sizes else 0}")
             print(f"{s.name}: {c['complete']} complete{budget}, {c['running']} running, {c['waiting']} waiting, "
-                  f"{c['failed']} failed ({c['retried']} retried); {best} [{state}]")
+                  f"{c['failed']} failed ({c['retried']} retried)"
+                  + (f", {c['gpu_validated']} GPU-validated lists" if c["gpu_validated"] else "")
+                  + f"; {best} [{state}]")
         return 0
