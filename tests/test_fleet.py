@@ -328,3 +328,26 @@ def test_status_counts_gpu_measurements_apart_from_trials(inputs, tmp_path, caps
     assert status.best_value > 1e-3  # a measurement is not ranked against the model's predictions
     assert main(["status", "--storage", url]) == 0
     assert "1 GPU-validated lists" in capsys.readouterr().out
+
+
+def test_a_bug_in_a_trial_fails_it_with_the_reason_and_stops_the_worker(inputs, tmp_path, monkeypatch):
+    import tuner.fleet
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    name, _ = create(url, inputs, n=6)
+    real = tuner.fleet._evaluate
+
+    def buggy(objective, trial):
+        if trial.user_attrs["slot"] == 2:
+            raise KeyError("synthetic bug")
+        return real(objective, trial)
+
+    monkeypatch.setattr(tuner.fleet, "_evaluate", buggy)
+    with pytest.raises(KeyError):
+        run_worker(url, name, progress=False)
+    [failed] = [t for t in trials(url, name) if t.state.name == "FAIL"]
+    assert failed.user_attrs["slot"] == 2 and "synthetic bug" in failed.user_attrs["fail_reason"]
+    monkeypatch.setattr(tuner.fleet, "_evaluate", real)
+    assert run_worker(url, name, progress=False) == {"complete": 3, "failed": 0}  # the rest; no retry of the bug
+    [status] = study_status(url, name)
+    assert status.done and status.counts == {**status.counts, "complete": 5, "failed": 1, "retried": 0}

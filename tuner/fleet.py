@@ -373,7 +373,7 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
     """Claim and run the study's waiting trials until none is waiting or running; returns counts for this worker.
 
     Before each claim, trials whose heartbeat went stale are failed and re-enqueued (optuna's fail_stale_trials
-    with RetryFailedTrialCallback), so a worker killed mid-trial loses nothing: another worker reruns its trial.
+    with optuna's retry callback), so a worker killed mid-trial loses nothing: another worker reruns its trial.
     While other workers' trials run, this one waits, since one of them may yet be retried."""
     import optuna
     from tqdm.auto import tqdm
@@ -413,9 +413,16 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
                 beat.stop()
                 study.tell(trial, state=TrialState.FAIL)  # the objective kept the reason (fail_reason)
                 counts["failed"] += 1
+            except Exception as exc:
+                # A bug, not a bad list: fail the trial with the reason and stop this worker loudly. A retry would
+                # only crash the next worker the same way.
+                beat.stop()
+                trial.set_user_attr("fail_reason", f"{type(exc).__name__}: {exc}")
+                study.tell(trial, state=TrialState.FAIL)
+                raise
             except BaseException:
-                # Ctrl-C or a bug: leave the trial RUNNING without heartbeats, so it goes stale and another
-                # worker retries it, instead of counting it as a failed list.
+                # Ctrl-C or SystemExit: leave the trial RUNNING without heartbeats, so it goes stale and another
+                # worker reruns it, instead of counting it as a failed list.
                 beat.stop()
                 raise
             else:
