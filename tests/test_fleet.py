@@ -351,3 +351,15 @@ def test_a_bug_in_a_trial_fails_it_with_the_reason_and_stops_the_worker(inputs, 
     assert run_worker(url, name, progress=False) == {"complete": 3, "failed": 0}  # the rest; no retry of the bug
     [status] = study_status(url, name)
     assert status.done and status.counts == {**status.counts, "complete": 5, "failed": 1, "retried": 0}
+
+
+def test_tune_fails_when_its_local_workers_fail_and_leave_the_study_unfinished(inputs, tmp_path, capsys,
+                                                                               monkeypatch):
+    import tuner.fleet
+
+    monkeypatch.setattr(tuner.fleet, "run_local_workers", lambda *a, **k: [1, 0])  # stand-in: one crashed at once
+    wl, profile, _ = inputs
+    code, stdout, err = _tune(capsys, "tune", wl, "--profile", profile, "--out", tmp_path / "run", "--trials", 8,
+                              "--storage", f"sqlite:///{tmp_path / 'f.db'}", "--workers", 2, "--no-progress")
+    assert code == 1 and "local workers exited with [1, 0]" in err and "unfinished" in err
+    assert not (tmp_path / "run").exists()

@@ -105,9 +105,9 @@ class TuneCommand(Command):
             print(f"[1/3] profile: using {profile}")
         print("[2/3] search")
         if fleet_url is not None:
-            done = self._fleet(args, profile, fleet_url)
-            if not done:
-                return 0
+            state = self._fleet(args, profile, fleet_url)
+            if state != "done":
+                return 0 if state == "pending" else 1
         else:
             search_and_write(args.workload, profile, args, command=command_line("tune", args), report=True)
         print(f"[3/3] report: {args.out / 'report.md'}")
@@ -139,9 +139,10 @@ class TuneCommand(Command):
         return 0
 
     @staticmethod
-    def _fleet(args: argparse.Namespace, profile: Path, url: str) -> bool:
+    def _fleet(args: argparse.Namespace, profile: Path, url: str) -> str:
         """Plan (or extend) the fleet study, run --workers local workers, and write DIR when every planned trial has
-        run; False when workers elsewhere still have to run it."""
+        run: `done`; `pending` when workers elsewhere still have to run it; `failed` when a local worker failed
+        and left it unfinished."""
         from tuner.commands.search import _check_out, _print_summary
         from tuner.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
         from tuner.model import CostModel, ModelError
@@ -160,24 +161,29 @@ class TuneCommand(Command):
         except (ModelError, SearchError, FleetError) as exc:
             raise UsageError(str(exc)) from None
         print(f"fleet study {name} in {display_url(url)}: {enqueued} trials enqueued now")
+        codes: list[int] = []
         if args.workers:
             codes = run_local_workers(url, name, args.workers, progress=not args.no_progress)
             if any(codes):
                 log.warning("local workers exited with %s", codes)
         [status] = study_status(url, name)
+        if not status.done and any(codes):
+            print(f"cgtune tune: error: local workers exited with {codes} and study {name} is unfinished (see their "
+                  f"errors above); rerun to resume it", file=sys.stderr)
+            return "failed"
         if not status.done:
             c = status.counts
             print(f"study not done yet ({c['complete']} complete, {c['running']} running, {c['waiting']} waiting): "
                   f"start workers with `cgtune worker --study {name}` (storage from --storage or $CGTUNE_STORAGE), "
                   f"watch `cgtune status --study {name}`, then rerun this command to write {args.out}/")
-            return False
+            return "pending"
         try:
             result = fleet_result(url, name, model)
         except FleetError as exc:
             raise UsageError(str(exc)) from None
         written = write_run(args.out, model, result, command=command_line("tune", args), plots=True, report=True)
         _print_summary(result, written, args.out)
-        return True
+        return "done"
 
     @staticmethod
     def _profile(workload: Workload, args: argparse.Namespace, *, device_name: str) -> Path:
