@@ -12,26 +12,24 @@ from tuner.workload import Workload, WorkloadError, load_workload
 __all__ = ["capability", "load_workload_arg", "non_negative_int", "positive_int", "schedule_json"]
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+def _int_at_least(minimum: int, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _int_at_least(1, text)
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
+    return _int_at_least(0, text)
 
 
 def capability(text: str) -> tuple[int, int]:
