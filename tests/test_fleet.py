@@ -22,12 +22,12 @@ from tuner.fleet import (  # noqa: E402
     STORAGE_ENV,
     create_or_extend,
     fleet_result,
-    hide_secret,
     plan_trials,
     run_worker,
     study_status,
 )
 from tuner.model import CostModel  # noqa: E402
+from tuner.storage_url import hide_secret  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -213,7 +213,7 @@ def test_passwords_never_reach_errors(capsys):
 
 
 def test_display_url_hides_passwords_in_the_user_part_and_the_query():
-    from tuner.search import display_url
+    from tuner.storage_url import display_url
 
     assert display_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
     assert display_url("postgresql://u@h/db?sslmode=require&password=pw") == \

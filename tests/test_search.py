@@ -212,7 +212,7 @@ def test_value_placement_finds_the_widths_a_histogram_puts_its_mass_on(tmp_path)
 
 
 def test_storage_password_never_reaches_the_result():
-    from tuner.search import display_url
+    from tuner.storage_url import display_url
 
     assert display_url("postgresql://cgtune:s3cret@db:5432/studies") == "postgresql://cgtune:***@db:5432/studies"
     assert display_url("sqlite:////tmp/run/study.db") == "sqlite:////tmp/run/study.db"

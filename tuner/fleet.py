@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.search import PLACEMENTS, display_url
+from tuner.search import PLACEMENTS
+from tuner.storage_url import display_url, hide_secret
 
 if TYPE_CHECKING:
     from tuner.model import CostModel
@@ -35,7 +36,6 @@ __all__ = [
     "create_or_extend",
     "fleet_model",
     "fleet_result",
-    "hide_secret",
     "load_spec",
     "plan_trials",
     "resolve_storage",
@@ -55,30 +55,6 @@ _SPEC_VERSION = 1
 
 class FleetError(ValueError):
     """The fleet cannot run (no storage URL, no such study, storage unreachable); one line, password hidden."""
-
-
-def hide_secret(text: str, url: str | None) -> str:
-    """`text` with the URL shown as `display_url` shows it and its password nowhere, e.g. in a driver's error."""
-    if not url:
-        return text
-    text = text.replace(url, display_url(url))
-    from tuner.search import _SECRET_QUERY_KEYS
-
-    secrets: list[str] = []
-    try:
-        from sqlalchemy.engine import make_url
-
-        u = make_url(url)
-        secrets.append(str(u.password or ""))
-        for k, v in u.query.items():
-            if k.lower() in _SECRET_QUERY_KEYS:
-                secrets += [v] if isinstance(v, str) else list(v)
-    except Exception:  # not an SQLAlchemy URL: mask what sits between the user and the host
-        userinfo = url.split("://", 1)[-1].rsplit("@", 1)[0] if "@" in url else ""
-        secrets.append(userinfo.split(":", 1)[1] if ":" in userinfo else "")
-    for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def resolve_storage(url: str | None) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from tuner.exact import ExactResult, SearchError, brute_force, exact_solve, pareto_front, round_up
 from tuner.model import GIB, CostModel, Evaluation
+from tuner.storage_url import display_url
 
 if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only needs the exact solver
     import optuna
@@ -28,7 +29,6 @@ __all__ = [
     "SearchResult",
     "brute_force",
     "default_storage_url",
-    "display_url",
     "exact_solve",
     "finished_trials",
     "list_from_params",
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 OBJECTIVES = ("latency", "pareto")
 """`latency`: minimise expected step latency within the KV budget; `pareto`: latency vs graph memory front."""
+
 
 # ---------------------------------------------------------------------------------------------- optuna study
 @dataclass(frozen=True)
@@ -150,29 +151,6 @@ def study_name_for(model: CostModel, objective: str) -> str:
     ph = profile_hash(profile.path) if profile.path else "unsaved"
     # v2: the trial parameters changed (placement); an older study's distributions would not load.
     return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}-v2"
-
-
-_SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "sslpassword", "token", "secret")
-"""Query parameters of a storage URL that hold secrets (libpq takes `?password=` as well as `user:password@`)."""
-
-
-def display_url(url: str) -> str:
-    """A storage URL fit for files and logs: any password, in the user part or the query, replaced by ***."""
-    if not url or ("@" not in url and "?" not in url):
-        return url
-    try:
-        from sqlalchemy.engine import make_url
-
-        u = make_url(url)
-        shown = u.render_as_string(hide_password=True)
-        if any(k.lower() in _SECRET_QUERY_KEYS for k in u.query):
-            base = u.set(query={}).render_as_string(hide_password=True)
-            parts = [f"{k}={'***' if k.lower() in _SECRET_QUERY_KEYS else v}" for k, v in u.query.items()]
-            shown = base + "?" + "&".join(parts)
-        return shown
-    except Exception:  # not an SQLAlchemy URL: keep only what follows the credentials, drop any query
-        rest = url.rsplit("@", 1)[1] if "@" in url else url.split("://", 1)[-1]
-        return "***@" + rest.split("?", 1)[0]
 
 
 def default_storage_url(run_dir: str | Path) -> str:

@@ -31,7 +31,7 @@ class StatusCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from tuner.fleet import FleetError, resolve_storage, study_status
-        from tuner.search import display_url
+        from tuner.storage_url import display_url
 
         try:
             url = resolve_storage(args.storage)

@@ -147,7 +147,8 @@ class TuneCommand(Command):
         from tuner.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
         from tuner.model import CostModel, ModelError
         from tuner.report import write_run
-        from tuner.search import SearchError, display_url, exact_solve
+        from tuner.search import SearchError, exact_solve
+        from tuner.storage_url import display_url
 
         workload = load_workload_arg(args.workload)
         _check_out(args.out)

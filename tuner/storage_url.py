@@ -1,0 +1,49 @@
+"""Storage URLs may hold credentials: show them with every password hidden, in files, logs and errors."""
+
+from __future__ import annotations
+
+__all__ = ["display_url", "hide_secret"]
+
+_SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "sslpassword", "token", "secret")
+"""Query parameters of a storage URL that hold secrets (libpq takes `?password=` as well as `user:password@`)."""
+
+
+def display_url(url: str) -> str:
+    """A storage URL fit for files and logs: any password, in the user part or the query, replaced by ***."""
+    if not url or ("@" not in url and "?" not in url):
+        return url
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        shown = u.render_as_string(hide_password=True)
+        if any(k.lower() in _SECRET_QUERY_KEYS for k in u.query):
+            base = u.set(query={}).render_as_string(hide_password=True)
+            parts = [f"{k}={'***' if k.lower() in _SECRET_QUERY_KEYS else v}" for k, v in u.query.items()]
+            shown = base + "?" + "&".join(parts)
+        return shown
+    except Exception:  # not an SQLAlchemy URL: keep only what follows the credentials, drop any query
+        rest = url.rsplit("@", 1)[1] if "@" in url else url.split("://", 1)[-1]
+        return "***@" + rest.split("?", 1)[0]
+
+
+def hide_secret(text: str, url: str | None) -> str:
+    """`text` with the URL shown as `display_url` shows it and its password nowhere, e.g. in a driver's error."""
+    if not url:
+        return text
+    text = text.replace(url, display_url(url))
+    secrets: list[str] = []
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        secrets.append(str(u.password or ""))
+        for k, v in u.query.items():
+            if k.lower() in _SECRET_QUERY_KEYS:
+                secrets += [v] if isinstance(v, str) else list(v)
+    except Exception:  # not an SQLAlchemy URL: mask what sits between the user and the host
+        userinfo = url.split("://", 1)[-1].rsplit("@", 1)[0] if "@" in url else ""
+        secrets.append(userinfo.split(":", 1)[1] if ":" in userinfo else "")
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
