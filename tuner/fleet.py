@@ -209,10 +209,10 @@ def plan_trials(model: CostModel, n_trials: int, seed: int, n_seeds: int,
     """The study's trials as (params, user_attrs), slot by slot: vLLM's default, `n_seeds` heuristic seeds (as the
     single-process study starts), then seeded random parameters. Planned, not sampled adaptively, so the answer
     cannot depend on how many workers ran or in which order; the exact solver still holds the study to the optimum."""
-    from tuner.search import _seed_params
+    from tuner.search import seed_params
 
     plan: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, {"capture_sizes": list(model.default_sizes)})]
-    seeds = _seed_params(model)
+    seeds = seed_params(model)
     if len(seeds) > n_seeds:
         seeds = [seeds[i] for i in np.unique(np.linspace(0, len(seeds) - 1, n_seeds).round().astype(int))]
     plan += [(p, {}) for p in seeds]

@@ -36,6 +36,7 @@ __all__ = [
     "open_study",
     "profile_hash",
     "run_search",
+    "seed_params",
     "study_name_for",
     "summarize_study",
 ]
@@ -262,7 +263,7 @@ def _quantile_sizes(model: CostModel, below: np.ndarray, top_width: int, k: int,
     return {int(x) for x in below[idx]} | {top_width}
 
 
-def _seed_params(model: CostModel) -> list[dict[str, Any]]:
+def seed_params(model: CostModel) -> list[dict[str, Any]]:
     """Trials to start from: per placement and per count (2, 4, 8, ... all), the widest top at or below the widest
     decode batch whose list still fits the budget. Plain heuristics, not the exact answer: they give the sampler a
     foothold where a tight budget leaves only a narrow band of good tops."""
@@ -378,7 +379,7 @@ def open_study(model: CostModel, config: SearchConfig, *, run_dir: str | Path | 
     if not study.get_trials(deepcopy=False):
         # vLLM's default goes first, so the study's best is never worse than what vLLM does out of the box.
         study.enqueue_trial({}, user_attrs={"capture_sizes": list(model.default_sizes)})
-        seeds = _seed_params(model)
+        seeds = seed_params(model)
         keep = max(4, config.n_trials // 5)  # leave most trials to the sampler
         if len(seeds) > keep:
             seeds = [seeds[i] for i in np.unique(np.linspace(0, len(seeds) - 1, keep).round().astype(int))]
