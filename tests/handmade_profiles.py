@@ -10,12 +10,18 @@ from typing import Any
 from tuner.profile_table import ProfileRow, write_profile
 from tuner.workload import Workload, parse_workload
 
-__all__ = ["MIB", "handmade_profile", "handmade_workload"]
+__all__ = ["MIB", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic"]
 
 MIB = 1 << 20
 
 
-def handmade_workload(
+def mixed_traffic(max_num_seqs: int, max_num_batched_tokens: int, mixed_share: float = 0.2) -> dict[str, Any]:
+    """Decode steps of 1..max_num_seqs requests plus `mixed_share` mixed steps of 1..max_num_batched_tokens."""
+    return {"requests": {"kind": "uniform", "min": 1, "max": max_num_seqs}, "mixed_share": mixed_share,
+            "mixed_tokens": {"kind": "uniform", "min": 1, "max": max_num_batched_tokens}}
+
+
+def handmade_spec(
     *,
     name: str = "hand",
     max_num_seqs: int = 8,
@@ -23,9 +29,10 @@ def handmade_workload(
     max_num_batched_tokens: int = 64,
     traffic: dict[str, Any] | None = None,
     **serving: Any,
-) -> Workload:
-    """A tiny-model workload; default traffic: decode steps of 1..8 requests, uniform."""
-    spec = {
+) -> dict[str, Any]:
+    """A tiny-model workload spec (a mapping, to write as YAML); default traffic: decode steps of 1..max_num_seqs
+    requests, uniform."""
+    return {
         "name": name,
         "model": {"preset": "tiny", "dtype": "float32"},
         "serving": {
@@ -37,7 +44,11 @@ def handmade_workload(
         },
         "traffic": traffic or {"requests": {"kind": "uniform", "min": 1, "max": max_num_seqs}},
     }
-    return parse_workload(spec)
+
+
+def handmade_workload(**spec: Any) -> Workload:
+    """`handmade_spec(**spec)`, parsed."""
+    return parse_workload(handmade_spec(**spec))
 
 
 def handmade_profile(

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile  # noqa: E402
+from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic  # noqa: E402
 
 from tuner.fleet import (  # noqa: E402
     STORAGE_ENV,
@@ -31,13 +31,8 @@ from tuner.storage_url import hide_secret  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = {
-    "name": "fleet-hand",
-    "model": {"preset": "tiny", "dtype": "float32"},
-    "serving": {"max_num_seqs": 24, "num_speculative_tokens": 1, "max_num_batched_tokens": 64, "max_model_len": 64},
-    "traffic": {"requests": {"kind": "uniform", "min": 1, "max": 24}, "mixed_share": 0.2,
-                "mixed_tokens": {"kind": "uniform", "min": 1, "max": 64}},
-}
+SPEC = handmade_spec(name="fleet-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
+                     traffic=mixed_traffic(24, 64))
 BUDGET = 24
 
 

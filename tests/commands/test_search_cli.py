@@ -11,19 +11,14 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
 from tuner.report import PLOTS, SUMMARY_KEYS  # noqa: E402
 from tuner.vllm.defaults import default_capture_sizes  # noqa: E402
 
-SPEC = {
-    "name": "cli-hand",
-    "model": {"preset": "tiny", "dtype": "float32"},
-    "serving": {"max_num_seqs": 24, "num_speculative_tokens": 1, "max_num_batched_tokens": 64, "max_model_len": 64},
-    "traffic": {"requests": {"kind": "uniform", "min": 1, "max": 24}, "mixed_share": 0.2,
-                "mixed_tokens": {"kind": "uniform", "min": 1, "max": 64}},
-}
+SPEC = handmade_spec(name="cli-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
+                     traffic=mixed_traffic(24, 64))
 
 
 @pytest.fixture()

@@ -11,17 +11,12 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile  # noqa: E402
+from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
 
-SPEC = {
-    "name": "tune-validate",
-    "model": {"preset": "tiny", "dtype": "float32"},
-    "serving": {"max_num_seqs": 12, "num_speculative_tokens": 1, "max_num_batched_tokens": 32, "max_model_len": 64},
-    "traffic": {"requests": {"kind": "uniform", "min": 1, "max": 12}, "mixed_share": 0.2,
-                "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}},
-}
+SPEC = handmade_spec(name="tune-validate", max_num_seqs=12, num_speculative_tokens=1, max_num_batched_tokens=32,
+                     traffic=mixed_traffic(12, 32))
 
 
 @pytest.fixture()
