@@ -255,16 +255,7 @@ class DecodeModel:
             sin = self.sin[pos].unsqueeze(1)
             h = F.embedding(ids, self.embed)
             for layer in self.layers:
-                a = F.rms_norm(h, (s.hidden_size,), layer.input_norm, eps)
-                q, k, v = F.linear(a, layer.qkv).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-                q = q.reshape(num_tokens, s.num_heads, s.head_dim)
-                k = k.reshape(num_tokens, s.num_kv_heads, s.head_dim)
-                v = v.reshape(num_tokens, s.num_kv_heads, s.head_dim)
-                if layer.q_norm is not None:
-                    q = F.rms_norm(q, (s.head_dim,), layer.q_norm, eps)
-                    k = F.rms_norm(k, (s.head_dim,), layer.k_norm, eps)
-                q = _rope(q, cos, sin)
-                k = _rope(k, cos, sin)
+                q, k, v = _qkv(s, layer, h, cos, sin)
                 outs, lo = [], 0
                 # Requests of equal length attend as one batch (at most two lengths: per_request and +1).
                 for length in sorted(set(lengths), reverse=True):
@@ -274,10 +265,7 @@ class DecodeModel:
                     o = F.scaled_dot_product_attention(*batch, is_causal=True, enable_gqa=self._enable_gqa)
                     outs.append(o.transpose(1, 2).reshape(count * length, s.q_size))
                     lo = hi
-                h = h + F.linear(torch.cat(outs) if len(outs) > 1 else outs[0], layer.o_proj)
-                m = F.rms_norm(h, (s.hidden_size,), layer.post_norm, eps)
-                gate, up = F.linear(m, layer.gate_up).chunk(2, dim=-1)
-                h = h + F.linear(F.silu(gate) * up, layer.down)
+                h = _mlp(s, layer, h + F.linear(torch.cat(outs) if len(outs) > 1 else outs[0], layer.o_proj))
             last = torch.tensor(lengths, device=self.device).cumsum(0) - 1
             return self.logits(F.rms_norm(h[last], (s.hidden_size,), self.final_norm, eps))
 
@@ -290,24 +278,12 @@ class DecodeModel:
         h = F.embedding(ids, self.embed)
         compiled = self._compiled
         for i, layer in enumerate(self.layers):
-            a = F.rms_norm(h, (s.hidden_size,), layer.input_norm, eps)
-            q, k, v = F.linear(a, layer.qkv).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-            q = q.view(num_tokens, s.num_heads, s.head_dim)
-            k = k.view(num_tokens, s.num_kv_heads, s.head_dim)
-            v = v.view(num_tokens, s.num_kv_heads, s.head_dim)
-            if layer.q_norm is not None:
-                q = F.rms_norm(q, (s.head_dim,), layer.q_norm, eps)
-                k = F.rms_norm(k, (s.head_dim,), layer.k_norm, eps)
-            q = _rope(q, cos, sin)
-            k = _rope(k, cos, sin)
+            q, k, v = _qkv(s, layer, h, cos, sin)
             if compiled:
                 o = torch.ops.cgtune.decode_attention(q, k, v, self._key, i)
             else:  # called directly: the custom op's dispatch would add host time per layer to eager steps
                 o = self._attention(i, q, k, v)
-            h = h + F.linear(o, layer.o_proj)
-            m = F.rms_norm(h, (s.hidden_size,), layer.post_norm, eps)
-            gate, up = F.linear(m, layer.gate_up).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, layer.down)
+            h = _mlp(s, layer, h + F.linear(o, layer.o_proj))
         out = self.hidden_out[:num_tokens]
         out.copy_(F.rms_norm(h, (s.hidden_size,), self.final_norm, eps))
         return out
@@ -354,6 +330,28 @@ def _decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_k
 @_decode_attention.register_fake
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_key: int, layer: int) -> torch.Tensor:
     return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+
+
+def _qkv(s: ShardShape, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Input norm, fused QKV projection, Qwen3's per-head q/k norms, rotary: `[T, heads, head_dim]` each."""
+    num_tokens = h.shape[0]
+    a = F.rms_norm(h, (s.hidden_size,), layer.input_norm, s.rms_norm_eps)
+    q, k, v = F.linear(a, layer.qkv).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+    q = q.view(num_tokens, s.num_heads, s.head_dim)
+    k = k.view(num_tokens, s.num_kv_heads, s.head_dim)
+    v = v.view(num_tokens, s.num_kv_heads, s.head_dim)
+    if layer.q_norm is not None:
+        q = F.rms_norm(q, (s.head_dim,), layer.q_norm, s.rms_norm_eps)
+        k = F.rms_norm(k, (s.head_dim,), layer.k_norm, s.rms_norm_eps)
+    return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+
+def _mlp(s: ShardShape, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+    """Post-attention norm and SwiGLU MLP, added to the residual stream."""
+    m = F.rms_norm(h, (s.hidden_size,), layer.post_norm, s.rms_norm_eps)
+    gate, up = F.linear(m, layer.gate_up).chunk(2, dim=-1)
+    return h + F.linear(F.silu(gate) * up, layer.down)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
