@@ -168,3 +168,18 @@ def test_yaml_tags_are_not_executed(tmp_path):
     (tmp_path / "evil.yaml").write_text("name: !!python/object/apply:os.system ['true']\n")
     with pytest.raises(WorkloadError, match="not valid YAML"):
         load_workload(tmp_path / "evil.yaml")
+
+
+def test_dynamic_schedule_sets_each_steps_query_length():
+    # K=3 (q=4) up to 4 requests, K=1 (q=2) from 5 on: 6 requests make a 12-token step that vLLM does not
+    # count as uniform decode at q=4, so it dispatches like a mixed batch.
+    data = with_("serving.speculative_schedule", [[1, 4, 3], [5, 8, 1]])
+    steps = [(s.num_tokens, s.uniform_decode) for s in parse_workload(data).steps()]
+    assert steps == [(4, True), (8, True), (10, False), (12, False), (12, True), (14, False), (16, False),
+                     (16, True)]
+    assert parse_workload(data).serving.decode_query_lens()[1:] == [4, 4, 4, 4, 2, 2, 2, 2]
+
+
+def test_invalid_schedule_keeps_the_single_query_length():
+    data = with_("serving.speculative_schedule", [[2, 8, 1]])  # must start at 1: vLLM ignores it
+    assert [s.num_tokens for s in parse_workload(data).steps()] == [4 * n for n in range(1, 9)]

@@ -14,7 +14,14 @@ from typing import Any
 import yaml
 
 from tuner.models import DTYPE_BYTES, PRESETS, ModelShape
-from tuner.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES, CaptureDefaults, default_capture_sizes
+from tuner.vllm.defaults import (
+    CUDAGRAPH_MODES,
+    PERFORMANCE_MODES,
+    CaptureDefaults,
+    InvalidScheduleError,
+    default_capture_sizes,
+    dense_speculative_schedule,
+)
 from tuner.vllm.dispatch import Dispatcher
 
 __all__ = [
@@ -175,6 +182,18 @@ class ServingConfig:
     def decode_query_len(self) -> int:
         return 1 + self.num_speculative_tokens
 
+    def decode_query_lens(self) -> list[int]:
+        """Tokens per request in a decode step of n requests (index n; index 0 unused): 1 + K(n) with K from the
+        dynamic speculative schedule (vLLM's dense lookup; an invalid schedule is ignored, as vLLM does), else q."""
+        if self.speculative_schedule and self.num_speculative_tokens > 0:
+            try:
+                dense = dense_speculative_schedule(
+                    [list(e) for e in self.speculative_schedule], self.max_num_seqs, self.num_speculative_tokens)
+                return [1 + k for k in dense]
+            except InvalidScheduleError:
+                pass
+        return [self.decode_query_len] * (self.max_num_seqs + 1)
+
     def defaults(self) -> CaptureDefaults:
         """vLLM's capture list for this config."""
         return default_capture_sizes(
@@ -310,8 +329,11 @@ class Workload:
         else:
             decode_share = 1.0 - t.mixed_share
             if t.requests is not None:
+                query_lens = s.decode_query_lens()
                 for n, p in t.requests.pmf().items():
-                    add(n * q, True, decode_share * p)
+                    # vLLM counts a step as uniform decode (FULL decode graphs) only at the configured q; a
+                    # dynamic schedule's shorter drafts make the step dispatch like a mixed batch.
+                    add(n * query_lens[n], query_lens[n] == q, decode_share * p)
             if t.mixed_tokens is not None:
                 for width, p in t.mixed_tokens.pmf().items():
                     add(width, False, t.mixed_share * p)
@@ -506,10 +528,11 @@ def _parse_traffic(r: _Reader, serving: ServingConfig, base_dir: Path) -> Traffi
     requests = None
     if r.has("requests"):
         requests = _parse_distribution(r.sub("requests"), serving.max_num_seqs, "max_num_seqs")
-        widest = requests.largest * serving.decode_query_len
+        query_lens = serving.decode_query_lens()
+        widest, n = max((n * query_lens[n], n) for n in requests.pmf())
         if widest > serving.max_num_batched_tokens:
             raise WorkloadError(
-                f"{r.at('requests')}: {requests.largest} requests x q={serving.decode_query_len} = {widest} tokens "
+                f"{r.at('requests')}: {n} requests x q={query_lens[n]} = {widest} tokens "
                 f"exceed max_num_batched_tokens={serving.max_num_batched_tokens}"
             )
     elif mixed_share < 1.0:
