@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from tuner.profile_table import ProfileRow, write_profile
-from tuner.workload import Workload, parse_workload
+import yaml
 
-__all__ = ["MIB", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic"]
+from tuner.workload import Workload, load_workload, parse_workload
+
+__all__ = ["MIB", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic", "write_handmade_inputs"]
 
 MIB = 1 << 20
 
@@ -102,3 +104,12 @@ def handmade_profile(
         "device": "handmade",
     }
     return write_profile(out_dir, name, rows, metadata)
+
+
+def write_handmade_inputs(tmp_path: Path, spec: dict[str, Any], widths: list[int], **profile: Any
+                          ) -> tuple[Path, Path, Workload]:
+    """The files a command reads: the spec as `<name>.yaml` and its hand-made profile under `profiles/`."""
+    wl_path = tmp_path / f"{spec['name']}.yaml"
+    wl_path.write_text(yaml.safe_dump(spec))
+    workload = load_workload(wl_path)
+    return wl_path, handmade_profile(tmp_path / "profiles", workload, widths, **profile), workload

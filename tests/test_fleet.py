@@ -13,10 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic  # noqa: E402
+from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 
 from tuner.fleet import (  # noqa: E402
     STORAGE_ENV,
@@ -28,7 +27,6 @@ from tuner.fleet import (  # noqa: E402
 )
 from tuner.model import CostModel  # noqa: E402
 from tuner.storage_url import hide_secret  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = handmade_spec(name="fleet-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
@@ -38,11 +36,9 @@ BUDGET = 24
 
 @pytest.fixture()
 def inputs(tmp_path):
-    wl_path = tmp_path / "fleet-hand.yaml"
-    wl_path.write_text(yaml.safe_dump(SPEC))
-    workload = load_workload(wl_path)
-    profile = handmade_profile(tmp_path / "profiles", workload, list(range(1, 65)), total_memory_bytes=400 * MIB,
-                               standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
+    wl_path, profile, workload = write_handmade_inputs(
+        tmp_path, SPEC, list(range(1, 65)), total_memory_bytes=400 * MIB,
+        standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
     return wl_path, profile, CostModel.from_files(profile, workload)
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic  # noqa: E402
+from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
 from tuner.report import PLOTS, SUMMARY_KEYS  # noqa: E402
@@ -23,14 +23,8 @@ SPEC = handmade_spec(name="cli-hand", max_num_seqs=24, num_speculative_tokens=1,
 
 @pytest.fixture()
 def inputs(tmp_path):
-    wl_path = tmp_path / "cli-hand.yaml"
-    wl_path.write_text(yaml.safe_dump(SPEC))
-    from tuner.workload import load_workload
-
-    workload = load_workload(wl_path)
-    profile = handmade_profile(tmp_path / "profiles", workload, list(range(1, 65)), total_memory_bytes=400 * MIB,
-                               standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
-    return wl_path, profile, workload
+    return write_handmade_inputs(tmp_path, SPEC, list(range(1, 65)), total_memory_bytes=400 * MIB,
+                                 standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
 
 
 def run(capsys, *argv):

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic  # noqa: E402
+from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
 
@@ -21,12 +20,8 @@ SPEC = handmade_spec(name="tune-validate", max_num_seqs=12, num_speculative_toke
 
 @pytest.fixture()
 def inputs(tmp_path):
-    from tuner.workload import load_workload
-
-    wl_path = tmp_path / "w.yaml"
-    wl_path.write_text(yaml.safe_dump(SPEC))
-    profile = handmade_profile(tmp_path / "profile", load_workload(wl_path), list(range(1, 33)),
-                               standalone_bytes=lambda w: 2 * w * MIB)
+    wl_path, profile, _ = write_handmade_inputs(tmp_path, SPEC, list(range(1, 33)),
+                                                standalone_bytes=lambda w: 2 * w * MIB)
     return wl_path, profile
 
 
