@@ -1,0 +1,99 @@
+"""SGLang's automatic mem_fraction_static and KV budget: only max(bs) moves KV, only in auto mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.sglang import (
+    auto_mem_fraction_static,
+    auto_reserved_mib,
+    default_decode_batch_sizes,
+    graph_slack_bytes,
+    kv_budget_bytes,
+    kv_budget_change_bytes,
+    reserve_for_graph_mib,
+)
+
+H100_MIB = 81559  # hand-entered nvidia-smi value, as in test_defaults.py
+GIB = 1 << 30
+
+
+def test_h100_default_graph_reserve_is_976_mib():
+    # 2 x 256 (decode max_bs) + 8 x 58 (default prefill buckets at chunked_prefill_size 8192).
+    assert reserve_for_graph_mib(256, prefill_graph_count=58) == 976
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"decode_backend": "disabled", "prefill_graph_count": 58}, 464),
+        ({"prefill_backend": "disabled"}, 512),
+        ({"use_mla": True, "prefill_graph_count": 58}, 512 + 1536),
+        ({"dp_attention": True, "attn_dp_size": 2, "prefill_backend": "disabled"}, 512 + 3 * 256 * 2),
+        ({"disaggregation_mode": "prefill", "prefill_graph_count": 10}, 80),
+        ({"disaggregation_mode": "decode", "prefill_graph_count": 10}, 512),
+        ({"prefill_graph_count": 10, "moe_a2a_deepep": True}, 512 + 80 + 1024),
+    ],
+)
+def test_graph_reserve_branches(kwargs, expected):
+    assert reserve_for_graph_mib(256, **kwargs) == expected
+
+
+def test_dp_attention_extra_above_300():
+    # 2 x 400 + 3 x 400 x 2 + 1.5 x 400 x 2 = 800 + 2400 + 1200
+    assert reserve_for_graph_mib(400, dp_attention=True, attn_dp_size=2, prefill_backend="disabled") == 4400
+
+
+@pytest.mark.parametrize(("max_bs", "fraction"), [(128, 0.833), (256, 0.830), (512, 0.823)])
+def test_explicit_list_max_moves_the_h100_fraction(max_bs, fraction):
+    assert auto_mem_fraction_static(H100_MIB, decode_max_bs=max_bs) == fraction
+
+
+def test_reserved_mib_on_h100():
+    # 512 + 1.5 x 8192 + 1/8 x 1024 + 976
+    assert auto_reserved_mib(H100_MIB, decode_max_bs=256) == 13904
+
+
+def test_ten_gib_floor_binds_for_small_chunks_on_large_gpus():
+    # chunked 4096: 512 + 6144 + 128 + 2 x 256 + 8 x 50 = 7696 < 10240, so the floor holds and max_bs is invisible.
+    low = auto_reserved_mib(H100_MIB, decode_max_bs=256, chunked_prefill_size=4096)
+    high = auto_reserved_mib(H100_MIB, decode_max_bs=512, chunked_prefill_size=4096)
+    assert low == high == 10240
+    change = kv_budget_change_bytes([1, 2, 256], [1, 2, 512], gpu_memory_mib=H100_MIB,
+                                    pre_model_load_available_bytes=80 * GIB, chunked_prefill_size=4096)
+    assert change == 0
+
+
+def test_only_the_max_moves_kv_not_the_number_of_graphs():
+    many = default_decode_batch_sizes(256)
+    few = [1, 256]
+    assert kv_budget_change_bytes(many, few, gpu_memory_mib=H100_MIB, pre_model_load_available_bytes=80 * GIB) == 0
+
+
+def test_raising_the_max_from_256_to_512_costs_seven_thousandths_of_the_memory():
+    change = kv_budget_change_bytes([1, 256], [1, 512], gpu_memory_mib=H100_MIB,
+                                    pre_model_load_available_bytes=80 * GIB)
+    assert change == pytest.approx(-0.007 * 80 * GIB)
+
+
+def test_user_set_fraction_never_moves_kv():
+    assert kv_budget_change_bytes([1, 8], [1, 512], gpu_memory_mib=H100_MIB, pre_model_load_available_bytes=80 * GIB,
+                                  mem_fraction_static=0.85) == 0
+
+
+def test_post_capture_sizing_keeps_only_floor_and_parallel_slack():
+    assert auto_reserved_mib(H100_MIB, decode_max_bs=512, tp_size=8, post_capture_kv_sizing=True) == 1536 + 1024
+
+
+def test_kv_budget_and_slack():
+    # Hand numbers: 80 GiB free before load, 64 GiB free after weights, fraction 0.9 -> 8 GiB slack, 56 GiB KV.
+    assert graph_slack_bytes(80 * GIB, 0.9) == pytest.approx(8 * GIB)
+    assert kv_budget_bytes(64 * GIB, 80 * GIB, 0.9) == pytest.approx(56 * GIB)
+
+
+def test_unknown_gpu_fraction_and_bad_values():
+    assert auto_mem_fraction_static(None, decode_max_bs=160) == 0.95
+    with pytest.raises(ValueError, match=r"^mem_fraction_static=1.5 must be in \(0, 1\]$"):
+        kv_budget_bytes(1, 1, 1.5)
+    with pytest.raises(ValueError, match=r"^decode_backend='cuda' must be one of"):
+        reserve_for_graph_mib(8, decode_backend="cuda")

@@ -1,0 +1,44 @@
+"""TensorRT-LLM dispatch: generation-only steps, bisect_left padding only with enable_padding, eager above max."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.trtllm import Dispatcher, default_batch_sizes
+
+LIST_2048 = default_batch_sizes(2048, enable_padding=True)
+
+
+@pytest.mark.parametrize(("bs", "padded"), [(129, 192), (193, 256), (128, 128), (3, 4), (2049, None)])
+def test_round_up_on_the_2048_list(bs, padded):
+    d = Dispatcher(LIST_2048, enable_padding=True)
+    assert d.dispatch(bs).padded_bs == padded
+
+
+def test_without_padding_only_exact_sizes_replay():
+    d = Dispatcher([1, 2, 4, 8, 64], enable_padding=False)
+    assert d.dispatch(8).padded_bs == 8
+    assert d.dispatch(5).eager
+
+
+def test_steps_with_context_requests_run_eager():
+    d = Dispatcher([1, 2, 4, 8], enable_padding=True)
+    assert d.dispatch(4, has_context_requests=True).eager
+
+
+def test_no_free_kv_for_the_padding_dummy_runs_eager_unless_exact():
+    d = Dispatcher([1, 2, 4, 8], enable_padding=True)
+    assert d.dispatch(3, dummy_request_fits=False).eager
+    assert d.dispatch(4, dummy_request_fits=False).padded_bs == 4
+
+
+def test_padding_never_exceeds_the_llm_max_batch_size():
+    # A hand-made list that bypassed the engine filter: padding 5 -> 8 would exceed max_batch_size 6.
+    d = Dispatcher([1, 2, 4, 8], enable_padding=True, max_batch_size=6)
+    assert d.dispatch(5).eager
+
+
+def test_graph_width_counts_draft_tokens():
+    d = Dispatcher([1, 8, 16], draft_len=3, enable_padding=True)
+    assert d.dispatch(9).num_tokens == 16 * 4
+    assert d.graph_widths() == [4, 32, 64]

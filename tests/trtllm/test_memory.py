@@ -1,0 +1,40 @@
+"""TensorRT-LLM's KV sizing: graphs are in the estimation peak, so each graph byte costs the fraction in KV."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.trtllm import kv_cache_bytes, kv_cache_bytes_with_graphs, kv_cost_of_graph_bytes
+
+GIB = 1 << 30
+
+
+def test_kv_bytes_formula_with_hand_numbers():
+    # (80 - 20 + 1) GiB x 0.9 = 54.9 GiB
+    assert kv_cache_bytes(total_gpu_memory_bytes=80 * GIB, peak_memory_bytes=20 * GIB,
+                          estimation_kv_bytes=1 * GIB) == int(61 * GIB * 0.9)
+
+
+def test_one_gib_of_graphs_costs_nine_tenths_of_a_gib_of_kv():
+    without = kv_cache_bytes_with_graphs(total_gpu_memory_bytes=80 * GIB, peak_without_graphs_bytes=20 * GIB,
+                                         graph_memory_bytes=0)
+    with_graphs = kv_cache_bytes_with_graphs(total_gpu_memory_bytes=80 * GIB, peak_without_graphs_bytes=20 * GIB,
+                                             graph_memory_bytes=GIB)
+    assert without - with_graphs == pytest.approx(0.9 * GIB, abs=1)
+    assert kv_cost_of_graph_bytes(GIB) == 0.9 * GIB
+    assert kv_cost_of_graph_bytes(GIB, 0.5) == 0.5 * GIB
+
+
+def test_caps_bind_after_the_fraction():
+    kw = dict(total_gpu_memory_bytes=80 * GIB, peak_memory_bytes=20 * GIB)
+    assert kv_cache_bytes(**kw, max_tokens_bytes=10 * GIB) == 10 * GIB
+    assert kv_cache_bytes(**kw, max_gpu_total_bytes=5 * GIB) == 5 * GIB
+    # max_gpu_total_bytes <= 0 means unset.
+    assert kv_cache_bytes(**kw, max_gpu_total_bytes=0) == int(60 * GIB * 0.9)
+
+
+def test_bad_fraction_and_negative_graph_memory_are_refused():
+    with pytest.raises(ValueError, match=r"^free_gpu_memory_fraction=0 must be in \(0, 1\]$"):
+        kv_cost_of_graph_bytes(1, 0)
+    with pytest.raises(ValueError, match=r"^graph_memory_bytes=-1 must be >= 0$"):
+        kv_cache_bytes_with_graphs(total_gpu_memory_bytes=1, peak_without_graphs_bytes=0, graph_memory_bytes=-1)
