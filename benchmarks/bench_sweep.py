@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-ms", type=float, default=None, help="warm-up budget per width and mode")
     p.add_argument("--rep-ms", type=float, default=None, help="timed budget per width and mode")
     p.add_argument("--no-standalone", action="store_true", help="skip the standalone captures")
-    p.add_argument("--compile", action="store_true", help="sweep through torch.compile")
+    p.add_argument("--no-compile", action="store_true", help="sweep plain eager (default: compiled, as the profile)")
     p.add_argument("--out", type=Path, help="keep the profile here (default: a temporary directory)")
     args = p.parse_args(argv)
 
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         t0 = time.perf_counter()
-        result = profile_workload(workload, out, widths=widths, device=args.device, compile=args.compile,
+        result = profile_workload(workload, out, widths=widths, device=args.device,
+                                  compile=False if args.no_compile else None,
                                   options=options, resume=False, command="benchmarks/bench_sweep.py")
         total_s = time.perf_counter() - t0
     per_width = {int(w): d["seconds"] for w, d in result.metadata["measurements"].items() if "seconds" in d}
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{meta['device_name']} | {workload.name} | {len(seconds)} widths {min(per_width)}..{max(per_width)} | "
           f"compiled={meta['compiled']} standalone={options.standalone} "
           f"warmup/rep {options.warmup_ms}/{options.rep_ms} ms")
-    print(f"wall time {total_s:.1f} s (setup included), sweep loop {sum(seconds):.1f} s")
+    compile_s = f"{meta['compile_s']:.1f} s" if meta.get("compile_s") is not None else "none"
+    print(f"wall time {total_s:.1f} s (setup included; compilation {compile_s}), sweep loop {sum(seconds):.1f} s")
     print(f"per width: mean {statistics.mean(seconds):.3f} s, median {statistics.median(seconds):.3f} s, "
           f"max {max(seconds):.3f} s (at {max(per_width, key=per_width.get)} tokens)")
     edges = [0, 64, 512, 2048, 4096, 10**9]

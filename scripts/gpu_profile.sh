@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One prepared run on a CUDA machine (written for one H200), at most 8 minutes: the GPU tests, then
-# `cgtune profile` of the DFlash-like and suffix-like Llama-3.1-8B workloads and of one whose KV budget
-# binds, then a short table of graph memory and eager vs graph latency at 512, 2176 and 6400 tokens.
+# `cgtune profile` (compiled, as vLLM runs by default, with PIECEWISE and FULL graphs and LM-head rows) of the
+# DFlash-like and suffix-like Llama-3.1-8B workloads and of one whose KV budget binds, then a short table of
+# graph memory and eager / PIECEWISE / FULL / LM-head latency at 512, 2176 and 6400 tokens.
 #
 # Needs python3 with torch (CUDA), pyyaml, tqdm, pytest, nvidia-ml-py; not optuna. Run from anywhere:
 #   OUT=/some/dir bash scripts/gpu_profile.sh
@@ -12,6 +13,19 @@
 # ends, the 512 ceiling and the widest decode batch) so it finishes, because widths run largest first and
 # a cut-short sweep would miss the small ones; --max-seconds and `timeout` are only safety nets. A cut
 # sweep is resumable: rerun this script with the same OUT.
+# What a sweep now costs, and what is assumed (no compiled + PIECEWISE sweep has run on the H200 yet: the
+# figures below are estimates to be replaced by the summary's compile_s and s/width after the first run):
+#  - once per workload: python start-up, 16 GB of random weights, torch.compile of the step and of the three
+#    kinds of PIECEWISE piece (one compilation each for every width: the token count is unbacked), assumed
+#    40-70 s cold, less for the second and third workload (Triton's kernel cache is shared); non-KV memory and
+#    the activation peaks (three profiling steps) in seconds;
+#  - per width: PIECEWISE capture of 33 pieces twice (alone and shared) plus warm-ups, assumed 0.3-0.5 s; FULL
+#    capture twice, under 0.1 s; four timed modes at 25 + 100 ms each, 0.5 s, more at the widest widths where one
+#    step outlasts rep_ms / 5: about 1-1.5 s per width in all, against about 1.9 s per width (set-up included)
+#    that the plain, FULL-only sweep of the previous script was sized for.
+# Hence fewer widths than before (64/40/32 plain): 32, 24 and 12. --max-seconds now includes the compilation and
+# is checked while the PIECEWISE graphs are captured against the time the captured widths still need, so a slow
+# compile costs widths, not the whole sweep; `timeout` gets 45 s on top for the last width and the write.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -23,7 +37,7 @@ exec > >(tee -a "$LOG") 2>&1
 BUDGET_S=${BUDGET_S:-470}   # whole script; the device lease allows 8 minutes
 DEVICE=${DEVICE:-cuda}      # DEVICE=cpu only rehearses this script's plumbing on a CPU (eager rows only)
 # name:max widths:max seconds, run in order
-WORKLOADS=${WORKLOADS:-"dflash-llama-3.1-8b:64:120 suffix-llama-3.1-8b:40:130 dflash-llama-3.1-8b-shared:32:80"}
+WORKLOADS=${WORKLOADS:-"dflash-llama-3.1-8b:32:120 suffix-llama-3.1-8b:24:110 dflash-llama-3.1-8b-shared:12:70"}
 START=$SECONDS
 left() { echo $(( BUDGET_S - (SECONDS - START) )); }
 
@@ -38,7 +52,7 @@ if [[ $DEVICE == cuda ]]; then
   fi
 fi
 
-echo "== GPU tests"
+echo "== GPU tests"  # two of them compile a small model (about a minute cold); FULL and PIECEWISE replay checks
 timeout -s INT -k 10 200 python3 -m pytest -q -m gpu tests/measure -p no:cacheprovider
 TESTS_RC=$?
 echo "gpu tests exit code: $TESTS_RC"
@@ -49,10 +63,10 @@ CGTUNE=(python3 -c 'import sys; from tuner.cli import main; sys.exit(main())')
 
 profile() {  # workload, max widths, max seconds
   local workload=$1 widths=$2 seconds=$3
-  local hard=$(( seconds + 60 ))
+  local hard=$(( seconds + 45 ))
   if (( $(left) < hard )); then
     hard=$(( $(left) - 5 ))
-    seconds=$(( hard - 60 ))
+    seconds=$(( hard - 45 ))
   fi
   if (( seconds < 20 )); then
     echo "== skipping $workload: $(left) s left in the budget"
@@ -71,7 +85,8 @@ done
 
 echo "== summary"
 python3 - "$PROFILES" "$OUT/summary.md" <<'PY'
-"""Read the profiles just written and print graph memory and eager vs graph latency at the key widths."""
+"""Read the profiles just written and print graph memory and eager / PIECEWISE / FULL / LM-head latency at the key
+widths, with each profile's compile time, time per width, non-KV memory, kernels per layer and noisy widths."""
 import sys
 from pathlib import Path
 
@@ -90,29 +105,41 @@ lines = []
 for csv_path in sorted(profiles.glob("*.csv")):
     p = read_profile(csv_path)
     m = p.metadata
-    full, eager = p.by_mode("full", ok_only=False), p.by_mode("eager", ok_only=False)
-    deltas = [r.capture_delta_bytes for r in full.values() if r.status == "ok" and r.capture_delta_bytes]
+    rows = {mode: p.by_mode(mode, ok_only=False) for mode in ("eager", "piecewise", "full", "logits")}
+    deltas = [r.capture_delta_bytes for mode in ("piecewise", "full") for r in rows[mode].values()
+              if r.status == "ok" and r.capture_delta_bytes]
     done = len(m.get("widths_done", []))
-    per_width = m["sweep_s"] / done if done else None
-    peak = m.get("activation_peak_bytes")
+    per_width = (m["sweep_s"] - (m.get("compile_s") or 0)) / done if done else None
+    peak, non_kv = m.get("activation_peak_bytes"), m.get("non_kv_cache_bytes")
+    noisy = m.get("noisy_widths") or []
     lines.append(f"### {csv_path.name}: {m['device_name']}, {done} widths "
-                 f"({'complete' if m.get('complete') else 'INCOMPLETE'}), sweep {m['sweep_s']:.1f} s "
-                 f"({cell(per_width, '.2f')} s/width), graph pool {sum(deltas) / MIB:.0f} MiB, "
-                 f"activation peak {cell(peak and peak / MIB, '.0f')} MiB, "
-                 f"attention {m.get('attention_kernel')}")
-    lines.append("| tokens | eager ms | graph ms | eager/graph | capture delta MiB | standalone MiB | capture s |")
-    lines.append("|---:|---:|---:|---:|---:|---:|---:|")
+                 f"({'complete' if m.get('complete') else 'INCOMPLETE'}), compiled={m.get('compiled')} "
+                 f"in {cell(m.get('compile_s'), '.1f')} s, sweep {m['sweep_s']:.1f} s "
+                 f"({cell(per_width, '.2f')} s/width besides compiling), graph pool {sum(deltas) / MIB:.0f} MiB "
+                 f"(PIECEWISE + FULL, {m.get('capture_order')}), non-KV {cell(non_kv and non_kv / MIB, '.0f')} MiB, "
+                 f"activation peak {cell(peak and peak / MIB, '.0f')} MiB, eager kernels per layer "
+                 f"{cell(m.get('eager_kernels_per_layer'), 'g')}, attention {m.get('attention_kernel')}, "
+                 f"noisy widths {len(noisy)} of {done}")
+    lines.append("| tokens | eager ms | piecewise ms | full ms | logits ms | eager/full | eager/piecewise "
+                 "| pw delta MiB | full delta MiB | full standalone MiB | full capture s |")
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def lat(row):
+        if row is None:
+            return None, "-"
+        return (row.latency_ms, f"{row.latency_ms:.3f}") if row.status == "ok" else (None, row.status)
+
     for w in KEY_WIDTHS:
-        if w not in eager:
-            lines.append(f"| {w} | not measured | | | | | |")
+        if w not in rows["eager"]:
+            lines.append(f"| {w} | not measured | | | | | | | | | |")
             continue
-        e, f = eager[w], full.get(w)
-        el = e.latency_ms if e.status == "ok" else None
-        fl = f.latency_ms if f is not None and f.status == "ok" else None
-        ratio = el / fl if el and fl else None
+        (el, e), (pl, pw), (fl, fu), (_, lo) = (lat(rows[mode].get(w)) for mode in ("eager", "piecewise", "full",
+                                                                                      "logits"))
+        f, pr = rows["full"].get(w), rows["piecewise"].get(w)
         lines.append(
-            f"| {w} | {cell(el, '.3f') if e.status == 'ok' else e.status} | "
-            f"{cell(fl, '.3f') if f is None or f.status == 'ok' else f.status} | {cell(ratio, '.2f')} | "
+            f"| {w} | {e} | {pw} | {fu} | {lo} | {cell(el / fl if el and fl else None, '.2f')} | "
+            f"{cell(el / pl if el and pl else None, '.2f')} | "
+            f"{cell(pr and pr.capture_delta_bytes and pr.capture_delta_bytes / MIB, '.1f')} | "
             f"{cell(f and f.capture_delta_bytes and f.capture_delta_bytes / MIB, '.1f')} | "
             f"{cell(f and f.standalone_bytes and f.standalone_bytes / MIB, '.1f')} | "
             f"{cell(f and f.capture_s, '.2f')} |")

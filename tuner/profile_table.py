@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +35,13 @@ COLUMNS = (
     "capture_s",
 )
 """CSV columns, in order."""
-MODES = ("eager", "full", "piecewise")
-"""`eager`: plain (or compiled) forward; `full`: whole step as one CUDA graph; `piecewise`: graphs between
-attention calls."""
+MODES = ("eager", "full", "piecewise", "logits", "drafter_eager", "drafter_full", "drafter_piecewise")
+"""`eager`: plain (or compiled) forward, body + logits; `full`: whole body as one CUDA graph, replay + logits;
+`piecewise`: graphs between attention calls, attention eager, replay + logits; `logits`: the LM head alone, eagerly.
+Every mode computes logits for the width's own tokens, so a step of T tokens padded to a graph of P costs
+graph(P) - logits(P) + logits(T). `drafter_eager`, `drafter_full`, `drafter_piecewise`: one forward pass of the
+speculative drafter over that many tokens (with its own logits), eagerly and as its graphs, captured into the same
+pool after the target's (a model-based drafter only; see tuner.drafter_model)."""
 STATUSES = ("ok", "oom", "unsupported")
 """Row status: measured, ran out of memory, or not measurable here (e.g. graphs on a CPU)."""
 
@@ -49,7 +54,11 @@ METADATA_KEYS = (
 `workload`: {name, hash}; `model`: {preset, shape (ModelShape fields), dtype, tensor_parallel_size};
 `activation_peak_bytes`: peak non-KV, non-weight memory the KV budget must leave free: the larger of vLLM's
 own profiling step (max_num_batched_tokens over max_num_seqs requests, what vLLM subtracts) and the widest
-decode step (both kept under `activation_peaks`); `compiled`: measured through torch.compile; `device`: "cuda:0" or "cpu"."""
+decode step (both kept under `activation_peaks`); `compiled`: measured through torch.compile; `device`: "cuda:0" or "cpu".
+Profiles from `cgtune profile` since the PIECEWISE rows also carry (older ones lack them): `capture_order`
+("piecewise-then-full": FULL deltas were read with every PIECEWISE graph in the pool; absent: FULL graphs only),
+`non_kv_cache_bytes` (vLLM's non-KV memory, breakdown in `non_kv`), `compile_s`, `eager_kernels_per_layer`
+and `noisy_widths`."""
 
 
 class ProfileError(ValueError):
@@ -111,11 +120,24 @@ class Profile:
         return self.path.stem if self.path else "profile"
 
 
+def _new_file_mode() -> int:
+    """The mode `open()` gives a new file: 0666 under the process umask (0644 under the usual 022)."""
+    with _UMASK_LOCK:  # reading the umask means setting it: keep other threads of this process out meanwhile
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+_UMASK_LOCK = threading.Lock()
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so that readers see the old content or the new one, never a part."""
+    """Write a file so that readers see the old content or the new one, never a part; it gets the mode a plain
+    `open()` would give it (mkstemp's temp file is owner-only, which a table or report meant to be shared is not)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _new_file_mode())
         with os.fdopen(fd, "w", newline="") as fh:
             fh.write(text)
             fh.flush()
@@ -164,6 +186,7 @@ def read_profile(csv_path: str | Path) -> Profile:
         if missing:
             raise ProfileError(f"{path.name}: missing column {missing[0]!r}")
         rows = []
+        first_line: dict[tuple[int, str], int] = {}
         for line, raw in enumerate(reader, start=2):
             where = f"{path.name} line {line}"
             mode, status = raw["mode"], raw["status"]
@@ -188,6 +211,10 @@ def read_profile(csv_path: str | Path) -> Profile:
             )
             if ok and row.latency_ms is not None and row.latency_ms <= 0:
                 raise ProfileError(f"{where}: latency_ms={row.latency_ms} must be > 0")
+            # Two measurements of one (width, mode) leave no single number to cost it by: which one is meant?
+            first = first_line.setdefault((num_tokens, mode), line)
+            if first != line:
+                raise ProfileError(f"{where}: num_tokens={num_tokens} mode={mode} is a duplicate of line {first}")
             rows.append(row)
     if not rows:
         raise ProfileError(f"{path.name}: no rows")

@@ -1,4 +1,5 @@
-"""`cgtune profile`: measure eager and CUDA-graph step latency and graph memory per width on this device."""
+"""`cgtune profile`: measure eager, PIECEWISE and FULL CUDA-graph step latency and graph memory per width on this
+device."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shlex
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import load_workload_arg, positive_int
+from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
 
 __all__ = ["ProfileCommand", "summary_table"]
 
@@ -33,32 +34,34 @@ def _mib(value: int | None) -> str:
 
 
 def summary_table(rows: list, *, max_lines: int = 30) -> str:
-    """Eager vs graph latency and graph memory per width (evenly sampled beyond `max_lines` widths)."""
+    """Eager, PIECEWISE and FULL latency, the LM head alone, and graph memory per width (evenly sampled beyond
+    `max_lines` widths). `eager/full` is the FULL graph's speedup; memory is each mode's delta in the shared pool."""
     from tuner.measure.profile import thin_widths
 
     by_width: dict[int, dict[str, object]] = {}
     for r in rows:
         by_width.setdefault(r.num_tokens, {})[r.mode] = r
     widths = thin_widths(list(by_width), max_lines) if by_width else []
-    header = (f"{'tokens':>7} {'eager ms':>11} {'graph ms':>11} {'speedup':>8} {'delta MiB':>10} {'alone MiB':>10} "
-              f"{'capture s':>10}")
+    header = (f"{'tokens':>7} {'eager ms':>11} {'piecewise ms':>12} {'full ms':>11} {'logits ms':>10} "
+              f"{'eager/full':>10} {'pw delta MiB':>12} {'full delta MiB':>14} {'full alone MiB':>14}")
     lines = [header]
+
+    def lat(row: object) -> str:
+        if row is None:
+            return "-"
+        return f"{row.latency_ms:.3f}" if row.status == "ok" else row.status
+
     for w in widths:
         eager, full = by_width[w].get("eager"), by_width[w].get("full")
-
-        def lat(row: object) -> str:
-            if row is None:
-                return "-"
-            return f"{row.latency_ms:.3f}" if row.status == "ok" else row.status
-
+        piecewise, logits = by_width[w].get("piecewise"), by_width[w].get("logits")
         speedup = "-"
         if eager is not None and full is not None and eager.status == full.status == "ok":
             speedup = f"{eager.latency_ms / full.latency_ms:.2f}x"
         lines.append(
-            f"{w:>7} {lat(eager):>11} {lat(full):>11} {speedup:>8} "
-            f"{_mib(getattr(full, 'capture_delta_bytes', None)):>10} "
-            f"{_mib(getattr(full, 'standalone_bytes', None)):>10} "
-            f"{'-' if full is None or full.capture_s is None else f'{full.capture_s:.2f}':>10}"
+            f"{w:>7} {lat(eager):>11} {lat(piecewise):>12} {lat(full):>11} {lat(logits):>10} {speedup:>10} "
+            f"{_mib(getattr(piecewise, 'capture_delta_bytes', None)):>12} "
+            f"{_mib(getattr(full, 'capture_delta_bytes', None)):>14} "
+            f"{_mib(getattr(full, 'standalone_bytes', None)):>14}"
         )
     if len(widths) < len(by_width):
         lines.append(f"({len(widths)} of {len(by_width)} widths shown; all are in the CSV)")
@@ -66,21 +69,25 @@ def summary_table(rows: list, *, max_lines: int = 30) -> str:
 
 
 class ProfileCommand(Command):
-    help = "measure eager vs CUDA-graph latency and graph memory per batch width on this device"
+    help = "measure eager vs CUDA-graph (PIECEWISE, FULL) latency and graph memory per batch width on this device"
     description = (
         "Build the workload's model (random weights, one tensor-parallel rank, static KV cache at the\n"
-        "workload's mean context length) and measure, for every candidate width (tokens per step): the\n"
-        "eager step latency, the latency of the step replayed as a full CUDA graph, the device memory each\n"
-        "graph adds when all are captured largest first into one shared pool (capture_delta_bytes), and\n"
-        "its footprint captured alone (standalone_bytes). Writes OUT/<name>.csv and OUT/<name>.json after\n"
-        "every width; rerunning the same command resumes an interrupted sweep.\n\n"
+        "workload's mean context length), compiled with torch.compile unless the workload sets\n"
+        "serving.enforce_eager or --no-compile is given, and measure, for every candidate width (tokens per\n"
+        "step): the eager step latency; the step as PIECEWISE graphs (split at every attention call, attention\n"
+        "eager between the pieces) and as one FULL graph, replayed; the LM head alone; the device memory each\n"
+        "width's graphs add in vLLM's capture order (all PIECEWISE largest first, then all FULL largest\n"
+        "first, one shared pool: capture_delta_bytes) and take alone (standalone_bytes); and once, vLLM's\n"
+        "non-KV memory. Writes OUT/<name>.csv and OUT/<name>.json after every width; rerunning the same\n"
+        "command resumes an interrupted sweep.\n\n"
         "Candidates: vLLM's default grid, every uniform decode width n*q, the FULL-decode rounded widths and\n"
         "a stride grid above the 512/1024 ceiling up to min(max_num_batched_tokens, q*max_num_seqs).\n"
-        "On a CPU (--device cpu) only the eager path is measured; graph rows say `unsupported`.\n\n"
+        "On a CPU (--device cpu) only eager and logits are measured; graph rows say `unsupported`.\n\n"
         "examples:\n"
         "  cgtune profile workloads/dflash-llama-3.1-8b.yaml --out reports/h200\n"
         "  cgtune profile workloads/suffix-llama-3.1-8b.yaml --out reports/h200 --sizes 512 2176 6400\n"
-        "  cgtune profile workloads/tiny-cpu.yaml --device cpu --out /tmp/profiles"
+        "  cgtune profile workloads/dflash-llama-3.1-8b.yaml --out reports/h200 --max-widths 40 --dry-run\n"
+        "  cgtune profile workloads/tiny-cpu.yaml --device cpu --out /tmp/profiles --no-compile"
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -88,7 +95,8 @@ class ProfileCommand(Command):
         p.add_argument("--out", required=True, type=Path, metavar="DIR",
                        help="directory for <name>.csv (one row per width and mode) and <name>.json (metadata)")
         p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                       help="cuda (default): eager and graph modes; cpu: eager only, graph rows `unsupported`")
+                       help="cuda (default): eager, graph and logits modes; cpu: eager and logits only, graph rows "
+                            "`unsupported`")
         p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                        help="measure exactly these widths (1..max_num_batched_tokens) instead of the candidates")
         p.add_argument("--max-widths", type=positive_int, metavar="N",
@@ -96,9 +104,13 @@ class ProfileCommand(Command):
                             "the widest decode batch and the largest)")
         p.add_argument("--stride", type=positive_int, default=128, metavar="TOKENS",
                        help="spacing of the candidate grid above the capture ceiling (default 128)")
-        p.add_argument("--compile", action="store_true",
-                       help="run the model through torch.compile (dynamic shapes, compiled once) as vLLM does at "
-                            "-O1 and above; graphs then capture the compiled model")
+        compiled = p.add_mutually_exclusive_group()
+        compiled.add_argument("--no-compile", action="store_true",
+                              help="measure plain eager PyTorch (as vLLM with -O0 or enforce_eager) instead of the "
+                                   "torch.compile'd model vLLM runs by default (compiled once, dynamic shapes)")
+        compiled.add_argument("--compile", action="store_true",
+                              help="the default (kept so older command lines still run); refused for a workload "
+                                   "with serving.enforce_eager: true")
         p.add_argument("--warmup-ms", type=_non_negative_ms, metavar="MS",
                        help="warm-up budget per width and mode (default 25 on cuda, 2 on cpu)")
         p.add_argument("--rep-ms", type=_non_negative_ms, metavar="MS",
@@ -114,6 +126,9 @@ class ProfileCommand(Command):
                        help="start over instead of resuming from widths already in OUT/<name>.csv")
         p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--dry-run", action="store_true",
+                       help="print the widths it would measure and an estimate of the sweep time; touches no GPU "
+                            "and writes nothing")
 
     def run(self, args: argparse.Namespace) -> int:
         # Validate everything before importing torch or touching --out: bad input writes nothing.
@@ -121,8 +136,11 @@ class ProfileCommand(Command):
         name = args.name or workload.name
         if any(c in name for c in "/\\") or not name.strip():
             raise UsageError(f"--name: {name!r} must be a plain file stem")
-        if args.out.exists() and not args.out.is_dir():
-            raise UsageError(f"--out: {str(args.out)!r} exists and is not a directory")
+        check_out_dir(args.out)
+        if args.compile and workload.serving.enforce_eager:
+            raise UsageError(f"--compile: {workload.name} sets serving.enforce_eager: true, so vLLM runs no compiled "
+                             "model; drop --compile")
+        compiled_step = not (args.no_compile or workload.serving.enforce_eager)
 
         from tuner.measure.profile import SweepOptions, candidate_widths, profile_workload, thin_widths
         from tuner.measure.profile import validate_sizes
@@ -141,13 +159,6 @@ class ProfileCommand(Command):
                     min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)}
             widths = thin_widths(widths, args.max_widths, keep=keep)
 
-        import torch
-
-        if args.device == "cuda" and not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device is visible (pass --device cpu to measure the eager "
-                             "path on the CPU)")
-        if args.device == "cpu":
-            self._check_cpu_memory(workload, max(widths))
         warmup, rep, min_reps = _BUDGETS[args.device]
         options = SweepOptions(
             warmup_ms=warmup if args.warmup_ms is None else args.warmup_ms,
@@ -156,21 +167,63 @@ class ProfileCommand(Command):
             max_seconds=args.max_seconds,
             standalone=not args.no_standalone,
         )
+        if args.dry_run:
+            return self._dry_run(args, workload, name, widths, options, compiled_step)
+
+        import torch
+
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is visible (pass --device cpu to measure the eager "
+                             "path on the CPU)")
+        if args.device == "cpu":
+            self._check_cpu_memory(workload, max(widths))
         from tqdm.contrib.logging import logging_redirect_tqdm
 
-        with logging_redirect_tqdm():
-            result = profile_workload(
-                workload, args.out, widths=widths, device=args.device, compile=args.compile, options=options,
-                name=name, command=_command_line(args), resume=not args.fresh, seed=args.seed,
-                progress=not args.no_progress,
-            )
+        try:
+            with logging_redirect_tqdm():
+                result = profile_workload(
+                    workload, args.out, widths=widths, device=args.device, compile=compiled_step, options=options,
+                    name=name, command=_command_line(args), resume=not args.fresh, seed=args.seed,
+                    progress=not args.no_progress,
+                )
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(_interrupted(args, name, len(widths))) from None
         meta = result.metadata
         print(summary_table(result.rows))
         done = len(meta["widths_done"])
         state = "complete" if result.complete else f"stopped early: {done} of {len(widths)} widths, rerun to resume"
         print(f"{meta['device_name']} | {len(result.measured)} widths measured this run, {done} in the table "
               f"({state}) | sweep {meta['sweep_s']:.1f} s | activation peak {_mib(meta['activation_peak_bytes'])} MiB")
+        compiled = f"compiled in {meta['compile_s']:.1f} s" if meta["compiled"] else "not compiled (plain eager)"
+        kernels = meta.get("eager_kernels_per_layer")
+        print(f"{compiled} | vLLM non-KV memory {_mib(meta.get('non_kv_cache_bytes'))} MiB | eager step "
+              f"{'-' if kernels is None else f'{kernels:g}'} CUDA kernels per layer (vLLM's Llama layer: about 10-12)")
+        noisy = meta.get("noisy_widths") or []
+        listed = ", ".join(map(str, noisy[:8])) + (", ..." if len(noisy) > 8 else "")
+        print(f"noisy: {len(noisy)} of {done} widths have a timing with IQR/median > 5%" +
+              (f" ({listed}); their medians are less certain than their digits" if noisy else ""))
         print(f"wrote {result.csv_path} and {result.csv_path.with_suffix('.json')}")
+        return 0
+
+    @staticmethod
+    def _dry_run(args: argparse.Namespace, workload: object, name: str, widths: list[int], options: object,
+                 compiled_step: bool) -> int:
+        """The widths a run would measure and an estimate of its time; nothing measured, nothing written."""
+        from tuner.measure.profile import estimate_sweep_s
+
+        done = _widths_done(args.out / f"{name}.csv", workload) if not args.fresh else set()
+        todo = [w for w in widths if w not in done]
+        shown = " ".join(map(str, widths))
+        print(f"{workload.name}: {len(widths)} widths on {args.device} "
+              f"({'compiled' if compiled_step else 'not compiled'}): {shown}")
+        if done:
+            print(f"{len(widths) - len(todo)} of them are already in {args.out / f'{name}.csv'} and would be "
+                  f"resumed, not re-measured")
+        graphs = args.device == "cuda"
+        seconds, how = estimate_sweep_s(len(todo), options, graphs=graphs,
+                                        num_layers=workload.model.shape.num_layers)
+        print(f"estimated sweep: at least {seconds:.0f} s ({how})")
+        print("dry run: nothing measured, nothing written")
         return 0
 
     @staticmethod
@@ -196,8 +249,41 @@ class ProfileCommand(Command):
                              f"{have / 2**30:.1f} GiB; profile it on a GPU")
 
 
-def _command_line(args: argparse.Namespace) -> str:
-    """The command, rebuilt from parsed flags (main() does not hand commands their argv)."""
+def _widths_done(csv_path: Path, workload: object) -> set[int]:
+    """Widths an earlier run of this workload finished in `csv_path` (empty if none or unreadable)."""
+    from tuner.measure.profile import SWEEP_MODES
+    from tuner.profile_table import ProfileError, read_profile
+
+    try:
+        profile = read_profile(csv_path)
+    except ProfileError:
+        return set()
+    recorded = profile.metadata.get("workload")
+    if not isinstance(recorded, dict) or recorded.get("hash") != workload.content_hash:
+        return set()
+    modes: dict[int, set[str]] = {}
+    for r in profile.rows:
+        modes.setdefault(r.num_tokens, set()).add(r.mode)
+    return {w for w, ms in modes.items() if ms >= set(SWEEP_MODES)}
+
+
+def _interrupted(args: argparse.Namespace, name: str, requested: int) -> str:
+    """The one line Ctrl-C leaves: what the table kept and the command that resumes it."""
+    from tuner.profile_table import ProfileError, read_profile
+
+    csv_path = args.out / f"{name}.csv"
+    resume = _command_line(args, resume=True)
+    try:
+        kept = len(read_profile(csv_path).metadata.get("widths_done") or [])
+    except ProfileError:
+        return f"interrupted before a width was finished: nothing kept; rerun: {resume}"
+    return (f"interrupted: kept {kept} of {requested} widths in {csv_path} (and its .json); "
+            f"resume with: {resume}")
+
+
+def _command_line(args: argparse.Namespace, *, resume: bool = False) -> str:
+    """The command, rebuilt from parsed flags (main() does not hand commands their argv); with `resume`, the
+    command that continues the run (without --fresh, which would start over)."""
     parts = ["cgtune", "profile", str(args.workload), "--out", str(args.out), "--device", args.device]
     if args.sizes:
         parts += ["--sizes", *map(str, args.sizes)]
@@ -209,7 +295,9 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--stride", str(args.stride)]
     if args.seed:
         parts += ["--seed", str(args.seed)]
-    for flag in ("compile", "no_standalone", "fresh"):
+    for flag in ("no_compile", "no_standalone", "fresh"):
+        if flag == "fresh" and resume:
+            continue
         if getattr(args, flag):
             parts.append(f"--{flag.replace('_', '-')}")
     return shlex.join(parts)

@@ -1,15 +1,27 @@
 """Everything that touches a device: the decode model, timing, memory readings, graph capture, the sweep."""
 
 from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape, attention_kernel
-from tuner.measure.graphs import CapturedGraph, capture, is_oom, new_pool, release_memory
-from tuner.measure.memory import MemorySnapshot, device_metadata, free_delta_bytes, nvml_delta_bytes, snapshot
+from tuner.measure.graphs import CapturedGraph, capture, is_oom, new_pool, release_memory, weak_ref
+from tuner.measure.kernels import count_cpu_ops, count_cuda_kernels, cuda_kernels_per_layer
+from tuner.measure.memory import (
+    MemorySnapshot,
+    device_metadata,
+    free_delta_bytes,
+    non_kv_memory,
+    nvml_delta_bytes,
+    snapshot,
+)
+from tuner.measure.piecewise import Piece, PiecewiseGraph, capture_piece, capture_piecewise
 from tuner.measure.profile import (
+    CAPTURE_ORDER,
     PIECEWISE_NOTE,
+    SWEEP_MODES,
     ProfileResult,
     StepRunner,
     SweepOptions,
     build_model,
     candidate_widths,
+    estimate_sweep_s,
     profile_workload,
     thin_widths,
     validate_sizes,
@@ -17,6 +29,7 @@ from tuner.measure.profile import (
 from tuner.measure.timing import Clock, CudaEventClock, FakeClock, Measurement, WallClock, measure
 
 __all__ = [
+    "CAPTURE_ORDER",
     "DTYPES",
     "PIECEWISE_NOTE",
     "CapturedGraph",
@@ -26,7 +39,10 @@ __all__ = [
     "FakeClock",
     "Measurement",
     "MemorySnapshot",
+    "Piece",
+    "PiecewiseGraph",
     "ProfileResult",
+    "SWEEP_MODES",
     "ShardShape",
     "StepRunner",
     "SweepOptions",
@@ -35,15 +51,23 @@ __all__ = [
     "build_model",
     "candidate_widths",
     "capture",
+    "capture_piece",
+    "capture_piecewise",
+    "count_cpu_ops",
+    "count_cuda_kernels",
+    "cuda_kernels_per_layer",
     "device_metadata",
+    "estimate_sweep_s",
     "free_delta_bytes",
     "is_oom",
     "measure",
     "new_pool",
+    "non_kv_memory",
     "nvml_delta_bytes",
     "profile_workload",
     "release_memory",
     "snapshot",
     "thin_widths",
     "validate_sizes",
+    "weak_ref",
 ]

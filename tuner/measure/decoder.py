@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -97,7 +98,7 @@ def attention_kernel(shard: ShardShape, dtype: torch.dtype, device: torch.device
 class _Layer:
     """One decoder layer's weights (fused QKV and gate/up as vLLM fuses them) and its KV cache."""
 
-    def __init__(self, s: ShardShape, make: callable, kv_cache: torch.Tensor) -> None:
+    def __init__(self, s: ShardShape, make: Callable) -> None:
         h = s.hidden_size
         self.input_norm = make((h,), None)
         self.qkv = make((s.q_size + 2 * s.kv_size, h), h)
@@ -107,17 +108,27 @@ class _Layer:
         self.down = make((h, s.intermediate_size), s.intermediate_size)
         self.q_norm = make((s.head_dim,), None) if s.qk_norm else None
         self.k_norm = make((s.head_dim,), None) if s.qk_norm else None
-        self.kv_cache = kv_cache  # [2, requests, kv_heads, context_len + q, head_dim]
+        self.kv_cache: torch.Tensor | None = None  # [2, requests, kv_heads, context_len + q, head_dim]
 
     def weights(self) -> list[torch.Tensor]:
         ws = [self.input_norm, self.qkv, self.o_proj, self.post_norm, self.gate_up, self.down]
         return ws + [w for w in (self.q_norm, self.k_norm) if w is not None]
 
+    def pre_attention(self) -> tuple[torch.Tensor | None, ...]:
+        """Weights up to attention, as `_qkv` takes them (tensors, so one compiled piece serves every layer)."""
+        return self.input_norm, self.qkv, self.q_norm, self.k_norm
+
+    def post_attention(self) -> tuple[torch.Tensor, ...]:
+        """Weights after attention, as `_post_attention` takes them."""
+        return self.o_proj, self.post_norm, self.gate_up, self.down
+
 
 class DecodeModel:
     """One rank's decode step: embedding, decoder layers (RMSNorm, fused QKV, rotary, GQA attention over a
     static KV cache with `q` query tokens per request under a bottom-right causal mask, output projection,
-    SwiGLU MLP), final norm, then LM-head logits for every token.
+    SwiGLU MLP), final norm, then LM-head logits for every token. Where PyTorch has a fused op the step uses
+    it (RMSNorm, the residual add inside the projection GEMM, rotary in three ops for q and k together), so
+    the plain eager step is closer to vLLM's fused custom ops.
 
     Inputs live in static buffers sized to `max_num_tokens`; a step of T tokens reads their first T entries
     and `forward_hidden(T)` writes into a static output buffer, so a CUDA graph captured at T replays on the
@@ -125,6 +136,11 @@ class DecodeModel:
     divide T, one request with the remaining tokens (vLLM pads such steps; its attention is varlen).
     Every request has `context_len` tokens already cached. Logits are computed outside `forward_hidden`
     because vLLM computes them after the (possibly graphed) forward, eagerly.
+
+    `split_step` runs the same step split at every attention call, as vLLM's piecewise backend splits its
+    compiled graph; the sweep captures each piece as a CUDA graph (PIECEWISE). With `allocate_kv_cache=False`
+    the KV cache is allocated later by `allocate_kv_cache()`, so vLLM's memory profiling, which runs before
+    vLLM allocates its KV cache, can be measured without it.
     """
 
     def __init__(
@@ -137,6 +153,7 @@ class DecodeModel:
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        allocate_kv_cache: bool = True,
     ) -> None:
         if max_num_tokens < 1:
             raise ValueError(f"{max_num_tokens=} must be >= 1")
@@ -165,32 +182,46 @@ class DecodeModel:
             self.embed = make((s.vocab_size, s.hidden_size), 1)
             self.max_requests = -(-max_num_tokens // decode_query_len)
             cache_len = context_len + decode_query_len
-            self.layers = []
-            for _ in range(s.num_layers):
-                kv = torch.empty(2, self.max_requests, s.num_kv_heads, cache_len, s.head_dim, dtype=dtype,
-                                 device=self.device)
-                kv.normal_(0.0, 1.0, generator=gen)  # no uninitialized NaNs in the context
-                self.layers.append(_Layer(s, make, kv))
+            self.layers = [_Layer(s, make) for _ in range(s.num_layers)]
             self.final_norm = make((s.hidden_size,), None)
             self.lm_head = self.embed if s.tie_word_embeddings else make((s.vocab_size, s.hidden_size), s.hidden_size)
 
             inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim))
             angles = torch.outer(torch.arange(cache_len, dtype=torch.float32), inv_freq)
-            self.cos = angles.cos().to(dtype=dtype, device=self.device)
-            self.sin = angles.sin().to(dtype=dtype, device=self.device)
+            # Full head width, the sine's first half negated: rotate-halves then takes one multiply-add (`_rope`).
+            self.cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(dtype=dtype, device=self.device)
+            self.sin = torch.cat((-angles.sin(), angles.sin()), dim=-1).to(dtype=dtype, device=self.device)
 
             # Static inputs: token i belongs to request i // q and sits at position context_len + i % q.
             self.input_ids = torch.randint(0, s.vocab_size, (max_num_tokens,), generator=gen, device=self.device)
             self.positions = (torch.arange(max_num_tokens, device=self.device) % decode_query_len) + context_len
             self.hidden_out = torch.zeros(max_num_tokens, s.hidden_size, dtype=dtype, device=self.device)
+        self._seed = seed
+        if allocate_kv_cache:
+            self.allocate_kv_cache()
         self.attention_kernel = attention_kernel(shard, dtype, self.device)
         """Fused SDPA kernel the attention runs on (`flash`, `efficient` or `math`)."""
         # A plain bool fixed here: under dynamic=True, Dynamo would turn a comparison of int fields into a SymBool.
         self._enable_gqa = bool(shard.num_heads != shard.num_kv_heads)
         self._forward_hidden = self._forward_hidden_eager
+        self._pieces: tuple[Callable, Callable, Callable] = (_piece_first, _piece_middle, _piece_last)
         self._compiled = False
         self._key = id(self)
         _MODELS[self._key] = self
+
+    def allocate_kv_cache(self) -> None:
+        """Allocate the static KV cache (random values, so the context holds no uninitialized NaNs); once."""
+        if self.layers and self.layers[0].kv_cache is not None:
+            raise RuntimeError("the KV cache is already allocated")
+        s = self.shard
+        # A generator of its own: the values do not depend on when the cache is allocated.
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(self._seed + 1)
+        with torch.no_grad():
+            for layer in self.layers:
+                kv = torch.empty(2, self.max_requests, s.num_kv_heads, self.context_len + self.decode_query_len,
+                                 s.head_dim, dtype=self.dtype, device=self.device)
+                layer.kv_cache = kv.normal_(0.0, 1.0, generator=gen)
 
     # ------------------------------------------------------------------ sizes
     def weights(self) -> list[torch.Tensor]:
@@ -202,14 +233,30 @@ class DecodeModel:
         return sum(w.numel() * w.element_size() for w in self.weights())
 
     def kv_cache_bytes(self) -> int:
-        """Bytes of the static KV cache (every layer, K and V, max requests x (context + q) slots)."""
-        return sum(layer.kv_cache.numel() * layer.kv_cache.element_size() for layer in self.layers)
+        """Bytes of the static KV cache (every layer, K and V, max requests x (context + q) slots), allocated or
+        not yet."""
+        s = self.shard
+        slots = self.max_requests * (self.context_len + self.decode_query_len)
+        return 2 * s.num_layers * slots * s.num_kv_heads * s.head_dim * self.dtype.itemsize
+
+    def persistent_buffer_bytes(self) -> int:
+        """Bytes of the static buffers besides weights and KV cache: inputs, rotary tables, the output buffer."""
+        return sum(t.numel() * t.element_size() for t in (self.input_ids, self.positions, self.hidden_out,
+                                                             self.cos, self.sin))
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the step runs through torch.compile."""
+        return self._compiled
 
     def compile(self, **kwargs: object) -> None:
         """Route `forward_hidden` through torch.compile with the token dimension dynamic and attention as an
-        opaque op, so one compiled graph serves every width, as vLLM compiles once."""
+        opaque op, so one compiled graph serves every width, as vLLM compiles once; `split_step`'s pieces are
+        compiled too (one graph each for the first, the middle and the last piece). Compilation happens at the
+        first call of each."""
         kwargs.setdefault("fullgraph", True)  # a graph break would silently measure eager code as "compiled"
         self._forward_hidden = torch.compile(self._forward_hidden_eager, **kwargs)
+        self._pieces = tuple(torch.compile(fn, **kwargs) for fn in (_piece_first, _piece_middle, _piece_last))
         self._compiled = True
 
     # ------------------------------------------------------------------ step
@@ -221,9 +268,7 @@ class DecodeModel:
         ids = self.input_ids[:num_tokens]
         pos = self.positions[:num_tokens]
         if self._compiled:
-            # Only the token dimension varies: model constants stay static, so one graph serves every width.
-            torch._dynamo.maybe_mark_dynamic(ids, 0)
-            torch._dynamo.maybe_mark_dynamic(pos, 0)
+            self._mark_dynamic(ids, pos)
         with torch.no_grad():
             return self._forward_hidden(ids, pos)
 
@@ -235,6 +280,57 @@ class DecodeModel:
     def step(self, num_tokens: int) -> torch.Tensor:
         """One eager decode step: body and logits, `[num_tokens, vocab_size]`."""
         return self.logits(self.forward_hidden(num_tokens))
+
+    def split_step(self, num_tokens: int, call_piece: Callable[[int, Callable, Sequence], Sequence] | None = None
+                   ) -> torch.Tensor:
+        """`forward_hidden(num_tokens)` split at every attention call, as vLLM's piecewise backend splits the
+        compiled graph: piece 0 (embedding, layer 0 up to attention), piece i (layer i-1 after attention, layer
+        i up to attention), piece L (the last layer after attention, final norm into `hidden_out`). Each piece
+        before an attention allocates that attention's output, and attention runs eagerly between the pieces,
+        writing the KV cache and that output, as vLLM's attention op does outside its piecewise graphs.
+
+        `call_piece(index, fn, inputs)` runs piece `index` as `fn(*inputs)` and returns its outputs (default:
+        calls it); the sweep captures each piece as a CUDA graph there. Returns `hidden_out[:num_tokens]`."""
+        if not 1 <= num_tokens <= self.max_num_tokens:
+            raise ValueError(f"{num_tokens=} must be in 1..{self.max_num_tokens}")
+        if call_piece is None:
+            def call_piece(index: int, fn: Callable, inputs: Sequence) -> Sequence:
+                return fn(*inputs)
+        s = self.shard
+        first, middle, last = self._pieces
+        ids, pos, out = self.input_ids[:num_tokens], self.positions[:num_tokens], self.hidden_out[:num_tokens]
+        num_layers = len(self.layers)
+        with torch.no_grad():
+            inputs = (s, ids, pos, self.embed, self.cos, self.sin, self.layers[0].pre_attention())
+            if self._compiled:
+                self._mark_dynamic(ids, pos, out)
+            h, q, k, v, o = call_piece(0, first, inputs)
+            for i in range(num_layers):
+                self._attention(i, q, k, v, out=o)  # eager: vLLM's attention runs outside its piecewise graphs
+                del q, k, v  # freed as vLLM's split module frees them: later pieces may reuse their memory
+                post = self.layers[i].post_attention()
+                if self._compiled:
+                    self._mark_dynamic(h, o)
+                if i + 1 < num_layers:
+                    inputs = (s, h, o, pos, self.cos, self.sin, post, self.layers[i + 1].pre_attention())
+                    h, q, k, v, o = call_piece(i + 1, middle, inputs)
+                else:
+                    (out,) = call_piece(num_layers, last, (s, h, o, post, self.final_norm, out))
+        return out
+
+    def attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer `layer`'s attention, eagerly (what runs between PIECEWISE graph pieces); see `_attention`."""
+        with torch.no_grad():
+            return self._attention(layer, q, k, v, out)
+
+    @staticmethod
+    def _mark_dynamic(*tensors: torch.Tensor) -> None:
+        # Only the token dimension varies: model constants stay static. Unbacked, so width 1 gets no graph of its
+        # own (a dynamic size is otherwise specialized at 0 and 1): one compilation serves every width, as vLLM
+        # compiles one graph for all sizes.
+        for t in tensors:
+            torch._dynamo.decorators.mark_unbacked(t, 0)
 
     def profile_run(self, num_tokens: int, num_requests: int) -> torch.Tensor:
         """The step vLLM's memory profiling runs before it sizes the KV cache (`profile_run`): `num_tokens`
@@ -255,7 +351,7 @@ class DecodeModel:
             sin = self.sin[pos].unsqueeze(1)
             h = F.embedding(ids, self.embed)
             for layer in self.layers:
-                q, k, v = _qkv(s, layer, h, cos, sin)
+                q, k, v = _qkv(s, h, cos, sin, *layer.pre_attention())
                 outs, lo = [], 0
                 # Requests of equal length attend as one batch (at most two lengths: per_request and +1).
                 for length in sorted(set(lengths), reverse=True):
@@ -265,7 +361,7 @@ class DecodeModel:
                     o = F.scaled_dot_product_attention(*batch, is_causal=True, enable_gqa=self._enable_gqa)
                     outs.append(o.transpose(1, 2).reshape(count * length, s.q_size))
                     lo = hi
-                h = _mlp(s, layer, h + F.linear(torch.cat(outs) if len(outs) > 1 else outs[0], layer.o_proj))
+                h = _post_attention(s, h, torch.cat(outs) if len(outs) > 1 else outs[0], *layer.post_attention())
             last = torch.tensor(lengths, device=self.device).cumsum(0) - 1
             return self.logits(F.rms_norm(h[last], (s.hidden_size,), self.final_norm, eps))
 
@@ -273,26 +369,32 @@ class DecodeModel:
         s = self.shard
         eps = s.rms_norm_eps
         num_tokens = ids.shape[0]
-        cos = self.cos[pos].unsqueeze(1)  # [T, 1, head_dim / 2], broadcast over heads
+        cos = self.cos[pos].unsqueeze(1)  # [T, 1, head_dim], broadcast over heads
         sin = self.sin[pos].unsqueeze(1)
         h = F.embedding(ids, self.embed)
         compiled = self._compiled
         for i, layer in enumerate(self.layers):
-            q, k, v = _qkv(s, layer, h, cos, sin)
+            q, k, v = _qkv(s, h, cos, sin, *layer.pre_attention())
             if compiled:
                 o = torch.ops.cgtune.decode_attention(q, k, v, self._key, i)
             else:  # called directly: the custom op's dispatch would add host time per layer to eager steps
                 o = self._attention(i, q, k, v)
-            h = _mlp(s, layer, h + F.linear(o, layer.o_proj))
+            h = _post_attention(s, h, o, *layer.post_attention())
         out = self.hidden_out[:num_tokens]
         out.copy_(F.rms_norm(h, (s.hidden_size,), self.final_norm, eps))
         return out
 
-    def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
         """Write the new keys/values after each request's context, then attend over context + new tokens:
-        `T // q` requests of q tokens, and one request with the `T % q` remaining tokens if any."""
+        `T // q` requests of q tokens, and one request with the `T % q` remaining tokens if any. With `out`
+        (`[T, q_size]`), the result is copied into it (a piecewise step's static buffer: one copy per request
+        group that vLLM's attention, writing there directly, does not make); else returned as a new tensor
+        (a view of SDPA's output where its layout allows)."""
         s = self.shard
         kv_cache = self.layers[layer].kv_cache
+        if kv_cache is None:
+            raise RuntimeError("the KV cache is not allocated: call allocate_kv_cache() before a decode step")
         ql = self.decode_query_len
         ctx = self.context_len
         n_full, rest = divmod(q.shape[0], ql)
@@ -310,7 +412,12 @@ class DecodeModel:
             # speculative verification needs; this bias keeps SDPA on its fused kernels.
             mask = causal_lower_right(length, ctx + length)
             o = F.scaled_dot_product_attention(qr, cache[0], cache[1], attn_mask=mask, enable_gqa=self._enable_gqa)
-            outs.append(o.transpose(1, 2).reshape(requests * length, s.q_size))
+            if out is not None:
+                out[lo:hi].view(requests, length, s.num_heads, s.head_dim).copy_(o.transpose(1, 2))
+            else:
+                outs.append(o.transpose(1, 2).reshape(requests * length, s.q_size))
+        if out is not None:
+            return out
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
@@ -332,29 +439,67 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, model_key: int, layer: 
     return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
 
 
-def _qkv(s: ShardShape, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+def _qkv(s: ShardShape, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_norm: torch.Tensor,
+         qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Input norm, fused QKV projection, Qwen3's per-head q/k norms, rotary: `[T, heads, head_dim]` each."""
     num_tokens = h.shape[0]
-    a = F.rms_norm(h, (s.hidden_size,), layer.input_norm, s.rms_norm_eps)
-    q, k, v = F.linear(a, layer.qkv).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-    q = q.view(num_tokens, s.num_heads, s.head_dim)
-    k = k.view(num_tokens, s.num_kv_heads, s.head_dim)
-    v = v.view(num_tokens, s.num_kv_heads, s.head_dim)
-    if layer.q_norm is not None:
-        q = F.rms_norm(q, (s.head_dim,), layer.q_norm, s.rms_norm_eps)
-        k = F.rms_norm(k, (s.head_dim,), layer.k_norm, s.rms_norm_eps)
+    a = F.rms_norm(h, (s.hidden_size,), input_norm, s.rms_norm_eps)
+    fused = F.linear(a, qkv)
+    v = fused[:, s.q_size + s.kv_size:].view(num_tokens, s.num_kv_heads, s.head_dim)
+    if q_norm is None:
+        # q and k heads sit side by side in the fused output: one rotary pass covers both.
+        qk = _rope(fused[:, :s.q_size + s.kv_size].view(num_tokens, s.num_heads + s.num_kv_heads, s.head_dim),
+                   cos, sin)
+        q, k = qk.split([s.num_heads, s.num_kv_heads], dim=1)
+        return q, k, v
+    q = fused[:, :s.q_size].view(num_tokens, s.num_heads, s.head_dim)
+    k = fused[:, s.q_size:s.q_size + s.kv_size].view(num_tokens, s.num_kv_heads, s.head_dim)
+    q = F.rms_norm(q, (s.head_dim,), q_norm, s.rms_norm_eps)
+    k = F.rms_norm(k, (s.head_dim,), k_norm, s.rms_norm_eps)
     return _rope(q, cos, sin), _rope(k, cos, sin), v
 
 
-def _mlp(s: ShardShape, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
-    """Post-attention norm and SwiGLU MLP, added to the residual stream."""
-    m = F.rms_norm(h, (s.hidden_size,), layer.post_norm, s.rms_norm_eps)
-    gate, up = F.linear(m, layer.gate_up).chunk(2, dim=-1)
-    return h + F.linear(F.silu(gate) * up, layer.down)
+def _post_attention(s: ShardShape, h: torch.Tensor, o: torch.Tensor, o_proj: torch.Tensor, post_norm: torch.Tensor,
+                    gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """Output projection added to the residual stream, then post-attention norm and SwiGLU MLP, added too; each
+    residual add rides in its GEMM (addmm), as one kernel."""
+    h = torch.addmm(h, o, o_proj.t())
+    m = F.rms_norm(h, (s.hidden_size,), post_norm, s.rms_norm_eps)
+    gate, up = F.linear(m, gate_up).chunk(2, dim=-1)
+    return torch.addmm(h, F.silu(gate) * up, down.t())
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """NeoX-style rotary embedding (rotate halves), as vLLM applies it to Llama and Qwen."""
+    """NeoX-style rotary embedding (rotate halves), as vLLM applies it to Llama and Qwen:
+    `[x1, x2] -> [x1 cos - x2 sin, x2 cos + x1 sin]`, written `x * cos + [x2, x1] * sin'` with `sin'` the
+    table whose first half is negated, so three ops (multiply, concatenate, multiply-add) instead of seven."""
     x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return torch.addcmul(x * cos, torch.cat((x2, x1), dim=-1), sin)
+
+
+# The step's pieces between attention calls (see DecodeModel.split_step). Weights are arguments, not looked up by
+# layer index, so one compiled graph serves every middle piece.
+def _piece_first(s: ShardShape, ids: torch.Tensor, pos: torch.Tensor, embed: torch.Tensor, cos_table: torch.Tensor,
+                 sin_table: torch.Tensor, pre: tuple) -> tuple[torch.Tensor, ...]:
+    """Embedding and layer 0 up to attention; allocates the attention's output, as vLLM's piece does."""
+    h = F.embedding(ids, embed)
+    q, k, v = _qkv(s, h, cos_table[pos].unsqueeze(1), sin_table[pos].unsqueeze(1), *pre)
+    return h, q, k, v, h.new_empty(h.shape[0], s.q_size)
+
+
+def _piece_middle(s: ShardShape, h: torch.Tensor, o: torch.Tensor, pos: torch.Tensor, cos_table: torch.Tensor,
+                  sin_table: torch.Tensor, post: tuple, pre: tuple) -> tuple[torch.Tensor, ...]:
+    """Layer i-1 after attention, layer i up to attention (rotary tables read per piece, as each vLLM layer reads
+    its cos/sin cache)."""
+    h = _post_attention(s, h, o, *post)
+    q, k, v = _qkv(s, h, cos_table[pos].unsqueeze(1), sin_table[pos].unsqueeze(1), *pre)
+    return h, q, k, v, h.new_empty(h.shape[0], s.q_size)
+
+
+def _piece_last(s: ShardShape, h: torch.Tensor, o: torch.Tensor, post: tuple, final_norm: torch.Tensor,
+                out: torch.Tensor) -> tuple[torch.Tensor]:
+    """The last layer after attention and the final norm, written into the static output."""
+    h = _post_attention(s, h, o, *post)
+    out.copy_(F.rms_norm(h, (s.hidden_size,), final_norm, s.rms_norm_eps))
+    return (out,)

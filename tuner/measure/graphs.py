@@ -11,7 +11,7 @@ from unittest.mock import patch
 
 import torch
 
-__all__ = ["CapturedGraph", "capture", "is_oom", "new_pool", "release_memory"]
+__all__ = ["CapturedGraph", "capture", "is_oom", "new_pool", "release_memory", "weak_ref"]
 
 
 @dataclass
@@ -26,6 +26,9 @@ class CapturedGraph:
     """Memory-pool handle the graph allocated from (shared by graphs captured with the same handle)."""
     capture_s: float
     """Wall seconds the capture took (begin to end, synchronized)."""
+    output: Any = None
+    """What the captured callable returned (tensors in the pool or in static buffers), for callers that hand it
+    on; None once they have."""
 
     def replay(self) -> None:
         self.graph.replay()
@@ -49,9 +52,20 @@ def capture(fn: Callable[[], object], num_tokens: int, *, pool: Any = None) -> C
     # memory themselves beforehand.
     with patch("gc.collect", lambda *a, **k: 0), patch("torch.cuda.empty_cache", lambda: None):
         with torch.cuda.graph(graph, pool=pool):
-            fn()
+            output = fn()
     torch.cuda.synchronize()
-    return CapturedGraph(graph=graph, num_tokens=num_tokens, pool=pool, capture_s=time.perf_counter() - t0)
+    return CapturedGraph(graph=graph, num_tokens=num_tokens, pool=pool, capture_s=time.perf_counter() - t0,
+                         output=output)
+
+
+def weak_ref(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor on the same memory that does not own it (vLLM's `weak_ref_tensors`): a graph's output kept this
+    way stays readable at replay while the pool may hand its memory to graphs captured later, as vLLM lets its
+    piecewise graphs share memory. Valid only while the graph (and its pool) lives."""
+    storage = tensor.untyped_storage()
+    alias = torch._C._construct_storage_from_data_pointer(storage.data_ptr(), tensor.device, storage.nbytes())
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+        alias, tensor.storage_offset(), tensor.size(), tensor.stride())
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -9,7 +9,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["MemorySnapshot", "cpu_name", "device_metadata", "free_delta_bytes", "nvml_delta_bytes", "snapshot"]
+__all__ = [
+    "MemorySnapshot",
+    "cpu_name",
+    "device_metadata",
+    "free_delta_bytes",
+    "non_kv_memory",
+    "nvml_delta_bytes",
+    "snapshot",
+]
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,53 @@ def nvml_delta_bytes(before: MemorySnapshot, after: MemorySnapshot) -> int | Non
         return None
     delta = after.nvml_used_bytes - before.nvml_used_bytes
     return delta if delta >= 0 else None
+
+
+def non_kv_memory(
+    baseline: MemorySnapshot,
+    after: MemorySnapshot,
+    *,
+    kv_cache_bytes: int | None,
+    peak_allocated_bytes: int | None,
+    allocated_after_bytes: int | None,
+    weights_bytes: int,
+    persistent_buffers_bytes: int,
+) -> dict[str, Any] | None:
+    """vLLM's non-KV memory as its `memory_profiling` reads it (vllm/utils/mem_utils.py, facts file "Memory
+    accounting"): `total_consumed` (the drop in free device memory from `baseline`, taken once CUDA is up and before
+    the weights exist, to `after`, taken after the profiling step with the allocator's cache emptied) plus
+    `transient_peak_headroom` (torch's peak allocated bytes during that step minus its allocated bytes after it).
+
+    `kv_cache_bytes`, the drop the decoder's static KV cache took when it was allocated in between, is subtracted:
+    vLLM allocates its KV cache only after profiling. The breakdown splits the consumed memory into weights and
+    persistent buffers (exact tensor bytes), the rest torch's allocator holds (workspaces, rounding, leftovers;
+    from its reserved bytes) and non-torch memory (CUDA modules and library handles: what the allocator does not
+    see). None when a reading is missing (a CPU) or the consumed memory reads negative (something else freed
+    memory meanwhile: invalid, as in `free_delta_bytes`)."""
+    readings = (baseline.free_bytes, after.free_bytes, kv_cache_bytes, peak_allocated_bytes, allocated_after_bytes)
+    if any(r is None for r in readings):
+        return None
+    consumed = baseline.free_bytes - after.free_bytes - kv_cache_bytes
+    if consumed < 0:
+        return None
+    headroom = max(0, peak_allocated_bytes - allocated_after_bytes)
+    breakdown: dict[str, Any] = {
+        "non_kv_cache_bytes": consumed + headroom,
+        "total_consumed_bytes": consumed,
+        "peak_headroom_bytes": headroom,
+        "weights_bytes": weights_bytes,
+        "persistent_buffers_bytes": persistent_buffers_bytes,
+        "torch_other_bytes": None,
+        "non_torch_bytes": None,
+        "kv_cache_excluded_bytes": kv_cache_bytes,
+    }
+    if baseline.reserved_bytes is not None and after.reserved_bytes is not None:
+        # The KV cache was allocated right after the allocator's cache was emptied, in segments of its own: its
+        # free-memory drop is what the allocator reserved for it.
+        torch_held = after.reserved_bytes - baseline.reserved_bytes - kv_cache_bytes
+        breakdown["torch_other_bytes"] = torch_held - weights_bytes - persistent_buffers_bytes
+        breakdown["non_torch_bytes"] = consumed - torch_held
+    return breakdown
 
 
 def cpu_name() -> str:
