@@ -45,11 +45,17 @@ def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32) -
         rows.append(ProfileRow(w, "full", "ok", latency_ms=graph, latency_iqr_ms=0.0,
                                capture_delta_bytes=2 * MIB + 4096 * w, standalone_bytes=64 * MIB + 600_000 * w,
                                capture_s=0.05))
+        if wl.drafter is not None:  # synthetic drafter passes: a fifth of the target's work
+            rows.append(ProfileRow(w, "drafter_eager", "ok", latency_ms=eager / 5, latency_iqr_ms=0.0))
+            rows.append(ProfileRow(w, "drafter_full", "ok", latency_ms=graph / 5, latency_iqr_ms=0.0,
+                                   capture_delta_bytes=MIB + 1024 * w, standalone_bytes=16 * MIB + 150_000 * w,
+                                   capture_s=0.01))
     metadata = {
         "device_name": "synthetic benchmark fixture (not a measurement)",
         "total_memory_bytes": 141 * GIB, "weights_bytes": wl.model.weight_bytes(),
         "activation_peak_bytes": 4 * GIB, "kv_cache_bytes": None, "compute_capability": None,
-        "torch_version": None, "cuda_version": None, "driver_version": None, "compiled": False, "device": "synthetic",
+        "torch_version": None, "cuda_version": None, "driver_version": None, "compiled": True, "device": "synthetic",
+        "decode_query_len": q, "context_len": wl.traffic.mean_context_len,
         "workload": {"name": wl.name, "hash": wl.content_hash}, "created_at": None,
         "command": "benchmarks/bench_search.py",
         "model": {"preset": wl.model.preset, "shape": wl.model.shape.as_dict(), "dtype": wl.model.dtype,
@@ -100,7 +106,8 @@ def main() -> int:
             "steps": len(model.steps),
             "candidates": len(model.candidates),
             "profile_widths": n_widths,
-            "graph_budget_gib": round(model.budget.graph_budget_bytes / GIB, 3),
+            "graph_budget_gib": round(model.budget.estimate_budget_bytes / GIB, 3),
+            "exact_proven_optimal": exact.exact_memory,
             "exact_solver_s_median": round(statistics.median(exact_times), 3),
             "exact_solver_s_all": [round(t, 3) for t in exact_times],
             "exact_memory_unit_bytes": exact.memory_unit_bytes,

@@ -30,11 +30,14 @@ def handmade_spec(
     num_speculative_tokens: int = 0,
     max_num_batched_tokens: int = 64,
     traffic: dict[str, Any] | None = None,
+    speculative: dict[str, Any] | None = None,
+    engine: str | None = None,
     **serving: Any,
 ) -> dict[str, Any]:
     """A tiny-model workload spec (a mapping, to write as YAML); default traffic: decode steps of 1..max_num_seqs
-    requests, uniform."""
-    return {
+    requests, uniform; `speculative`: the workload's speculative section (method, drafter); `engine`: sglang or
+    trtllm (serving then takes the engine's own names)."""
+    spec = {
         "name": name,
         "model": {"preset": "tiny", "dtype": "float32"},
         "serving": {
@@ -46,6 +49,11 @@ def handmade_spec(
         },
         "traffic": traffic or {"requests": {"kind": "uniform", "min": 1, "max": max_num_seqs}},
     }
+    if speculative is not None:
+        spec["speculative"] = speculative
+    if engine is not None:
+        spec["engine"] = engine
+    return spec
 
 
 def handmade_workload(**spec: Any) -> Workload:
@@ -70,9 +78,25 @@ def handmade_profile(
     piecewise_unsupported: bool = False,
     shape_override: dict[str, Any] | None = None,
     name: str = "hand",
+    drafter_eager_ms: Callable[[int], float] = lambda w: 0.3 + 0.002 * w,
+    drafter_full_ms: Callable[[int], float] = lambda w: 0.1 + 0.002 * w,
+    drafter_piecewise_ms: Callable[[int], float] | None = None,
+    drafter_standalone_bytes: Callable[[int], int] = lambda w: w * MIB // 4,
+    drafter_delta_bytes: Callable[[int], int] = lambda w: MIB // 2,
 ) -> Path:
-    """Write `<name>.csv/.json` with eager, full (and optionally piecewise) rows at `widths`."""
+    """Write `<name>.csv/.json` with eager, full (and optionally piecewise) rows at `widths`, and the drafter's rows
+    when the workload runs a draft model."""
     rows = []
+    if workload.drafter is not None:
+        for w in widths:
+            rows.append(ProfileRow(w, "drafter_eager", "ok", latency_ms=drafter_eager_ms(w), latency_iqr_ms=0.0))
+            modes = [("drafter_full", drafter_full_ms)]
+            if drafter_piecewise_ms is not None:
+                modes.append(("drafter_piecewise", drafter_piecewise_ms))
+            for mode, fn in modes:
+                rows.append(ProfileRow(w, mode, "ok", latency_ms=fn(w), latency_iqr_ms=0.0,
+                                       capture_delta_bytes=drafter_delta_bytes(w),
+                                       standalone_bytes=drafter_standalone_bytes(w), capture_s=0.01))
     for w in widths:
         rows.append(ProfileRow(w, "eager", "ok", latency_ms=eager_ms(w), latency_iqr_ms=0.0))
         graph_modes = [("full", full_ms)] + ([("piecewise", piecewise_ms)] if piecewise_ms else [])
@@ -100,7 +124,8 @@ def handmade_profile(
         "command": "tests/handmade_profiles.py",
         "model": {"preset": workload.model.preset, "shape": shape, "dtype": workload.model.dtype,
                   "tensor_parallel_size": workload.model.tensor_parallel_size},
-        "compiled": False,
+        # The step a default vLLM deployment runs is compiled; an enforce_eager workload's is not.
+        "compiled": not workload.serving.enforce_eager,
         "device": "handmade",
     }
     return write_profile(out_dir, name, rows, metadata)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 from pathlib import Path
@@ -117,10 +118,46 @@ def test_unsupported_piecewise_rows_keep_widths_as_candidates(tmp_path):
 def test_kv_shortfall_is_infeasible(tmp_path):
     m = model_for(tmp_path, total_memory_bytes=200 * MIB, weights_bytes=100 * MIB, activation_peak_bytes=60 * MIB,
                   standalone_bytes=lambda w: 2 * w * MIB)
-    assert m.budget.graph_budget_bytes == int(200 * MIB * 0.9) - 160 * MIB - 64 * 512
+    # No non_kv_cache_bytes in the fixture: weights + activation peak stand in for vLLM's non-KV memory.
+    assert m.budget.non_kv_cache_bytes == 160 * MIB
+    assert m.budget.estimate_budget_bytes == math.ceil(200 * MIB * 0.9) - 160 * MIB - 64 * 512
+    assert any("no non_kv_cache_bytes" in n for n in m.notes)
     assert m.evaluate((4,)).feasible
     e = m.evaluate((1, 2, 4, 8))
-    assert not e.feasible and "required" in e.why_infeasible
+    assert not e.feasible and "vLLM would not start" in e.why_infeasible
+
+
+def test_a_list_that_fits_the_real_pool_but_not_vllms_estimate_is_rejected(tmp_path):
+    # Deltas shrink with width, so vLLM's V2 estimate, which extrapolates every FULL graph from the second largest
+    # (7 MiB), is far above the real pool (the deltas 1..7 MiB). The old rule (real pool) called this list fine.
+    wl = handmade_workload()
+    kwargs = dict(standalone_bytes=lambda w: 10 * w * MIB, delta_bytes=lambda w: w * MIB)
+    probe = model_for(tmp_path / "probe", wl, widths=range(1, 9), **kwargs)
+    sizes = tuple(range(1, 9))
+    real, estimate = probe.memory(sizes)
+    assert (real, estimate) == ((80 + 28 + 8 + 28) * MIB, (80 + 28 + 8 + 7 * 7) * MIB)
+    # Total memory such that the KV cache left beside the REAL pool is exactly the requirement plus 5 MiB.
+    required = wl.required_kv_bytes
+    total = int((150 * MIB + real + required + 5 * MIB) / 0.9) + 1
+    m = model_for(tmp_path / "m", wl, widths=range(1, 9), total_memory_bytes=total, **kwargs)
+    assert m.budget.requested_bytes - 150 * MIB - real - required >= 5 * MIB  # the old rule: fits
+    e = m.evaluate(sizes)
+    assert not e.feasible and not e.starts
+    short = required - e.kv_available_bytes
+    assert short == estimate - real - (m.budget.requested_bytes - 150 * MIB - real - required)
+    assert e.why_infeasible.startswith("vLLM would not start") and f"{short / GIB:.3f} GiB short" in e.why_infeasible
+
+
+def test_the_real_capture_must_fit_beside_the_estimate(tmp_path):
+    # With the estimate switched off vLLM subtracts nothing: the real pool must fit in what it does not request.
+    wl = handmade_workload(estimate_cudagraph_memory=False)
+    m = model_for(tmp_path, wl, total_memory_bytes=1000 * MIB, standalone_bytes=lambda w: 30 * w * MIB)
+    assert m.graph_estimate_bytes((8,)) == (240 + 2) * MIB  # computed, but not applied
+    e = m.evaluate((8,))
+    assert e.kv_available_bytes == m.budget.requested_bytes - 150 * MIB
+    assert e.capture_headroom_bytes == 100 * MIB - (240 + 2) * MIB
+    assert not e.feasible and e.why_infeasible.startswith("the real capture would run out of memory")
+    assert m.evaluate((2,)).feasible  # 60 + 2 MiB fits in the 100 MiB vLLM leaves
 
 
 def test_profile_from_another_model_shape_is_an_error(tmp_path):
@@ -152,3 +189,90 @@ def test_crossover_width(tmp_path):
     # The graph saves 0.5 ms of 1 + 0.01 w: 2.3% at 2048, 1.2% at 4096.
     assert crossover_width(read_profile(path)) == 4096
     assert crossover_width(read_profile(path), threshold=0.001) is None
+
+
+def _set_meta(path, **values):
+    import json
+
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta.update(values)
+    meta_path.write_text(json.dumps(meta))
+    return path
+
+
+@pytest.mark.parametrize(("key", "value", "workload_kwargs"), [
+    ("decode_query_len", 4, {}),  # workload q = 1
+    ("context_len", 4096, {}),  # workload mean_context_len 2048
+    ("compute_capability", "10.0", {}),  # workload gpu_capability 9.0 (the 512 ceiling, not 1024)
+    ("compiled", False, {}),  # vLLM runs the compiled model unless enforce_eager
+    ("compiled", True, {"enforce_eager": True}),
+])
+def test_profile_measured_for_another_step_is_refused(tmp_path, key, value, workload_kwargs):
+    wl = handmade_workload(**workload_kwargs)
+    path = _set_meta(handmade_profile(tmp_path, wl, [1, 2, 4, 8]), **{key: value})
+    with pytest.raises(ModelError, match=rf"measured with {key}=.*--allow-mismatch"):
+        CostModel.from_files(path, wl)
+    m = CostModel.from_files(path, wl, allow_mismatch=True)
+    assert any(n.startswith("allowed mismatch") and key in n for n in m.notes)
+
+
+def test_matching_step_metadata_is_accepted_and_missing_keys_are_noted(tmp_path):
+    wl = handmade_workload()
+    path = _set_meta(handmade_profile(tmp_path, wl, [1, 2]), decode_query_len=1, context_len=2048,
+                     compute_capability="9.0")
+    m = CostModel.from_files(path, wl)
+    assert not any("mismatch" in n or "does not record" in n for n in m.notes)
+    bare = CostModel.from_files(handmade_profile(tmp_path / "bare", wl, [1, 2]), wl)
+    assert any("does not record decode_query_len" in n for n in bare.notes)
+
+
+def test_padded_graph_steps_pay_logits_for_their_real_tokens(tmp_path):
+    from tuner.profile_table import ProfileRow, read_profile, write_profile
+
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8])
+    p = read_profile(path)
+    rows = p.rows + [ProfileRow(w, "logits", "ok", latency_ms=0.1 * w, latency_iqr_ms=0.0) for w in (1, 2, 4, 8)]
+    path = write_profile(tmp_path, "with-logits", rows, p.metadata)
+    m = CostModel.from_files(path, wl)
+    # A 3-token step padded to the 8-graph: full(8) - logits(8) + logits(3) = 0.58 - 0.8 + 0.3.
+    assert m.step_latency_ms(3, True, (8,)) == pytest.approx(0.58 - 0.8 + 0.3)
+    assert m.step_latency_ms(8, True, (8,)) == pytest.approx(0.58)  # unpadded: as measured
+    assert m.step_latency_ms(3, True, (2,)) == pytest.approx(1.03)  # eager: its own width, logits included
+    sizes = (2, 8)
+    hand = sum(s.probability * m.step_latency_ms(s.num_tokens, s.uniform_decode, sizes) for s in m.steps)
+    assert m.expected_step_ms(sizes) == pytest.approx(hand)
+
+
+@pytest.mark.parametrize(("piecewise_ms", "lower"), [(lambda w: 0.7 + 0.01 * w, True), (lambda w: 1.3 + 0.01 * w, False)])
+def test_a_width_covering_mixed_steps_pays_only_when_piecewise_is_faster(tmp_path, piecewise_ms, lower):
+    # Decode steps of 1..8 requests (q = 1) and mixed steps of 9..16 tokens, half and half; the list (8,) leaves the
+    # mixed steps eager. Adding 16 puts them on its PIECEWISE graph: each pays piecewise(16) instead of eager(w).
+    traffic = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.5,
+               "mixed_tokens": {"kind": "uniform", "min": 9, "max": 16}}
+    wl = handmade_workload(max_num_batched_tokens=16, traffic=traffic)
+    m = model_for(tmp_path, wl, widths=(1, 2, 4, 8, 16), piecewise_ms=piecewise_ms)
+    eager_mixed = sum(1.0 + 0.01 * w for w in range(9, 17)) / 8
+    saving = 0.5 * (eager_mixed - piecewise_ms(16))
+    change = m.expected_step_ms((8,)) - m.expected_step_ms((8, 16))
+    assert change == pytest.approx(saving)
+    assert (change > 0) is lower
+
+
+def test_v1_candidates_are_multiples_of_q_within_the_widest_decode_batch(tmp_path):
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=4, max_num_batched_tokens=32, model_runner="v1")
+    m = model_for(tmp_path, wl, widths=range(1, 33))
+    assert m.runner == "v1" and m.v1_rewrite
+    assert m.candidates == [4, 8, 12, 16]
+    e = m.evaluate((1, 2, 6, 16))
+    assert e.runs_as == (4, 8, 16)
+
+
+def test_noisy_share_counts_the_widths_the_decision_rests_on(tmp_path):
+    wl = handmade_workload()
+    path = _set_meta(handmade_profile(tmp_path, wl, [1, 2, 4, 8, 16]), noisy_widths=[2, 16])
+    m = CostModel.from_files(path, wl)
+    # Steps reach 8 tokens; the decision rests on the graph candidates (all five) and the eager widths up to 8.
+    assert m.decision_widths() == [1, 2, 4, 8, 16]
+    assert m.noisy_share == pytest.approx(2 / 5)

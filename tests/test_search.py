@@ -1,8 +1,8 @@
-"""Exact solver against brute force, the optuna study against the exact solver, constraints, resume."""
+"""The optuna study against the exact solver (tests/test_exact.py holds the solver to brute force), constraints,
+resume."""
 
 from __future__ import annotations
 
-import random
 import sys
 from pathlib import Path
 
@@ -21,57 +21,6 @@ from tuner.search import (  # noqa: E402
     run_search,
     study_name_for,
 )
-
-MIXED = {"requests": {"kind": "uniform", "min": 1, "max": 6}, "mixed_share": 0.3,
-         "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
-
-
-def random_model(tmp_path, seed):
-    """Noisy latencies and memory, a tight budget, mixed and decode steps: every corner of the dispatch."""
-    rnd = random.Random(seed)
-    spec = rnd.choice([0, 1, 3])
-    mode = rnd.choice(["FULL_AND_PIECEWISE", "FULL", "FULL_DECODE_ONLY", "PIECEWISE"])
-    wl = handmade_workload(num_speculative_tokens=spec, max_num_seqs=6, max_num_batched_tokens=32,
-                           cudagraph_mode=mode,
-                           traffic={**MIXED, "requests": {"kind": "uniform", "min": 1,
-                                                          "max": min(6, 32 // (spec + 1))}})
-    # Every width is measured (so rounded FULL decode widths have exact MiB figures); 11 are candidates.
-    widths = list(range(1, 33))
-    candidates = sorted(rnd.sample(widths, 11))
-    e = {w: rnd.uniform(1, 3) for w in widths}
-    f = {w: rnd.uniform(0.3, 3) for w in widths}
-    pw = {w: rnd.uniform(0.5, 3) for w in widths}
-    sa = {w: rnd.randint(0, 20) for w in widths}
-    de = {w: rnd.randint(0, 6) for w in widths}
-    path = handmade_profile(tmp_path, wl, widths, total_memory_bytes=200 * MIB, weights_bytes=100 * MIB,
-                            activation_peak_bytes=rnd.randint(50, 75) * MIB, eager_ms=e.get, full_ms=f.get,
-                            piecewise_ms=pw.get if seed % 2 else None, standalone_bytes=lambda w: sa[w] * MIB,
-                            delta_bytes=lambda w: de[w] * MIB, name=f"rand{seed}")
-    model = CostModel.from_files(path, wl)
-    if mode == "FULL_DECODE_ONLY":
-        candidates = [c for c in candidates if c in model.candidates] or model.candidates[:3]
-    return model, candidates
-
-
-@pytest.mark.parametrize("seed", range(16))
-def test_exact_solver_equals_brute_force(tmp_path, seed):
-    m, candidates = random_model(tmp_path, seed)
-    exact = exact_solve(m, candidates=candidates)
-    assert exact.exact_memory  # MiB figures: the unit divides them, so this is the true optimum
-    brute = brute_force(m, candidates)
-    assert exact.best.feasible
-    assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
-
-
-def test_exact_front_is_non_dominated_and_ends_at_the_optimum(tmp_path):
-    m, candidates = random_model(tmp_path, 3)
-    exact = exact_solve(m, candidates=candidates)
-    front = exact.front
-    assert front[0].capture_sizes == () or front[0].graph_memory_bytes == min(e.graph_memory_bytes for e in front)
-    for a, b in zip(front, front[1:]):
-        assert a.graph_memory_bytes < b.graph_memory_bytes and a.expected_step_ms > b.expected_step_ms
-    assert front[-1].expected_step_ms == pytest.approx(exact.best.expected_step_ms)
-
 
 def test_budget_that_no_list_meets_is_an_error(tmp_path):
     wl = handmade_workload()

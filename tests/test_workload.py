@@ -180,6 +180,49 @@ def test_dynamic_schedule_sets_each_steps_query_length():
     assert parse_workload(data).serving.decode_query_lens()[1:] == [4, 4, 4, 4, 2, 2, 2, 2]
 
 
-def test_invalid_schedule_keeps_the_single_query_length():
-    data = with_("serving.speculative_schedule", [[2, 8, 1]])  # must start at 1: vLLM ignores it
-    assert [s.num_tokens for s in parse_workload(data).steps()] == [4 * n for n in range(1, 9)]
+def test_a_schedule_vllm_rejects_is_refused_naming_the_field():
+    # vLLM's validate_and_normalize_dynamic_sd_schedule rejects both, and vLLM would not start with them.
+    for schedule, message in (([[2, 8, 1]], "must start at 1"), ([[1, 4, 3], [4, 8, 1]], r"\(1, 4\) and \(4, 8\)")):
+        with pytest.raises(WorkloadError, match=f"^serving: speculative_schedule .*{message}"):
+            parse_workload(with_("serving.speculative_schedule", schedule))
+
+
+def test_empty_or_non_mapping_file_says_so(tmp_path):
+    (tmp_path / "empty.yaml").write_text("# just a comment\n")
+    with pytest.raises(WorkloadError, match=r"^workload: empty.yaml is empty \(it needs name, model, serving"):
+        load_workload(tmp_path / "empty.yaml")
+    (tmp_path / "text.yaml").write_text("hello\n")
+    with pytest.raises(WorkloadError, match="^workload: text.yaml holds a YAML str: it must be a mapping"):
+        load_workload(tmp_path / "text.yaml")
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ("12x,1", "line 3: num_tokens='12x' must be an integer"),
+    ("12,two", "line 3: num_reqs='two' must be an integer"),
+    (",1", "line 3: num_tokens='' must be an integer"),
+    ("9000,1", r"line 3: num_tokens=9000 must be in 1..max_num_batched_tokens=8192"),
+    ("0,1", r"line 3: num_tokens=0 must be in 1..max_num_batched_tokens=8192"),
+])
+def test_a_bad_trace_value_names_its_column_and_value(tmp_path, row, message):
+    (tmp_path / "steps.csv").write_text(f"num_tokens,num_reqs\n8,2\n{row}\n")
+    data = copy.deepcopy(BASE)
+    data["traffic"] = {"trace": "steps.csv"}
+    with pytest.raises(WorkloadError, match=f"^traffic.trace: steps.csv {message}$"):
+        parse_workload(data, base_dir=tmp_path)
+
+
+def test_model_checkpoint_from_name_or_preset():
+    # A preset carries its Hugging Face id; model.name (a fine-tune, a local path) replaces it.
+    assert parse_workload(BASE).model.checkpoint == "meta-llama/Llama-3.1-8B-Instruct"
+    assert parse_workload(with_("model.preset", "qwen3-8b")).model.checkpoint == "Qwen/Qwen3-8B"
+    assert parse_workload(with_("model.name", "my-org/ft")).model.checkpoint == "my-org/ft"
+    # tiny is no published model; an edited preset shape is no longer that checkpoint; explicit shapes name none.
+    assert parse_workload(with_("model.preset", "tiny")).model.checkpoint is None
+    assert parse_workload(with_("model.num_layers", 2)).model.checkpoint is None
+    explicit = dict(PRESETS["tiny"].as_dict())
+    assert parse_workload(with_("model", {k: explicit[k] for k in (
+        "hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
+        "vocab_size")})).model.checkpoint is None
+    for bad in ("", " my-org/ft", 3):
+        with pytest.raises(WorkloadError, match="^model.name: "):
+            parse_workload(with_("model.name", bad))

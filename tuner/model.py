@@ -1,5 +1,6 @@
-"""Cost model fitted from a profile: step latency of any capture list under vLLM's dispatch, its graph memory,
-and the KV budget it leaves."""
+"""Cost model fitted from a profile: step latency of any capture list under vLLM's dispatch (for the runner that
+runs it, on the list that runner really captures), its real graph pool, vLLM's graph-memory estimate, and the KV
+cache vLLM sizes from that estimate (`tuner.vllm.memory`)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
+from tuner.curve import Curve
+from tuner.drafter_model import DrafterCost
+from tuner.engines import SglangKvRule, TrtllmKvRule
 from tuner.profile_table import Profile, ProfileError, read_profile
 from tuner.vllm.dispatch import Dispatcher
-from tuner.workload import Step, Workload
+from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes, pool_bytes
+from tuner.vllm.runner import v1_rewrite_applies
+from tuner.workload import ServingConfig, Step, Workload
 
 __all__ = [
     "GIB",
     "CostModel",
     "Evaluation",
-    "KvBudget",
     "ModelError",
     "check_profile_matches",
     "crossover_width",
+    "off_peak_steps",
 ]
 
 GIB = 1 << 30
@@ -34,57 +40,39 @@ class ModelError(ValueError):
 
 
 @dataclass(frozen=True)
-class KvBudget:
-    """The memory terms vLLM sizes the KV cache from (all bytes on one rank)."""
-
-    total_memory_bytes: int
-    """Device memory of the profiled GPU."""
-    gpu_memory_utilization: float
-    """Share of it vLLM may use."""
-    weights_bytes: int
-    """Model weights on one rank."""
-    activation_peak_bytes: int
-    """Peak non-KV, non-weight memory of vLLM's profile run."""
-    required_kv_bytes: int
-    """KV bytes the deployment needs."""
-    weights_source: str = "profile"
-    """`profile` (measured) or `workload` (computed from the model shape)."""
-
-    @property
-    def requested_bytes(self) -> int:
-        return int(self.total_memory_bytes * self.gpu_memory_utilization)
-
-    def kv_available_bytes(self, graph_memory_bytes: int) -> int:
-        """KV cache left after weights, activations and graphs."""
-        return self.requested_bytes - self.weights_bytes - self.activation_peak_bytes - graph_memory_bytes
-
-    @property
-    def graph_budget_bytes(self) -> int:
-        """Most graph memory a list may take while the KV cache keeps what is required (< 0: none fits)."""
-        return self.kv_available_bytes(0) - self.required_kv_bytes
-
-
-@dataclass(frozen=True)
 class Evaluation:
-    """One capture list under the cost model."""
+    """One capture list under the cost model, with vLLM's two memory conditions: it starts (its graph-memory
+    ESTIMATE leaves the required KV cache) and its real capture fits beside the KV cache it sized."""
 
     capture_sizes: tuple[int, ...]
-    """Sorted unique widths."""
+    """The list as written into the config (sorted, unique, within the token budget)."""
     expected_step_ms: float
     """Expected step latency over the workload's step distribution."""
     per_token_ms: float
     """Expected step latency divided by the expected tokens per step."""
     graph_memory_bytes: int
-    """Predicted memory of all graphs the list makes vLLM capture."""
+    """Predicted REAL pool of every graph the list makes vLLM capture."""
     kv_available_bytes: int
-    """KV cache left with these graphs."""
+    """KV cache vLLM allocates: requested - non-KV - its graph-memory estimate ("Available KV cache memory")."""
     required_kv_bytes: int
     """KV cache the deployment needs."""
+    graph_estimate_bytes: int = 0
+    """vLLM's graph-memory estimate for the runner ("Estimated CUDA graph memory"), made before the capture."""
+    capture_headroom_bytes: int = 0
+    """estimate + total - requested - real pool: memory left while the real capture runs (< 0: it runs out)."""
+    runs_as: tuple[int, ...] = ()
+    """The list the runner really captures (V1 rewrites a list when speculating; V2 keeps it)."""
+    drafter_step_ms: float = 0.0
+    """The drafter's passes' share of expected_step_ms."""
+    drafter_graph_bytes: int = 0
+    """The drafter's graphs' share of graph_memory_bytes (their deltas in the shared pool)."""
     reason: str = ""
-    """Why the list is infeasible beyond the KV budget (e.g. a width whose capture ran out of memory)."""
+    """Why the list is infeasible beyond the two memory conditions (a width whose capture ran out of memory
+    while profiling; a list V1 refuses)."""
 
     @property
     def kv_margin_bytes(self) -> int:
+        """KV cache beyond what is required (< 0: vLLM refuses to start)."""
         return self.kv_available_bytes - self.required_kv_bytes
 
     @property
@@ -92,33 +80,67 @@ class Evaluation:
         return self.kv_margin_bytes / GIB
 
     @property
+    def starts(self) -> bool:
+        """vLLM's estimate leaves the required KV cache."""
+        return self.kv_margin_bytes >= 0
+
+    @property
+    def capture_fits(self) -> bool:
+        """The real capture fits in what vLLM left beside the KV cache."""
+        return self.capture_headroom_bytes >= 0
+
+    @property
     def feasible(self) -> bool:
-        return self.kv_margin_bytes >= 0 and not self.reason
+        return self.starts and self.capture_fits and not self.reason
 
     @property
     def why_infeasible(self) -> str:
         if self.reason:
             return self.reason
-        if self.kv_margin_bytes < 0:
-            return (f"KV cache {self.kv_available_bytes / GIB:.2f} GiB < required {self.required_kv_bytes / GIB:.2f} "
-                    f"GiB (graphs take {self.graph_memory_bytes / GIB:.2f} GiB)")
+        if not self.starts:
+            return (f"vLLM would not start: its graph-memory estimate {self.graph_estimate_bytes / GIB:.3f} GiB leaves "
+                    f"{self.kv_available_bytes / GIB:.3f} GiB of KV cache, {-self.kv_margin_bytes / GIB:.3f} GiB short "
+                    f"of the required {self.required_kv_bytes / GIB:.3f} GiB")
+        if not self.capture_fits:
+            return (f"the real capture would run out of memory: its pool ({self.graph_memory_bytes / GIB:.3f} GiB) "
+                    f"exceeds what vLLM left beside the KV cache by {-self.capture_headroom_bytes / GIB:.3f} GiB")
         return ""
 
     def as_dict(self) -> dict[str, object]:
         return {
             "capture_sizes": list(self.capture_sizes),
+            "runs_as": list(self.runs_as),
             "expected_step_ms": self.expected_step_ms,
             "per_token_ms": self.per_token_ms,
             "graph_memory_bytes": self.graph_memory_bytes,
+            "vllm_graph_estimate_bytes": self.graph_estimate_bytes,
+            "drafter_step_ms": self.drafter_step_ms,
+            "drafter_graph_bytes": self.drafter_graph_bytes,
             "kv_available_bytes": self.kv_available_bytes,
             "kv_margin_gib": self.kv_margin_gib,
+            "capture_headroom_bytes": self.capture_headroom_bytes,
             "feasible": self.feasible,
             "reason": self.why_infeasible,
         }
 
 
-def check_profile_matches(profile: Profile, workload: Workload) -> None:
-    """Raise ModelError when the profile was measured for another model shape, dtype or TP size."""
+def _capability(value: object) -> tuple[int, int] | None:
+    """A profile's compute capability ("9.0", [9, 0] or None)."""
+    if isinstance(value, str) and "." in value:
+        try:
+            major, minor = (int(x) for x in value.split(".")[:2])
+            return major, minor
+        except ValueError:
+            return None
+    if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(x, int) for x in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+def check_profile_matches(profile: Profile, workload: Workload, *, allow_mismatch: bool = False) -> list[str]:
+    """Raise ModelError when the profile was measured for another model shape, dtype or TP size, or (unless
+    `allow_mismatch`) for another step: decode query length q, context length, compute capability (it sets the
+    512/1024 ceiling) or compile setting. Returns notes: what was not checked, or what was allowed to differ."""
     name = profile.path.name if profile.path else "profile"
     meta = profile.metadata.get("model")
     if not isinstance(meta, dict) or not isinstance(meta.get("shape"), dict):
@@ -136,6 +158,35 @@ def check_profile_matches(profile: Profile, workload: Workload) -> None:
             raise ModelError(f"{name}: measured with model.{key}={meta.get(key)!r}, "
                              f"workload {workload.name} has {value!r}")
 
+    s = workload.serving
+    md = profile.metadata
+    compiled_wanted = not s.enforce_eager
+    cap = _capability(md.get("compute_capability"))
+    checks = [
+        # (what, profile value, workload value, hint)
+        ("decode_query_len", md.get("decode_query_len"), s.decode_query_len, "q = 1 + num_speculative_tokens"),
+        ("context_len", md.get("context_len"), workload.traffic.mean_context_len, "traffic.mean_context_len"),
+        ("compute_capability", None if cap is None else f"{cap[0]}.{cap[1]}",
+         f"{s.gpu_capability[0]}.{s.gpu_capability[1]}", "serving.gpu_capability"),
+    ]
+    notes = []
+    if s.engine == "vllm":
+        checks.append(("compiled", md.get("compiled"), compiled_wanted,
+                       "vLLM runs the compiled model unless serving.enforce_eager; profile with --no-compile only for "
+                       "that"))
+    else:
+        notes.append(f"{s.engine} runs its own kernels: the profile's {'compiled' if md.get('compiled') else 'eager'} "
+                     f"step stands in for them")
+    for key, got, value, hint in checks:
+        if got is None:
+            notes.append(f"{name} does not record {key}: not checked against the workload ({hint})")
+        elif got != value:
+            message = f"{name}: measured with {key}={got!r}, workload {workload.name} has {value!r} ({hint})"
+            if not allow_mismatch:
+                raise ModelError(message + "; pass --allow-mismatch to use it anyway")
+            notes.append("allowed mismatch: " + message)
+    return notes
+
 
 def _meta_bytes(profile: Profile, key: str) -> int | None:
     value = profile.metadata.get(key)
@@ -147,31 +198,28 @@ def _meta_bytes(profile: Profile, key: str) -> int | None:
     return int(value)
 
 
-class _Curve:
-    """A measured quantity over widths, interpolated linearly between measured widths, flat below the first
-    and extended along the last segment's slope above the last (monotone when asked)."""
+def off_peak_steps(serving: ServingConfig) -> list[Step]:
+    """Off-peak decode traffic: uniform decode steps of 1..max_num_seqs requests, each equally likely."""
+    query_lens = serving.decode_query_lens()
+    n_max = serving.max_num_seqs
+    steps: dict[tuple[int, bool], float] = {}
+    for n in range(1, n_max + 1):
+        width = n * query_lens[n]
+        if width <= serving.max_num_batched_tokens:
+            key = (width, query_lens[n] == serving.decode_query_len)
+            steps[key] = steps.get(key, 0.0) + 1.0
+    total = sum(steps.values())
+    return [Step(w, u, p / total) for (w, u), p in sorted(steps.items())]
 
-    def __init__(self, points: dict[int, float], *, monotone: bool) -> None:
-        xs = sorted(points)
-        ys = np.array([points[x] for x in xs], dtype=float)
-        if monotone:
-            # Noise can make a wider step read faster; a wider step never does less work, so take the running max.
-            ys = np.maximum.accumulate(ys)
-        self.x = np.array(xs, dtype=float)
-        self.y = ys
-        self.slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])) if len(xs) > 1 else 0.0
 
-    def __call__(self, widths: np.ndarray | Sequence[int] | int) -> np.ndarray:
-        w = np.asarray(widths, dtype=float)
-        out = np.interp(w, self.x, self.y)
-        above = w > self.x[-1]
-        if np.any(above):
-            out = np.where(above, self.y[-1] + self.slope * (w - self.x[-1]), out)
-        return out
-
-    @property
-    def max_width(self) -> int:
-        return int(self.x[-1])
+def _mix(a: list[Step], b: list[Step], weight_b: float) -> list[Step]:
+    """(1 - weight_b) x a + weight_b x b, merged by (width, uniform)."""
+    out: dict[tuple[int, bool], float] = {}
+    for steps, w in ((a, 1.0 - weight_b), (b, weight_b)):
+        for st in steps:
+            key = (st.num_tokens, st.uniform_decode)
+            out[key] = out.get(key, 0.0) + w * st.probability
+    return [Step(w, u, p) for (w, u), p in sorted(out.items()) if p > 0]
 
 
 def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
@@ -200,6 +248,11 @@ class CostModel:
     piecewise_fallback: str = "eager"
     """Latency of a PIECEWISE graph when the profile has no piecewise rows: `eager` (the eager step at the
     padded width: no launch saving credited) or `full` (as fast as the FULL graph)."""
+    allow_mismatch: bool = False
+    """Use a profile measured for another q, context length, compute capability or compile setting (a note)."""
+    off_peak_weight: float = 0.0
+    """Share of off-peak decode traffic (uniform over 1..max_num_seqs requests) mixed into the step distribution
+    every list is weighed by (0: the workload's traffic alone)."""
     notes: list[str] = field(default_factory=list, repr=False)
     """Assumptions made while fitting (printed in the report)."""
 
@@ -214,32 +267,45 @@ class CostModel:
     def __post_init__(self) -> None:
         if self.piecewise_fallback not in ("eager", "full"):
             raise ModelError(f"piecewise_fallback={self.piecewise_fallback!r} must be eager or full")
-        check_profile_matches(self.profile, self.workload)
+        self.notes.extend(check_profile_matches(self.profile, self.workload, allow_mismatch=self.allow_mismatch))
         name = self.profile.path.name if self.profile.path else "profile"
         s = self.workload.serving
         self.serving = s
+        self.runner = s.runner
         self.q = s.decode_query_len
         self.decode_limit = self.q * s.max_num_seqs
-        probe = s.dispatcher([1])
+        probe = s.dispatcher([s.max_num_batched_tokens])
         self.cudagraph_mode = probe.cudagraph_mode
         self.mixed_mode = probe.mixed_mode
         self.decode_mode = probe.decode_mode
         self.separate_decode = probe.separate_decode
+        self.v1_rewrite = v1_rewrite_applies(self.runner, self.cudagraph_mode, self.q)
+        if self.cudagraph_mode != s.cudagraph_mode and not s.enforce_eager:
+            self.notes.append(f"the {self.runner.upper()} runner uses cudagraph_mode {self.cudagraph_mode} here "
+                              f"(dynamic speculative decoding drops its full graphs), not {s.cudagraph_mode}")
 
         eager = self.profile.by_mode("eager")
         full = self.profile.by_mode("full")
         piecewise = self.profile.by_mode("piecewise")
+        logits = self.profile.by_mode("logits")
         if not eager:
             raise ModelError(f"{name}: no eager rows with status ok")
-        self.eager_ms = _Curve({w: r.latency_ms for w, r in eager.items()}, monotone=True)  # type: ignore[misc]
+        self.eager_ms = Curve({w: r.latency_ms for w, r in eager.items()}, monotone=True)  # type: ignore[misc]
         if not full and self.cudagraph_mode != "NONE":
             raise ModelError(f"{name}: no full rows with status ok (no graph was measured; a CPU profile?)")
-        self.full_ms = (_Curve({w: r.latency_ms for w, r in full.items()}, monotone=True)  # type: ignore[misc]
+        self.full_ms = (Curve({w: r.latency_ms for w, r in full.items()}, monotone=True)  # type: ignore[misc]
                         if full else None)
+        # The LM head runs after the graph, for the step's real tokens only: a padded graph step costs
+        # graph(P) - logits(P) + logits(T). Profiles without logits rows fold it into every row (logits(T) = 0).
+        self.logits_ms = (Curve({w: r.latency_ms for w, r in logits.items()}, monotone=True)  # type: ignore[misc]
+                          if logits else None)
+        if self.logits_ms is None and self.cudagraph_mode != "NONE":
+            self.notes.append(f"no logits rows in {name}: a padded graph step is costed with the logits of its padded "
+                              f"width, not of its real tokens")
         self.full_standalone = self._memory_curve(full, "standalone_bytes", name, "full")
         self.full_delta = self._memory_curve(full, "capture_delta_bytes", name, "full")
         if piecewise:
-            self.piecewise_ms = _Curve({w: r.latency_ms for w, r in piecewise.items()},  # type: ignore[misc]
+            self.piecewise_ms = Curve({w: r.latency_ms for w, r in piecewise.items()},  # type: ignore[misc]
                                        monotone=True)
             self.piecewise_standalone = self._memory_curve(piecewise, "standalone_bytes", name, "piecewise")
             self.piecewise_delta = self._memory_curve(piecewise, "capture_delta_bytes", name, "piecewise")
@@ -254,35 +320,58 @@ class CostModel:
                     f"no piecewise rows with status ok in {name}: PIECEWISE (mixed-batch) graphs are costed at "
                     f"{what}, and their memory is taken from the full rows"
                 )
+        if (self.separate_decode and self.mixed_mode == "PIECEWISE" and self.runner == "v2"
+                and self.profile.metadata.get("capture_order") != "piecewise-then-full"):
+            self.notes.append(f"{name} captured its full graphs without piecewise graphs in the pool: vLLM V2's FULL "
+                              f"samples (taken after the PIECEWISE graphs) are stood in for by the full rows' "
+                              f"capture deltas")
+        negative = sorted({r.num_tokens for r in self.profile.rows
+                           if r.capture_delta_bytes is not None and r.capture_delta_bytes < 0})
+        if negative:
+            self.notes.append(f"negative capture_delta_bytes at {len(negative)} widths in {name} "
+                              f"({', '.join(map(str, negative[:5]))}{', ...' if len(negative) > 5 else ''}): "
+                              f"invalid readings, interpolated over")
         # Widths whose capture ran out of memory while profiling: no list may hold them.
-        self.oom_widths = sorted({r.num_tokens for r in self.profile.rows if r.mode != "eager" and r.status == "oom"})
+        self.oom_widths = sorted({r.num_tokens for r in self.profile.rows
+                                  if r.mode in ("full", "piecewise") and r.status == "oom"})
 
-        total = _meta_bytes(self.profile, "total_memory_bytes")
-        if total is None:
-            raise ModelError(f"{name}: metadata total_memory_bytes is missing (a CPU profile?); the KV budget needs a "
-                             f"GPU profile")
-        activation = _meta_bytes(self.profile, "activation_peak_bytes")
-        if activation is None:
-            raise ModelError(f"{name}: metadata activation_peak_bytes is missing; the KV budget needs it")
-        weights = _meta_bytes(self.profile, "weights_bytes")
-        source = "profile"
-        if weights is None:
-            weights = self.workload.model.weight_bytes()
-            source = "workload"
-            self.notes.append(f"weights_bytes missing in {name}: using {weights / GIB:.2f} GiB computed from the "
-                              f"model shape")
-        self.budget = KvBudget(total, s.gpu_memory_utilization, weights, activation, self.workload.required_kv_bytes,
-                               source)
+        self.drafter: DrafterCost | None = None
+        spec = self.workload.speculative
+        if spec is not None and spec.drafter is not None and s.engine != "vllm":
+            self.notes.append(f"{s.engine}'s drafter graphs and passes are not modelled (vLLM's rules only); the "
+                              f"drafter's weights and KV layers are")
+        elif spec is not None and spec.drafter is not None and spec.method is not None:
+            if s.speculative_schedule:
+                self.notes.append("the drafter's passes and graphs are modelled at num_speculative_tokens, not per "
+                                  "dynamic-schedule tier")
+            try:
+                self.drafter = DrafterCost(
+                    self.profile, spec.method, runner=self.runner, cudagraph_mode=self.cudagraph_mode,
+                    decode_mode=self.decode_mode, mixed_mode=self.mixed_mode,
+                    num_speculative_tokens=s.num_speculative_tokens, max_num_seqs=s.max_num_seqs,
+                    parallel_drafting=s.parallel_drafting, name=name, notes=self.notes)
+            except ValueError as exc:
+                raise ModelError(str(exc)) from None
+        self.budget = self._kv_rule(name)
+        self.kv_bytes_per_token = self.workload.kv_bytes_per_token()
 
+        if not 0.0 <= self.off_peak_weight <= 1.0:
+            raise ModelError(f"off_peak_weight={self.off_peak_weight} must be in 0..1")
         steps = self.workload.steps()
         if not steps:
             raise ModelError(f"workload {self.workload.name}: has no steps")
+        self.off_peak_steps: list[Step] = off_peak_steps(s)
+        if self.off_peak_weight > 0:
+            steps = _mix(steps, self.off_peak_steps, self.off_peak_weight)
+            self.notes.append(f"the objective mixes {self.off_peak_weight:.0%} off-peak decode traffic (uniform over "
+                              f"1..{s.max_num_seqs} requests) into the workload's steps")
         self.steps: list[Step] = steps
         widths = np.array([st.num_tokens for st in steps], dtype=np.int64)
         uniform = np.array([st.uniform_decode for st in steps], dtype=bool)
         probs = np.array([st.probability for st in steps], dtype=float)
         self._widths, self._uniform, self._probs = widths, uniform, probs
         self._eager_at_step = self.eager_ms(widths)
+        self._logits_at_step = self.logits_ms(widths) if self.logits_ms is not None else np.zeros(len(widths))
         self.mean_tokens = float(np.dot(probs, widths))
         top = int(widths.max())
         if top > self.eager_ms.max_width:
@@ -291,12 +380,61 @@ class CostModel:
                 f"extrapolated along the last measured slope"
             )
         self.candidates = self._candidates()
-        defaults = s.defaults()
-        self.default_sizes = tuple(defaults.sizes)
+        self.default_sizes = tuple(s.defaults().sizes)
+        self.noisy_widths = self._noisy_widths()
 
     # ------------------------------------------------------------------ fitting helpers
+    def _kv_rule(self, name: str) -> KvRule:
+        rule = self._vllm_kv_rule(name)
+        e = self.serving.engine_settings
+        if e is None:
+            return rule
+        if e.engine == "trtllm":
+            return TrtllmKvRule(rule.total_memory_bytes, rule.non_kv_cache_bytes, rule.required_kv_bytes,
+                                e.free_gpu_memory_fraction)  # type: ignore[return-value]
+        weights = _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes()
+        return SglangKvRule(rule.total_memory_bytes, weights, max(0, rule.non_kv_cache_bytes - weights),  # type: ignore[return-value]
+                            rule.required_kv_bytes, e.mem_fraction_static,
+                            e.gpu_memory_mib or rule.total_memory_bytes / (1 << 20),
+                            self.workload.model.tensor_parallel_size, self.serving.max_num_batched_tokens,
+                            self.serving.decode_query_len)
+
+    def _vllm_kv_rule(self, name: str) -> KvRule:
+        s = self.serving
+        total = _meta_bytes(self.profile, "total_memory_bytes")
+        if total is None:
+            raise ModelError(f"{name}: metadata total_memory_bytes is missing (a CPU profile?); the KV budget needs a "
+                             f"GPU profile")
+        non_kv = _meta_bytes(self.profile, "non_kv_cache_bytes")
+        if non_kv is None:
+            activation = _meta_bytes(self.profile, "activation_peak_bytes")
+            if activation is None:
+                raise ModelError(f"{name}: metadata non_kv_cache_bytes and activation_peak_bytes are missing; the KV "
+                                 f"budget needs one")
+            weights = _meta_bytes(self.profile, "weights_bytes")
+            if weights is None:
+                weights = self.workload.model.weight_bytes()
+                self.notes.append(f"weights_bytes missing in {name}: using {weights / GIB:.2f} GiB computed from the "
+                                  f"model shape")
+            non_kv = weights + activation
+            self.notes.append(f"{name} has no non_kv_cache_bytes (vLLM's non-KV memory): using weights + activation "
+                              f"peak = {non_kv / GIB:.2f} GiB, which leaves out non-torch memory (cuBLAS, NCCL)")
+        drafter_weights = self.workload.drafter_weight_bytes()
+        if drafter_weights and not self.profile.metadata.get("drafter"):
+            # A profile measured without the drafter: its weights are computed from the shape (shared embedding and
+            # LM head not counted twice) and added, as vLLM loads them before it measures non-KV memory.
+            non_kv += drafter_weights
+            self.notes.append(f"{name} was measured without the drafter: its weights, {drafter_weights / GIB:.2f} GiB "
+                              f"computed from its shape, are added to the non-KV memory")
+        if not s.estimate_cudagraph_memory and s.engine == "vllm":
+            self.notes.append("estimate_cudagraph_memory: false (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM "
+                              "subtracts no graph memory from the KV cache, so the real capture must fit in the memory "
+                              "it does not request")
+        return KvRule(total, s.gpu_memory_utilization, non_kv, self.workload.required_kv_bytes,
+                      estimate_enabled=s.estimate_cudagraph_memory)
+
     @staticmethod
-    def _memory_curve(rows: dict, column: str, name: str, mode: str) -> _Curve | None:
+    def _memory_curve(rows: dict, column: str, name: str, mode: str) -> Curve | None:
         points = {}
         for w, r in rows.items():
             value = getattr(r, column)
@@ -308,26 +446,58 @@ class CostModel:
         if not points:
             hint = " (profiled with --no-standalone?)" if column == "standalone_bytes" else ""
             raise ModelError(f"{name}: no {mode} row has a usable {column}{hint}; the graph-memory model needs it")
-        return _Curve(points, monotone=column == "standalone_bytes")
+        return Curve(points, monotone=column == "standalone_bytes")
 
     def _candidates(self) -> list[int]:
-        """Widths worth offering the search: measured as a graph (ok), within the token budget."""
+        """Widths worth offering the search: measured as a graph (ok), within the token budget, and (V1) lists that
+        survive the runner's rewrite unchanged."""
         if self.cudagraph_mode == "NONE":
             return []
         s = self.serving
         ok = set(self.profile.by_mode("full"))
-        # `unsupported` piecewise rows (the profiler does not build vLLM's split graphs) do not rule a width out;
-        # a capture that ran out of memory in any graph mode does.
+        # `unsupported` piecewise rows (a CPU or older profile) do not rule a width out; a capture that ran out of
+        # memory in any graph mode does.
         bad = set(self.oom_widths)
         widths = sorted(w for w in ok - bad if w <= s.max_num_batched_tokens)
         if self.cudagraph_mode == "FULL_DECODE_ONLY":
             # Only the rounded decode graphs exist in this mode, so multiples of q within max_num_seqs lose nothing.
             widths = [w for w in widths if w % self.q == 0 and w <= self.decode_limit]
+        if self.v1_rewrite:
+            # V1 rounds every size up to a multiple of q: the lists it runs are lists of multiples of q. Above the
+            # widest decode batch a size would only serve mixed steps, and its PIECEWISE graph would become the
+            # estimate's first sample next to a smaller FULL one; the search stays at or below it (see exact.py).
+            widths = [w for w in widths if w % self.q == 0]
+            if self.separate_decode and self.mixed_mode != "NONE":
+                widths = [w for w in widths if w <= self.decode_limit]
         return widths
+
+    def _noisy_widths(self) -> list[int]:
+        """Widths whose timing was flagged noisy (IQR/median > 5%) in any mode."""
+        md = self.profile.metadata
+        listed = md.get("noisy_widths")
+        if isinstance(listed, list):
+            return sorted({int(w) for w in listed if isinstance(w, int | float)})
+        noisy = set()
+        for w, detail in (md.get("measurements") or {}).items():
+            if isinstance(detail, dict) and any(isinstance(v, dict) and v.get("noisy") for v in detail.values()):
+                noisy.add(int(w))
+        return sorted(noisy)
+
+    def decision_widths(self) -> list[int]:
+        """Measured widths the decision rests on: the graph candidates and the eager widths up to the widest step."""
+        eager = [w for w in self.profile.by_mode("eager") if w <= max(int(self._widths.max()), 1)]
+        return sorted(set(self.candidates) | set(eager))
+
+    @property
+    def noisy_share(self) -> float:
+        """Share of the decision's widths flagged noisy."""
+        widths = self.decision_widths()
+        return len(set(self.noisy_widths) & set(widths)) / len(widths) if widths else 0.0
 
     # ------------------------------------------------------------------ latency
     def graph_latency_ms(self, widths: np.ndarray | Sequence[int] | int, mode: str) -> np.ndarray:
-        """Latency of replaying a graph of `mode` (FULL or PIECEWISE) at each width."""
+        """Measured latency of a graph step of `mode` (FULL or PIECEWISE) at each width, logits of that width
+        included."""
         if mode == "FULL":
             assert self.full_ms is not None
             return self.full_ms(widths)
@@ -339,49 +509,83 @@ class CostModel:
             return self.eager_ms(widths)
         raise ValueError(f"mode={mode!r} must be FULL or PIECEWISE")
 
-    def _mode_latency(self, mode: str, widths: np.ndarray) -> np.ndarray:
-        return self.eager_ms(widths) if mode == "NONE" else self.graph_latency_ms(widths, mode)
+    def logits_at(self, widths: np.ndarray | Sequence[int] | int) -> np.ndarray:
+        """Latency of the LM head over that many tokens (0 when the profile has no logits rows)."""
+        if self.logits_ms is None:
+            return np.zeros(np.shape(widths), dtype=float)
+        return self.logits_ms(widths)
+
+    def graph_body_ms(self, widths: np.ndarray | Sequence[int] | int, mode: str) -> np.ndarray:
+        """Latency of a graph replay at each (padded) width without the logits: they run after the graph, for the
+        step's real tokens."""
+        return self.graph_latency_ms(widths, mode) - self.logits_at(widths)
 
     def _step_latencies(self, sizes: Sequence[int]) -> np.ndarray:
-        """Latency of every workload step under vLLM's dispatch for `sizes` (Dispatcher.dispatch, vectorised)."""
-        w, uniform = self._widths, self._uniform
-        out = self._eager_at_step.copy()
-        if self.cudagraph_mode == "NONE" or not sizes:
-            return out
-        d = self._dispatcher(sizes)
-        mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)
-        decode = np.array(d.decode_graph_sizes, dtype=np.int64)
-        pending = np.ones(len(w), dtype=bool)
-        if len(decode):
-            idx = np.searchsorted(decode, w, side="left")
-            hit = uniform & (idx < len(decode))
-            if np.any(hit):
-                out[hit] = self.graph_latency_ms(decode[idx[hit]], "FULL")
-            pending &= ~hit
-        if len(mixed):
-            idx = np.searchsorted(mixed, w, side="left")
-            inside = pending & (idx < len(mixed))
-            for is_uniform in (False, True):
-                mode = self.decode_mode if is_uniform and not d.separate_decode else self.mixed_mode
-                sel = inside & (uniform == is_uniform)
-                if mode != "NONE" and np.any(sel):
-                    out[sel] = self.graph_latency_ms(mixed[idx[sel]], mode)
-        return out
+        """Latency of every workload step under vLLM's dispatch for `sizes` (Dispatcher.dispatch, vectorised), the
+        drafter's passes included."""
+        target, drafter = self._step_parts(sizes)
+        return target + drafter
+
+    def _step_parts(self, sizes: Sequence[int], widths: np.ndarray | None = None, uniform: np.ndarray | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(target, drafter) latency of every step (the workload's, or the given ones) for the list that runs."""
+        w = self._widths if widths is None else widths
+        uniform = self._uniform if uniform is None else uniform
+        logits = self._logits_at_step if widths is None else self.logits_at(w)
+        out = self.eager_ms(w) if widths is not None else self._eager_at_step.copy()
+        modes = np.full(len(w), "NONE", dtype=object)
+        padded = np.zeros(len(w), dtype=np.int64)
+        if self.cudagraph_mode != "NONE" and sizes:
+            d = self._dispatcher(sizes)
+            mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)
+            decode = np.array(d.decode_graph_sizes, dtype=np.int64)
+            pending = np.ones(len(w), dtype=bool)
+            if len(decode):
+                idx = np.searchsorted(decode, w, side="left")
+                hit = uniform & (idx < len(decode))
+                if getattr(d, "exact", False):  # TensorRT-LLM without padding: only an exactly captured width
+                    hit &= decode[np.minimum(idx, len(decode) - 1)] == w
+                if np.any(hit):
+                    out[hit] = self.graph_body_ms(decode[idx[hit]], "FULL") + logits[hit]
+                    modes[hit], padded[hit] = "FULL", decode[idx[hit]]
+                pending &= ~hit
+            if len(mixed):
+                idx = np.searchsorted(mixed, w, side="left")
+                inside = pending & (idx < len(mixed))
+                for is_uniform in (False, True):
+                    mode = self.decode_mode if is_uniform and not d.separate_decode else self.mixed_mode
+                    sel = inside & (uniform == is_uniform)
+                    if mode != "NONE" and np.any(sel):
+                        out[sel] = self.graph_body_ms(mixed[idx[sel]], mode) + logits[sel]
+                        modes[sel], padded[sel] = mode, mixed[idx[sel]]
+        if self.drafter is None:
+            return out, np.zeros(len(w))
+        return out, self.drafter.step_latencies(sizes, w, uniform, modes, padded)
 
     def _dispatcher(self, sizes: Sequence[int]) -> Dispatcher:
         return self.serving.dispatcher(sizes)
 
     def step_latency_ms(self, num_tokens: int, uniform_decode: bool, capture_sizes: Sequence[int]) -> float:
-        """Latency of one step: the graph at the padded width, or eager at its own width."""
-        d = self._dispatcher(sorted(set(capture_sizes)))
-        dispatch = d.dispatch(num_tokens, uniform_decode=uniform_decode)
-        if dispatch.eager:
-            return float(self.eager_ms(num_tokens))
-        return float(self.graph_latency_ms(dispatch.padded_size, dispatch.runtime_mode))  # type: ignore[arg-type]
+        """Latency of one step: the graph at the padded width (logits for the real tokens), or eager at its own
+        width, plus the drafter's passes."""
+        target, drafter = self._step_parts(self._runs(capture_sizes), np.array([num_tokens], dtype=np.int64),
+                                           np.array([uniform_decode], dtype=bool))
+        return float(target[0] + drafter[0])
 
     def expected_step_ms(self, capture_sizes: Sequence[int]) -> float:
         """Expected step latency over the workload's steps."""
-        return float(np.dot(self._probs, self._step_latencies(self._normalise(capture_sizes))))
+        return float(np.dot(self._probs, self._step_latencies(self._runs(capture_sizes))))
+
+    def expected_drafter_ms(self, capture_sizes: Sequence[int]) -> float:
+        """The drafter's share of the expected step latency (0 without a draft model)."""
+        return float(np.dot(self._probs, self._step_parts(self._runs(capture_sizes))[1]))
+
+    def off_peak_step_ms(self, capture_sizes: Sequence[int]) -> float:
+        """Expected step latency under off-peak decode traffic alone (uniform over 1..max_num_seqs requests)."""
+        steps = self.off_peak_steps
+        sizes = sorted(set(self._runs(capture_sizes)))
+        return float(sum(st.probability * self.step_latency_ms(st.num_tokens, st.uniform_decode, sizes)
+                         for st in steps))
 
     def per_token_ms(self, capture_sizes: Sequence[int]) -> float:
         """Expected step latency per token of the expected step."""
@@ -390,6 +594,10 @@ class CostModel:
     def step_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The workload's steps as arrays: widths, uniform-decode flags, probabilities, eager latency (ms)."""
         return self._widths, self._uniform, self._probs, self._eager_at_step
+
+    def logits_at_steps(self) -> np.ndarray:
+        """Logits latency of every step at its real width (0 without logits rows)."""
+        return self._logits_at_step
 
     def eager_step_ms(self) -> float:
         """Expected step latency with no graphs at all."""
@@ -409,47 +617,126 @@ class CostModel:
         """Every graph vLLM captures for the list, in capture order (largest mixed graph first)."""
         if self.cudagraph_mode == "NONE":
             return []
-        return self._dispatcher(self._normalise(capture_sizes)).graphs()
+        return self._dispatcher(self._runs(capture_sizes)).graphs()
 
-    def graph_memory_bytes(self, capture_sizes: Sequence[int]) -> int:
-        """The first-captured graph's standalone footprint plus every later graph's capture delta: vLLM captures
-        PIECEWISE graphs, then FULL decode graphs, each largest first, into one shared pool."""
+    def graph_costs(self, capture_sizes: Sequence[int]) -> list[GraphCost]:
+        """Every graph of the list in capture order, with its standalone and capture-delta bytes."""
         graphs = self.graphs(capture_sizes)
-        if not graphs:
-            return 0
-        total = 0.0
+        costs = []
         for mode in ("PIECEWISE", "FULL"):
             widths = [w for m, w in graphs if m == mode]
             if widths:
-                total += float(self.graph_bytes(mode, widths)[1].sum())
-        first_mode, first_width = graphs[0]
-        sa, de = self.graph_bytes(first_mode, [first_width])
-        total += max(0.0, float(sa[0] - de[0]))
-        return int(total)
+                sa, de = self.graph_bytes(mode, widths)
+                costs += [GraphCost("target", mode, w, float(a), float(d)) for w, a, d in zip(widths, sa, de)]
+        order = {(m, w): i for i, (m, w) in enumerate(graphs)}
+        costs.sort(key=lambda g: order[(g.mode, g.num_tokens)])
+        if self.drafter is not None:
+            return self.drafter.graph_costs(self._runs(capture_sizes), costs)
+        return costs
 
-    def kv_available_bytes(self, capture_sizes: Sequence[int]) -> int:
-        return self.budget.kv_available_bytes(self.graph_memory_bytes(capture_sizes))
+    def _pool_and_estimate(self, costs: Sequence[GraphCost]) -> tuple[int, int]:
+        """(real pool, the engine's graph-memory estimate): vLLM's runner estimate; SGLang and TensorRT-LLM make none,
+        so for them the estimate is the real pool."""
+        real = int(round(pool_bytes(costs)))
+        if self.serving.engine != "vllm":
+            return real, real
+        return real, int(round(estimate_bytes(costs, self.runner)))
+
+    def memory_conditions(self, real: int, estimate: int, runs: Sequence[int]) -> tuple[int, int]:
+        """(KV cache the engine sizes, memory left while the real capture runs) for a list that runs as `runs`."""
+        b = self.budget
+        top = -(-max(runs) // self.q) if runs else 0  # the list's max in the engine's unit (SGLang's reserve)
+        return (b.kv_available_bytes(estimate, real_bytes=real, top=top),
+                b.capture_headroom_bytes(estimate, real, top=top))
+
+    def _fits(self, costs: Sequence[GraphCost], runs: Sequence[int]) -> bool:
+        kv, headroom = self.memory_conditions(*self._pool_and_estimate(costs), runs)
+        return kv >= self.budget.required_kv_bytes and headroom >= 0
+
+    def fits_without_drafter_graphs(self, capture_sizes: Sequence[int]) -> bool:
+        """Whether the list would fit both memory conditions if the drafter captured no graphs (the drafter's
+        graphs are then what keeps it out)."""
+        costs = [g for g in self.graph_costs(capture_sizes) if g.owner == "target"]
+        return self._fits(costs, self._runs(capture_sizes))
+
+    def dropped_for_drafter(self, chosen: Evaluation) -> list[int]:
+        """Candidate widths above the chosen list's top that would be worth adding (faster) and fit without the
+        drafter's graphs, but not with them: the widths the drafter's graphs cost this deployment."""
+        if self.drafter is None or not chosen.capture_sizes:
+            return []
+        out = []
+        for w in self.candidates:
+            if w <= chosen.capture_sizes[-1]:
+                continue
+            sizes = tuple(chosen.capture_sizes) + (w,)
+            e = self.evaluate(sizes)
+            if (not e.feasible and not e.reason and e.expected_step_ms < chosen.expected_step_ms
+                    and self.fits_without_drafter_graphs(sizes)):
+                out.append(w)
+        return out
+
+    def graph_memory_bytes(self, capture_sizes: Sequence[int]) -> int:
+        """The real pool: the first-captured graph's standalone footprint plus every later graph's capture delta
+        (vLLM captures PIECEWISE graphs, then FULL decode graphs, each largest first, into one shared pool)."""
+        return int(round(pool_bytes(self.graph_costs(capture_sizes))))
+
+    def graph_estimate_bytes(self, capture_sizes: Sequence[int]) -> int:
+        """vLLM's graph-memory estimate for the list under the runner in use (the real pool for other engines)."""
+        return self.memory(capture_sizes)[1]
+
+    def memory(self, capture_sizes: Sequence[int]) -> tuple[int, int]:
+        """(real pool, vLLM's estimate) of the list."""
+        return self._pool_and_estimate(self.graph_costs(capture_sizes))
+
+    def memory_fits(self, capture_sizes: Sequence[int]) -> bool:
+        """Both memory conditions hold: the engine starts with the required KV cache, and the real capture fits."""
+        return self._fits(self.graph_costs(capture_sizes), self._runs(capture_sizes))
 
     # ------------------------------------------------------------------ all together
     def _normalise(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
         # vLLM drops explicit sizes above the token budget, deduplicates and sorts.
         return tuple(sorted({int(s) for s in capture_sizes if 1 <= int(s) <= self.serving.max_num_batched_tokens}))
 
+    def _runs(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
+        """The list the runner captures (V1's rewrite applied); an unrunnable list runs nothing."""
+        try:
+            return self.serving.runs_as(self._normalise(capture_sizes))
+        except ValueError:
+            return ()
+
+    def runs_as(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
+        """The list the runner captures for `capture_sizes` (ValueError when V1 refuses it)."""
+        return self.serving.runs_as(self._normalise(capture_sizes))
+
     def evaluate(self, capture_sizes: Iterable[int]) -> Evaluation:
-        """Expected latency, graph memory and KV left for one list."""
+        """Expected latency, graph memory, vLLM's estimate and the KV cache it sizes, for one list."""
         sizes = self._normalise(capture_sizes)
-        expected = self.expected_step_ms(sizes)
-        memory = self.graph_memory_bytes(sizes)
-        bad = [w for w in sizes if w in set(self.oom_widths)]
-        reason = f"width {bad[-1]} ran out of memory while the profile captured it" if bad else ""
+        reason = ""
+        try:
+            runs = self.serving.runs_as(sizes)
+        except ValueError as exc:
+            runs, reason = (), str(exc)
+        target_ms, drafter_ms = self._step_parts(runs)
+        expected = float(np.dot(self._probs, target_ms + drafter_ms))
+        costs = self.graph_costs(runs)
+        real, estimate = self._pool_and_estimate(costs)
+        kv, headroom = self.memory_conditions(real, estimate, runs)
+        bad = sorted({g.num_tokens for g in costs} & set(self.oom_widths))
+        if bad and not reason:
+            reason = f"width {bad[-1]} ran out of memory while the profile captured it"
         return Evaluation(
             capture_sizes=sizes,
             expected_step_ms=expected,
             per_token_ms=expected / self.mean_tokens,
-            graph_memory_bytes=memory,
-            kv_available_bytes=self.budget.kv_available_bytes(memory),
+            graph_memory_bytes=real,
+            kv_available_bytes=kv,
             required_kv_bytes=self.budget.required_kv_bytes,
+            graph_estimate_bytes=estimate,
+            capture_headroom_bytes=headroom,
+            runs_as=runs,
             reason=reason,
+            drafter_step_ms=float(np.dot(self._probs, drafter_ms)),
+            drafter_graph_bytes=int(round(sum(g.delta_bytes for g in costs[1:] if g.owner == "drafter"))),
         )
 
     def ideal(self) -> Evaluation:

@@ -15,7 +15,7 @@ import numpy as np
 
 from tuner.exact import ExactResult, SearchError, brute_force, exact_solve, pareto_front, round_up
 from tuner.model import GIB, CostModel, Evaluation
-from tuner.storage_url import display_url
+from tuner.storage_url import StorageError, display_url, engine_url, hide_secret
 
 if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only needs the exact solver
     import optuna
@@ -26,6 +26,7 @@ __all__ = [
     "ExactResult",
     "SearchConfig",
     "SearchError",
+    "SearchInterrupted",
     "SearchResult",
     "brute_force",
     "default_storage_url",
@@ -48,6 +49,19 @@ OBJECTIVES = ("latency", "pareto")
 
 
 # ---------------------------------------------------------------------------------------------- optuna study
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the study: what it kept, so the command can say so and how to resume."""
+
+    def __init__(self, study_name: str, storage: str, finished: int | None) -> None:
+        super().__init__()
+        self.study_name = study_name
+        """The study (resumed by the same command)."""
+        self.storage = storage
+        """Its storage URL, password hidden ("in-memory": nothing kept)."""
+        self.finished = finished
+        """Trials that ran to an end in the study, the interrupted one not counted (None when unreadable)."""
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """How to run the study."""
@@ -150,8 +164,9 @@ def study_name_for(model: CostModel, objective: str) -> str:
     """Same workload, same profile, same objective -> same study, so a re-run resumes it."""
     profile = model.profile
     ph = profile_hash(profile.path) if profile.path else "unsaved"
-    # v2: the trial parameters changed (placement); an older study's distributions would not load.
-    return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}-v2"
+    # v3: trials are scored under vLLM's memory rule (estimate and real capture); an off-peak mix is another objective.
+    mix = f"-offpeak{model.off_peak_weight:g}" if model.off_peak_weight else ""
+    return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}{mix}-v3"
 
 
 def default_storage_url(run_dir: str | Path) -> str:
@@ -200,16 +215,16 @@ def list_from_params(model: CostModel, top: int, count: int, spacing: float, pla
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r} must be one of {', '.join(PLACEMENTS)}")
     if fit_budget:
-        budget = model.budget.graph_budget_bytes
+        fits = model.memory_fits
         first = list_from_params(model, top, count, spacing, placement, candidates=candidates)
-        if model.graph_memory_bytes(first) <= budget or count <= 1:
+        if fits(first) or count <= 1:
             return first
         lo, hi = 1, int(count) - 1  # largest fitting count in [lo, hi], memory growing with count
         best = None
         while lo <= hi:
             mid = (lo + hi) // 2
             sizes = list_from_params(model, top, mid, spacing, placement, candidates=candidates)
-            if model.graph_memory_bytes(sizes) <= budget:
+            if fits(sizes):
                 best, lo = sizes, mid + 1
             else:
                 hi = mid - 1
@@ -219,8 +234,7 @@ def list_from_params(model: CostModel, top: int, count: int, spacing: float, pla
         lo, hi, fitting = 0, int(top) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2
-            if model.graph_memory_bytes(list_from_params(model, mid, 1, spacing, placement,
-                                                         candidates=candidates)) <= budget:
+            if fits(list_from_params(model, mid, 1, spacing, placement, candidates=candidates)):
                 fitting, lo = mid, mid + 1
             else:
                 hi = mid - 1
@@ -268,7 +282,6 @@ def seed_params(model: CostModel) -> list[dict[str, Any]]:
     decode batch whose list still fits the budget. Plain heuristics, not the exact answer: they give the sampler a
     foothold where a tight budget leaves only a narrow band of good tops."""
     cands = model.candidates
-    budget = model.budget.graph_budget_bytes
     widest = min(model.decode_limit, model.serving.max_num_batched_tokens)
     top_max = max(0, int(np.searchsorted(cands, widest, side="right")) - 1)
     counts = sorted({c for c in (2, 4, 8, 16, 32, 64, 128) if c < len(cands)} | {len(cands)})
@@ -278,7 +291,7 @@ def seed_params(model: CostModel) -> list[dict[str, Any]]:
             lo, hi, fitting = 0, top_max, None
             while lo <= hi:
                 mid = (lo + hi) // 2
-                if model.graph_memory_bytes(list_from_params(model, mid, count, 1.0, placement)) <= budget:
+                if model.memory_fits(list_from_params(model, mid, count, 1.0, placement)):
                     fitting, lo = mid, mid + 1
                 else:
                     hi = mid - 1
@@ -303,13 +316,17 @@ def _record(trial: optuna.Trial, e: Evaluation) -> None:
     # One user attribute per trial: each attribute is a storage round trip (a commit on SQLite).
     trial.set_user_attr("evaluation", {
         "capture_sizes": list(e.capture_sizes),
+        "runs_as": list(e.runs_as),
         "expected_step_ms": e.expected_step_ms,
         "graph_memory_bytes": e.graph_memory_bytes,
+        "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
         "kv_available_bytes": e.kv_available_bytes,
+        "capture_headroom_bytes": e.capture_headroom_bytes,
         "infeasible_reason": e.why_infeasible,
     })
-    # <= 0 is feasible: the KV shortfall in GiB, or a fixed penalty when a member cannot be captured at all.
-    shortfall = -e.kv_margin_gib
+    # <= 0 is feasible: the larger of vLLM's KV shortfall (its estimate leaves too little KV cache) and the real
+    # capture's overrun, in GiB, or a fixed penalty when a member cannot be captured at all.
+    shortfall = max(-e.kv_margin_gib, -e.capture_headroom_bytes / GIB)
     if e.reason:
         shortfall = max(shortfall, 0.0) + 1.0
     trial.set_constraint("kv_shortfall_gib", shortfall)
@@ -321,7 +338,12 @@ def _open_storage(url: str) -> Any:
     import optuna
     from sqlalchemy import event
 
-    storage = optuna.storages.RDBStorage(url)
+    opened = engine_url(url)  # a missing driver: StorageError, one line
+    try:
+        storage = optuna.storages.RDBStorage(opened)
+    except Exception as exc:  # a server that refuses, a bad URL: one line, and a driver's error may quote the URL
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(hide_secret(f"cannot open storage {display_url(url)}: {first}", url)) from None
     if url.startswith("sqlite"):
         def pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
@@ -485,8 +507,39 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
         log.info("resuming study %s: %d trials finished, %d to run", study.study_name, done, remaining)
     if remaining:
         objective = make_objective(model, config.objective)
-        with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
-                                           disable=not config.progress) as bar:
-            study.optimize(objective, n_trials=remaining, catch=(ValueError, ArithmeticError),
-                           callbacks=[lambda s, t: bar.update(1)])
+        interrupted = False
+
+        def quiet_on_interrupt(trial: optuna.Trial) -> Any:
+            # optuna fails a trial whose objective raises KeyboardInterrupt and logs it with a traceback; pruning
+            # it and stopping the study ends optimize quietly, and the interruption is re-raised below.
+            nonlocal interrupted
+            try:
+                return objective(trial)
+            except KeyboardInterrupt:
+                import optuna
+
+                interrupted = True
+                trial.study.stop()
+                raise optuna.TrialPruned("interrupted") from None
+
+        try:
+            with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
+                                               disable=not config.progress) as bar:
+                study.optimize(quiet_on_interrupt, n_trials=remaining, catch=(ValueError, ArithmeticError),
+                               callbacks=[lambda s, t: bar.update(1)])
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
+            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", _count_finished(study))
     return summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+
+
+def _count_finished(study: Any) -> int | None:
+    """Trials that ran to an end before the interrupt (complete or failed; the interrupted one was pruned)."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    try:
+        return sum(t.state in states for t in study.get_trials(deepcopy=False))
+    except Exception:  # the storage may be mid-transaction after an interrupt: say less rather than fail
+        return None

@@ -13,7 +13,9 @@ from typing import Any
 
 import yaml
 
-from tuner.models import DTYPE_BYTES, PRESETS, ModelShape
+from tuner.engines import ENGINES, EngineDispatcher, EngineSettings, engine_default_requests, engine_runs_as_requests
+from tuner.engines import requests_of
+from tuner.models import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
 from tuner.vllm.defaults import (
     CUDAGRAPH_MODES,
     PERFORMANCE_MODES,
@@ -23,11 +25,21 @@ from tuner.vllm.defaults import (
     dense_speculative_schedule,
 )
 from tuner.vllm.dispatch import Dispatcher
+from tuner.vllm.drafter import MODEL_BASED_METHODS, drafter_kv_bytes_per_token, drafter_weight_bytes
+from tuner.vllm.runner import (
+    MODEL_RUNNERS,
+    SPECULATIVE_METHODS,
+    effective_cudagraph_mode,
+    resolve_model_runner,
+    runner_reason,
+    runs_as,
+)
 
 __all__ = [
     "Distribution",
     "ModelSpec",
     "ServingConfig",
+    "SpeculativeSpec",
     "Step",
     "Traffic",
     "Workload",
@@ -135,10 +147,22 @@ class ModelSpec:
     """Weights, activations and KV-cache dtype."""
     tensor_parallel_size: int = 1
     """Ranks the model is sharded over; cgtune measures one rank's share."""
+    name: str | None = None
+    """The checkpoint vLLM serves (`model.name`: a Hugging Face id or a path), e.g. a fine-tune of the preset."""
 
     @property
     def label(self) -> str:
         return self.preset or "custom"
+
+    @property
+    def checkpoint(self) -> str | None:
+        """What `vllm serve` loads: `name`, else the preset's Hugging Face id while the shape is the preset's own
+        (an edited shape is some other model); None when neither says."""
+        if self.name is not None:
+            return self.name
+        if self.preset is not None and self.shape == PRESETS.get(self.preset):
+            return PRESET_CHECKPOINTS.get(self.preset)
+        return None
 
     def weight_bytes(self) -> int:
         return self.shape.weight_bytes(self.dtype, self.tensor_parallel_size)
@@ -177,10 +201,68 @@ class ServingConfig:
     """Dynamic speculative decoding (`num_speculative_tokens_per_batch_size`)."""
     enforce_eager: bool = False
     """`--enforce-eager`: no graphs at all."""
+    model_runner: str = "auto"
+    """vLLM's model runner: `auto` (vLLM's choice: V1 for suffix decoding and the other V1-only cases, else V2),
+    `v1` (`VLLM_USE_V2_MODEL_RUNNER=0`) or `v2`."""
+    estimate_cudagraph_memory: bool = True
+    """`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` (default 1): vLLM subtracts its graph-memory estimate from the KV
+    cache before capturing; false makes the estimate 0."""
+    speculative_method: str | None = None
+    """Speculative method (from the workload's `speculative.method`); None: not named."""
+    parallel_drafting: bool = False
+    """Parallel drafting (from `speculative.parallel_drafting`; P-EAGLE/PARD run on V1)."""
+    engine_settings: EngineSettings | None = None
+    """SGLang's or TensorRT-LLM's own settings when the workload's engine is not vLLM (None: vLLM)."""
+
+    @property
+    def engine(self) -> str:
+        """`vllm`, `sglang` or `trtllm`."""
+        return self.engine_settings.engine if self.engine_settings is not None else "vllm"
 
     @property
     def decode_query_len(self) -> int:
+        """Tokens per request in a uniform decode step (and per request in a decode graph)."""
+        if self.engine_settings is not None:
+            return self.engine_settings.tokens_per_request
         return 1 + self.num_speculative_tokens
+
+    @property
+    def runner(self) -> str:
+        """The model runner that runs (`v1` or `v2`; vLLM's names, also for the other engines' single runner)."""
+        if self.engine_settings is not None:
+            return "v2"
+        return resolve_model_runner(self.model_runner, self.speculative_method,
+                                    parallel_drafting=self.parallel_drafting)
+
+    @property
+    def runner_reason(self) -> str:
+        """Why that runner (a few words)."""
+        return runner_reason(self.model_runner, self.speculative_method, parallel_drafting=self.parallel_drafting)
+
+    @property
+    def effective_cudagraph_mode(self) -> str:
+        """The cudagraph mode the runner uses (NONE under enforce_eager; V1 drops full graphs under a dynamic
+        speculative schedule)."""
+        if self.enforce_eager:
+            return "NONE"
+        if self.engine_settings is not None:
+            return "FULL_DECODE_ONLY"  # decode graphs only: prefill and mixed steps run without them
+        return effective_cudagraph_mode(self.cudagraph_mode, self.runner,
+                                        dynamic_schedule=bool(self.speculative_schedule))
+
+    def runs_as(self, capture_sizes: list[int] | tuple[int, ...]) -> tuple[int, ...]:
+        """The list the runner captures for a list written into the config (after vLLM drops sizes above the
+        token budget): V1 rewrites it when speculating, V2 keeps it. ValueError when V1 refuses it. SGLang and
+        TensorRT-LLM filter their batch sizes against their request caps (token widths in, token widths out)."""
+        e = self.engine_settings
+        if e is not None:
+            q = self.decode_query_len
+            runs = engine_runs_as_requests(e, requests_of(capture_sizes, q), max_num_seqs=self.max_num_seqs,
+                                           max_num_batched_tokens=self.max_num_batched_tokens)
+            return tuple(b * q for b in runs)
+        kept = sorted({int(s) for s in capture_sizes if 1 <= int(s) <= self.max_num_batched_tokens})
+        return tuple(runs_as(kept, runner=self.runner, cudagraph_mode=self.effective_cudagraph_mode,
+                             decode_query_len=self.decode_query_len))
 
     def decode_query_lens(self) -> list[int]:
         """Tokens per request in a decode step of n requests (index n; index 0 unused): 1 + K(n) with K from the
@@ -194,8 +276,27 @@ class ServingConfig:
                 pass
         return [self.decode_query_len] * (self.max_num_seqs + 1)
 
-    def defaults(self) -> CaptureDefaults:
-        """vLLM's capture list for this config."""
+    def engine_requests(self, capture_sizes: list[int] | tuple[int, ...]) -> list[int]:
+        """A list of token widths as the engine's batch sizes (requests; vLLM counts tokens: unchanged)."""
+        if self.engine_settings is None:
+            return sorted(set(capture_sizes))
+        return requests_of(capture_sizes, self.decode_query_len)
+
+    def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:
+        """The engine's default capture list for this config (token widths; for SGLang and TensorRT-LLM the
+        generated batch-size list as written, times tokens per request). `gpu_memory_mib`: the device's, for SGLang
+        defaults that read it when the workload does not say."""
+        e = self.engine_settings
+        if e is not None:
+            q = self.decode_query_len
+            written = engine_default_requests(e, max_num_seqs=self.max_num_seqs,
+                                              max_num_batched_tokens=self.max_num_batched_tokens,
+                                              gpu_memory_mib=gpu_memory_mib)
+            runs = engine_runs_as_requests(e, written, max_num_seqs=self.max_num_seqs,
+                                           max_num_batched_tokens=self.max_num_batched_tokens)
+            top = runs[-1] if runs else 0
+            eager = [n * q for n in range(top + 1, self.max_num_seqs + 1)]
+            return CaptureDefaults([b * q for b in written], max(written) * q if written else 0, eager)
         return default_capture_sizes(
             self.max_num_seqs,
             self.num_speculative_tokens,
@@ -210,11 +311,37 @@ class ServingConfig:
         )
 
     def dispatcher(self, capture_sizes: list[int] | tuple[int, ...]) -> Dispatcher:
-        """How vLLM would dispatch steps with this capture list."""
-        mode = "NONE" if self.enforce_eager else self.cudagraph_mode
+        """How the engine would dispatch steps with this capture list (the list as it runs)."""
+        if self.engine_settings is not None:
+            return EngineDispatcher(self.runs_as(capture_sizes),  # type: ignore[return-value]
+                                    exact=self.engine == "trtllm" and not self.engine_settings.enable_padding)
         return Dispatcher(
-            capture_sizes, cudagraph_mode=mode, decode_query_len=self.decode_query_len, max_num_seqs=self.max_num_seqs
+            self.runs_as(capture_sizes), cudagraph_mode=self.effective_cudagraph_mode,
+            decode_query_len=self.decode_query_len, max_num_seqs=self.max_num_seqs,
         )
+
+
+@dataclass(frozen=True)
+class SpeculativeSpec:
+    """The workload's `speculative:` section: which method drafts the `num_speculative_tokens`, and with what."""
+
+    method: str | None = None
+    """vLLM's speculative method (eagle, eagle3, mtp, dflash, draft_model, ngram, suffix, ...)."""
+    parallel_drafting: bool = False
+    """One drafter pass per step for all K drafts (P-EAGLE, PARD; DFlash always drafts in parallel)."""
+    drafter: ModelShape | None = None
+    """The draft model's shape (model-based methods; None for model-free ones)."""
+    shares_embedding: bool | None = None
+    """The drafter uses the target's embedding (None: vLLM's default for the method)."""
+    shares_lm_head: bool | None = None
+    """The drafter uses the target's LM head (None: vLLM's default for the method)."""
+    num_nextn_predict_layers: int | None = None
+    """MTP: the predict layers that get KV cache (default: the drafter's layer count)."""
+
+    @property
+    def model_based(self) -> bool:
+        """A draft model runs: its passes, graphs, weights and KV layers count."""
+        return self.drafter is not None
 
 
 @dataclass(frozen=True)
@@ -293,6 +420,8 @@ class Workload:
     """File it was loaded from."""
     spec: dict[str, Any] = field(default_factory=dict, repr=False)
     """The raw mapping it was parsed from (for hashing and re-emitting)."""
+    speculative: SpeculativeSpec | None = None
+    """The speculative-decoding setup (method, drafter), when the workload names one."""
 
     @property
     def content_hash(self) -> str:
@@ -301,11 +430,38 @@ class Workload:
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     @property
+    def drafter(self) -> ModelShape | None:
+        """The draft model's shape, when a model-based drafter runs."""
+        return self.speculative.drafter if self.speculative is not None else None
+
+    def drafter_kv_bytes_per_token(self) -> int:
+        """KV bytes the drafter's attention layers add per token on one rank (0 without a draft model)."""
+        spec = self.speculative
+        if spec is None or spec.drafter is None or spec.method is None:
+            return 0
+        return drafter_kv_bytes_per_token(spec.method, spec.drafter, self.model.dtype, self.model.tensor_parallel_size,
+                                          num_nextn_predict_layers=spec.num_nextn_predict_layers)
+
+    def drafter_weight_bytes(self) -> int:
+        """Parameter bytes the drafter adds on one rank, shared embedding and LM head not counted twice."""
+        spec = self.speculative
+        if spec is None or spec.drafter is None or spec.method is None:
+            return 0
+        m = self.model
+        return drafter_weight_bytes(spec.method, spec.drafter, m.shape, m.dtype, m.tensor_parallel_size,
+                                    shares_embedding=spec.shares_embedding, shares_lm_head=spec.shares_lm_head)
+
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes one token costs on one rank: the target's layers and the drafter's (vLLM gives draft attention
+        layers KV cache beside the target's)."""
+        return self.model.kv_bytes_per_token() + self.drafter_kv_bytes_per_token()
+
+    @property
     def required_kv_bytes(self) -> int:
         """KV bytes the deployment needs: the explicit amount, else one max_model_len request."""
         if self.serving.required_kv_bytes is not None:
             return self.serving.required_kv_bytes
-        return self.serving.max_model_len * self.model.kv_bytes_per_token()
+        return self.serving.max_model_len * self.kv_bytes_per_token()
 
     def steps(self) -> list[Step]:
         """The step-width distribution: `Step`s with probabilities summing to 1, sorted by width."""
@@ -378,8 +534,12 @@ def _parse_model(r: _Reader) -> ModelSpec:
         raise WorkloadError(
             f"{r.at('tensor_parallel_size')}: {tp} must divide intermediate_size={shape.intermediate_size}"
         )
+    name = r.str("name", None)
+    if name is not None and (not name.strip() or name != name.strip() or "\n" in name):
+        raise WorkloadError(f"{r.at('name')}: {name!r} must be a checkpoint name without surrounding spaces "
+                            f"(e.g. my-org/llama-ft)")
     r.done()
-    return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp)
+    return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp, name=name)
 
 
 def _parse_capability(r: _Reader, key: str) -> tuple[int, int]:
@@ -406,7 +566,133 @@ def _parse_schedule(value: object, where: str) -> tuple[tuple[int, int, int], ..
     return tuple(out)
 
 
-def _parse_serving(r: _Reader) -> ServingConfig:
+_SHAPE_INTS = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
+               "vocab_size")
+
+
+def _parse_drafter(r: _Reader, method: str, target: ModelSpec) -> ModelShape:
+    """The draft model's shape: a preset, or the target's widths with the fields given (an EAGLE head or MTP module:
+    one layer by default; a DFlash drafter or a draft model must say their layer count)."""
+    preset = r.str("preset", None)
+    if preset is not None and preset not in PRESETS:
+        raise WorkloadError(f"{r.at('preset')}: {preset!r} is not a known preset ({', '.join(sorted(PRESETS))})")
+    values: dict[str, Any] = (PRESETS[preset] if preset else target.shape).as_dict()
+    for key in _SHAPE_INTS:
+        if r.has(key):
+            values[key] = r.int(key, minimum=1)
+    for key in ("rope_theta", "rms_norm_eps"):
+        if r.has(key):
+            values[key] = r.float(key, minimum=0.0, exclusive_minimum=True)
+    for key in ("tie_word_embeddings", "qk_norm"):
+        if r.has(key):
+            values[key] = r.bool(key, False)
+    if preset is None and not r.has("num_layers"):
+        if method in ("dflash", "draft_model"):
+            raise WorkloadError(f"{r.at('num_layers')}: missing (the {method} drafter's layer count, or a preset)")
+        values["num_layers"] = 1  # an EAGLE head or an MTP module: one decoder layer
+    shape = ModelShape(**values)
+    if shape.num_attention_heads % shape.num_kv_heads:
+        raise WorkloadError(f"{r.at('num_kv_heads')}: {shape.num_kv_heads} must divide num_attention_heads="
+                            f"{shape.num_attention_heads}")
+    tp = target.tensor_parallel_size
+    if shape.num_attention_heads % tp or shape.intermediate_size % tp:
+        raise WorkloadError(f"{r.path}: the drafter's heads ({shape.num_attention_heads}) and intermediate_size "
+                            f"({shape.intermediate_size}) must divide by tensor_parallel_size={tp}")
+    return shape
+
+
+def _parse_speculative(r: _Reader, target: ModelSpec) -> SpeculativeSpec:
+    method = r.str("method", None, choices=SPECULATIVE_METHODS)
+    parallel = r.bool("parallel_drafting", False)
+    drafter = None
+    shares_embedding = shares_lm_head = predict_layers = None
+    if method in MODEL_BASED_METHODS:
+        sub = r.sub("drafter") if r.has("drafter") else _Reader({}, r.at("drafter"))
+        shares_embedding = sub.raw("shares_embedding")
+        shares_lm_head = sub.raw("shares_lm_head")
+        for key, value in (("shares_embedding", shares_embedding), ("shares_lm_head", shares_lm_head)):
+            if value is not None and not isinstance(value, bool):
+                raise WorkloadError(f"{sub.at(key)}: {value!r} must be true or false")
+        predict_layers = sub.int("num_nextn_predict_layers", None, minimum=1) if method == "mtp" else None
+        drafter = _parse_drafter(sub, method, target)
+        sub.done()
+        try:  # vLLM's sharing rules: a shared embedding/head needs the target's vocabulary and width
+            drafter_weight_bytes(method, drafter, target.shape, target.dtype, target.tensor_parallel_size,
+                                 shares_embedding=shares_embedding, shares_lm_head=shares_lm_head)
+        except ValueError as exc:
+            raise WorkloadError(f"{sub.path}: {exc}") from None
+    elif r.has("drafter"):
+        raise WorkloadError(f"{r.at('drafter')}: method {method!r} has no draft model (model-free)")
+    r.done()
+    return SpeculativeSpec(method=method, parallel_drafting=parallel, drafter=drafter,
+                           shares_embedding=shares_embedding, shares_lm_head=shares_lm_head,
+                           num_nextn_predict_layers=predict_layers)
+
+
+# Each engine's own names for the settings ServingConfig keeps under vLLM's names.
+_ENGINE_ALIASES: dict[str, dict[str, str]] = {
+    "sglang": {"max_running_requests": "max_num_seqs", "chunked_prefill_size": "max_num_batched_tokens",
+               "context_length": "max_model_len", "speculative_num_steps": "num_speculative_tokens"},
+    "trtllm": {"max_batch_size": "max_num_seqs", "max_num_tokens": "max_num_batched_tokens",
+               "max_seq_len": "max_model_len", "max_draft_len": "num_speculative_tokens"},
+}
+_VLLM_ONLY = ("gpu_memory_utilization", "cudagraph_mode", "performance_mode", "max_cudagraph_capture_size",
+              "cudagraph_capture_sizes", "speculative_schedule", "model_runner", "estimate_cudagraph_memory")
+# vLLM's speculative methods as SGLang names its algorithms.
+_SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "dflash": "DFLASH", "ngram": "NGRAM",
+                      "draft_model": "STANDALONE"}
+
+
+def _engine_aliases(r: _Reader, engine: str) -> None:
+    """Read an engine's own names into vLLM's (one name per setting); refuse vLLM-only settings elsewhere."""
+    if engine == "vllm":
+        return
+    for key in _VLLM_ONLY:
+        if r.has(key):
+            raise WorkloadError(f"{r.at(key)}: a vLLM setting; engine {engine} has none (see the README's engine "
+                                f"section)")
+    data = dict(r.data)
+    for native, ours in _ENGINE_ALIASES[engine].items():
+        if native in data:
+            if ours in data:
+                raise WorkloadError(f"{r.at(native)}: give {native} or {ours}, not both")
+            data[ours] = data.pop(native)
+            r.used.add(native)
+    r.data = data
+
+
+def _parse_engine_settings(r: _Reader, engine: str, spec_tokens: int,
+                           speculative: SpeculativeSpec | None) -> EngineSettings | None:
+    if engine == "vllm":
+        return None
+    if engine == "sglang":
+        method = speculative.method if speculative else None
+        algorithm = _SGLANG_ALGORITHMS.get(method) if method else None
+        if method is not None and algorithm is None:
+            raise WorkloadError(f"speculative.method: {method!r} has no SGLang speculative algorithm "
+                                f"({', '.join(_SGLANG_ALGORITHMS)})")
+        if spec_tokens and algorithm is None:
+            raise WorkloadError(f"{r.at('num_speculative_tokens')}: {spec_tokens} needs speculative.method with "
+                                f"engine sglang")
+        topk = r.int("speculative_eagle_topk", 1, minimum=1)
+        draft = r.int("speculative_num_draft_tokens", None, minimum=1)
+        if algorithm is not None and draft is None:
+            if topk > 1:
+                raise WorkloadError(f"{r.at('speculative_num_draft_tokens')}: missing (needed with "
+                                    f"speculative_eagle_topk={topk})")
+            draft = spec_tokens + 1  # SGLang forces num_draft_tokens = num_steps + 1 with topk 1
+        return EngineSettings(
+            "sglang", tokens_per_request=draft if algorithm is not None else 1, speculative_algorithm=algorithm,
+            mem_fraction_static=r.float("mem_fraction_static", None, minimum=0.0, maximum=1.0, exclusive_minimum=True),
+            gpu_memory_mib=r.float("gpu_memory_mib", None, minimum=0.0, exclusive_minimum=True))
+    return EngineSettings(
+        "trtllm", tokens_per_request=1 + spec_tokens, enable_padding=r.bool("enable_padding", False),
+        free_gpu_memory_fraction=r.float("free_gpu_memory_fraction", 0.9, minimum=0.0, maximum=1.0,
+                                         exclusive_minimum=True))
+
+
+def _parse_serving(r: _Reader, speculative: SpeculativeSpec | None = None, engine: str = "vllm") -> ServingConfig:
+    _engine_aliases(r, engine)
     max_num_seqs = r.int("max_num_seqs", minimum=1)
     spec_tokens = r.int("num_speculative_tokens", 0, minimum=0)
     mnbt = r.int("max_num_batched_tokens", 8192, minimum=1)
@@ -434,10 +720,18 @@ def _parse_serving(r: _Reader) -> ServingConfig:
         cudagraph_capture_sizes=sizes,
         speculative_schedule=None if schedule is None else _parse_schedule(schedule, r.at("speculative_schedule")),
         enforce_eager=r.bool("enforce_eager", False),
+        model_runner=r.str("model_runner", "auto", choices=MODEL_RUNNERS),
+        estimate_cudagraph_memory=r.bool("estimate_cudagraph_memory", True),
+        speculative_method=speculative.method if speculative else None,
+        parallel_drafting=speculative.parallel_drafting if speculative else False,
+        engine_settings=_parse_engine_settings(r, engine, spec_tokens, speculative),
     )
     r.done()
+    if config.speculative_method is not None and spec_tokens == 0:
+        raise WorkloadError(f"{r.at('num_speculative_tokens')}: 0 must be >= 1 with speculative.method="
+                            f"{config.speculative_method!r}")
     try:
-        config.defaults()
+        config.runs_as(config.defaults().sizes)
     except ValueError as exc:
         raise WorkloadError(f"{r.path}: {exc}") from None
     return config
@@ -488,14 +782,23 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
         if not reader.fieldnames or "num_tokens" not in reader.fieldnames:
             raise WorkloadError(f"{where}: {path.name} needs a num_tokens column")
         for line, row in enumerate(reader, start=2):
-            try:
-                tokens = int(row["num_tokens"])
-                reqs = int(row["num_reqs"]) if row.get("num_reqs") not in (None, "") else None
-            except ValueError:
-                raise WorkloadError(f"{where}: {path.name} line {line}: counts must be integers") from None
+            values: dict[str, int | None] = {}
+            for column in ("num_tokens", "num_reqs"):
+                text = row.get(column)
+                if column == "num_reqs" and text in (None, ""):
+                    values[column] = None
+                    continue
+                try:
+                    values[column] = int(text)  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    raise WorkloadError(f"{where}: {path.name} line {line}: {column}={text!r} must be an integer") \
+                        from None
+            tokens, reqs = values["num_tokens"], values["num_reqs"]
+            assert tokens is not None
             if tokens < 1 or tokens > serving.max_num_batched_tokens:
                 raise WorkloadError(
-                    f"{where}: {path.name} line {line}: num_tokens={tokens} must be in 1..max_num_batched_tokens"
+                    f"{where}: {path.name} line {line}: num_tokens={tokens} must be in "
+                    f"1..max_num_batched_tokens={serving.max_num_batched_tokens}"
                 )
             flag = (row.get("is_uniform_decode") or "").strip().lower()
             if flag:
@@ -555,7 +858,9 @@ def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | N
         raise WorkloadError(f"name: {name!r} must be non-empty without spaces or slashes")
     description = r.str("description", "")
     model = _parse_model(r.sub("model"))
-    serving = _parse_serving(r.sub("serving"))
+    engine = r.str("engine", "vllm", choices=ENGINES)
+    speculative = _parse_speculative(r.sub("speculative"), model) if r.has("speculative") else None
+    serving = _parse_serving(r.sub("serving"), speculative, engine)
     traffic = _parse_traffic(r.sub("traffic"), serving, base_dir or Path.cwd())
     r.done()
     if model.shape.num_kv_heads % model.tensor_parallel_size and model.tensor_parallel_size < model.shape.num_kv_heads:
@@ -563,7 +868,7 @@ def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | N
             f"model.tensor_parallel_size: {model.tensor_parallel_size} must divide num_kv_heads={model.shape.num_kv_heads}"
         )
     return Workload(name=name, model=model, serving=serving, traffic=traffic, description=description, path=path,
-                    spec=dict(data))  # type: ignore[arg-type]
+                    spec=dict(data), speculative=speculative)  # type: ignore[arg-type]
 
 
 def load_workload(path: str | Path) -> Workload:
@@ -579,4 +884,9 @@ def load_workload(path: str | Path) -> Workload:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise WorkloadError(f"workload: {p.name} is not valid YAML{where}") from None
+    if data is None:
+        raise WorkloadError(f"workload: {p.name} is empty (it needs name, model, serving and traffic)")
+    if not isinstance(data, Mapping):
+        raise WorkloadError(f"workload: {p.name} holds a YAML {type(data).__name__}: it must be a mapping of name, "
+                            f"model, serving and traffic")
     return parse_workload(data, base_dir=p.parent, path=p)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import copy
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tuner.profile_table import atomic_write_text
 from tuner.traffic.metrics import TrafficError
 from tuner.workload import Workload, WorkloadError, parse_workload
 
@@ -40,7 +39,8 @@ def _weight(value: float) -> float | int:
 
 
 def derived_spec(base: Workload, traffic: dict[str, Any], *, name: str, description: str) -> dict[str, Any]:
-    """A new workload mapping: model and serving copied from the base spec, traffic replaced."""
+    """A new workload mapping: model, speculative setup (its drafter) and serving copied from the base spec,
+    traffic replaced."""
     base_traffic = base.spec.get("traffic") or {}
     traffic = dict(traffic)
     if "mean_context_len" in base_traffic:
@@ -50,13 +50,15 @@ def derived_spec(base: Workload, traffic: dict[str, Any], *, name: str, descript
         widths = traffic["widths"]
         traffic["widths"] = {"kind": "histogram",
                              "counts": _FlowMap((w, _weight(c)) for w, c in sorted(widths.items()) if _weight(c) > 0)}
-    return {
+    spec = {
         "name": name,
         "description": description,
         "model": copy.deepcopy(base.spec["model"]),
-        "serving": copy.deepcopy(base.spec["serving"]),
-        "traffic": traffic,
     }
+    if "speculative" in base.spec:
+        spec["speculative"] = copy.deepcopy(base.spec["speculative"])
+    spec.update(serving=copy.deepcopy(base.spec["serving"]), traffic=traffic)
+    return spec
 
 
 def render_workload(spec: dict[str, Any], header: list[str]) -> str:
@@ -71,22 +73,16 @@ def write_workload(spec: dict[str, Any], header: list[str], out: Path, *, force:
         raise TrafficError(f"--out: {out} exists (pass --force to replace it)")
     if out.exists() and not out.is_file():
         raise TrafficError(f"--out: {out} is not a file")
-    if not out.parent.is_dir():
-        raise TrafficError(f"--out: directory {out.parent} does not exist")
     text = render_workload(spec, header)
+    # Missing parent folders are created (as for every --out), first: a trace path relative to `out` (../logs/..)
+    # resolves only through folders that exist. A workload that would not load removes them again.
+    created = [d for d in (out.parent, *out.parent.parents) if not d.exists()]
+    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         workload = parse_workload(yaml.load(text, Loader=_SafeLoader), base_dir=out.parent, path=out)
     except WorkloadError as exc:
+        for d in created:  # deepest first, all empty
+            d.rmdir()
         raise TrafficError(f"the new workload would not load: {exc}") from None
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a workload file is meant to be shared
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(out, text)  # the mode of any new file (0644 under umask 022)
     return workload

@@ -1,0 +1,143 @@
+"""The cost model's drafter: its vectorised pass latency equals vLLM's per-pass rules (tuner.vllm.drafter), its
+graphs count in the pool and vLLM's estimate, its weights in the non-KV memory and its KV layers in the KV cache."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
+from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+
+from tuner.model import CostModel  # noqa: E402
+from tuner.vllm.drafter import drafter_passes  # noqa: E402
+
+MIXED = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.3,
+         "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
+
+
+def drafter_model(tmp_path, method, *, runner="v2", mode="FULL_AND_PIECEWISE", spec=3, layers=1, **profile):
+    wl = handmade_workload(num_speculative_tokens=spec, max_num_seqs=8, max_num_batched_tokens=48, traffic={
+        **MIXED, "requests": {"kind": "uniform", "min": 1, "max": min(8, 48 // (spec + 1))}},
+        cudagraph_mode=mode, model_runner=runner, speculative={"method": method, "drafter": {"num_layers": layers}})
+    path = handmade_profile(tmp_path, wl, list(range(1, 57)), drafter_piecewise_ms=lambda w: 0.2 + 0.002 * w,
+                            **profile)
+    return CostModel.from_files(path, wl)
+
+
+def by_rules(m: CostModel, sizes, num_tokens: int, uniform: bool) -> float:
+    """The drafter's latency of one step, pass by pass from tuner.vllm.drafter and the profile's drafter rows."""
+    d = m.drafter
+    runs = m.runs_as(sizes)
+    n = num_tokens // m.q if uniform else min(m.serving.max_num_seqs, -(-num_tokens // m.q))
+    dispatch = m.serving.dispatcher(runs).dispatch(num_tokens, uniform_decode=uniform)
+    passes = drafter_passes(d.method, runner=m.runner, num_requests=n, num_tokens=num_tokens, uniform_decode=uniform,
+                            capture_sizes=list(runs), cudagraph_mode=m.cudagraph_mode,
+                            num_speculative_tokens=d.k, max_num_seqs=m.serving.max_num_seqs,
+                            target_padded_size=dispatch.padded_size or num_tokens)
+    total = 0.0
+    for p in passes:
+        if p.role == "context":
+            continue  # DFlash's context-KV precompute: not measured, not costed (a model note)
+        if p.runtime_mode == "NONE":
+            ms = float(d.eager_ms(p.num_tokens))
+        else:
+            ms = float(d.graph_ms(p.padded_size, p.runtime_mode))
+        total += ms * p.repeats
+    return total
+
+
+@pytest.mark.parametrize("method", ["eagle", "mtp", "dflash", "draft_model"])
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+@pytest.mark.parametrize("mode", ["FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "FULL"])
+def test_vectorised_drafter_latency_matches_the_pass_rules(tmp_path, method, runner, mode):
+    m = drafter_model(tmp_path, method, runner=runner, mode=mode, layers=2 if method == "dflash" else 1)
+    rnd = random.Random(hash((method, runner, mode)) % 1000)
+    for _ in range(12):
+        sizes = tuple(sorted(rnd.sample(range(1, 49), rnd.randint(1, 7))))
+        if m.v1_rewrite:
+            sizes = tuple(sorted({s for s in sizes if s % m.q == 0} | {m.q}))
+        for st in m.steps:
+            got = m._step_parts(m.runs_as(sizes), np.array([st.num_tokens]), np.array([st.uniform_decode]))[1][0]
+            assert got == pytest.approx(by_rules(m, sizes, st.num_tokens, st.uniform_decode)), (sizes, st)
+
+
+def test_worked_example_drafter_graphs_enter_the_pool_after_the_target(tmp_path):
+    # V2 EAGLE, K = 3, max_num_seqs 8: the prefill manager repeats the target's graph set, the decode manager adds
+    # FULL graphs at the sizes <= 8; all after the target's, each at its delta in the pool and in V2's estimate.
+    m = drafter_model(tmp_path, "eagle", drafter_delta_bytes=lambda w: 3 * MIB)
+    sizes = (4, 8, 16)
+    costs = m.graph_costs(sizes)
+    owners = [g.owner for g in costs]
+    assert owners == ["target"] * owners.count("target") + ["drafter"] * owners.count("drafter")
+    drafter = [(g.mode, g.num_tokens) for g in costs if g.owner == "drafter"]
+    assert drafter == [("PIECEWISE", 16), ("PIECEWISE", 8), ("PIECEWISE", 4), ("FULL", 16), ("FULL", 8),
+                       ("FULL", 4), ("FULL", 8), ("FULL", 4)]
+    e = m.evaluate(sizes)
+    assert e.drafter_graph_bytes == 8 * 3 * MIB
+    without = drafter_model(tmp_path / "none", "eagle", drafter_delta_bytes=lambda w: 0)
+    assert e.graph_memory_bytes - without.evaluate(sizes).graph_memory_bytes == 8 * 3 * MIB
+    assert e.graph_estimate_bytes - without.evaluate(sizes).graph_estimate_bytes == 8 * 3 * MIB  # V2: in full
+
+
+def test_drafter_weights_and_kv_layers_by_hand(tmp_path):
+    # The tiny preset: hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab 256, fp32.
+    eagle = handmade_workload(num_speculative_tokens=3, speculative={"method": "eagle", "drafter": {"num_layers": 1}})
+    per_layer = 64 * (4 + 2 * 2) * 16 + 4 * 16 * 64 + 3 * 64 * 128 + 2 * 64
+    # One decoder layer and the final norm; embedding and LM head are the target's (not counted twice).
+    assert eagle.drafter_weight_bytes() == (per_layer + 64) * 4
+    assert eagle.drafter_kv_bytes_per_token() == 2 * 1 * 2 * 16 * 4
+    assert eagle.kv_bytes_per_token() == eagle.model.kv_bytes_per_token() + 256
+    plain = handmade_workload(num_speculative_tokens=3)
+    m_eagle = CostModel.from_files(handmade_profile(tmp_path / "e", eagle, [1, 2, 4, 8]), eagle)
+    m_plain = CostModel.from_files(handmade_profile(tmp_path / "p", plain, [1, 2, 4, 8]), plain)
+    # The profile was measured without the drafter: its weights join the non-KV memory; the KV cache's tokens are
+    # dearer by the drafter's layers.
+    assert m_eagle.budget.non_kv_cache_bytes - m_plain.budget.non_kv_cache_bytes == (per_layer + 64) * 4
+    assert m_eagle.kv_bytes_per_token - m_plain.kv_bytes_per_token == 256
+    assert m_eagle.budget.required_kv_bytes == 64 * (m_plain.kv_bytes_per_token + 256)
+    for method in ("ngram", "suffix"):
+        free = handmade_workload(num_speculative_tokens=3, speculative={"method": method})
+        m = CostModel.from_files(handmade_profile(tmp_path / method, free, [1, 2, 4, 8]), free)
+        assert free.drafter is None and m.drafter is None
+        assert m.budget.non_kv_cache_bytes == m_plain.budget.non_kv_cache_bytes
+        assert m.kv_bytes_per_token == m_plain.kv_bytes_per_token
+
+
+def test_a_profile_without_drafter_rows_is_refused(tmp_path):
+    from tuner.model import ModelError
+
+    wl = handmade_workload(num_speculative_tokens=3, speculative={"method": "eagle"})
+    plain = handmade_workload(num_speculative_tokens=3)
+    path = handmade_profile(tmp_path, plain, [1, 2, 4, 8])  # no drafter rows
+    with pytest.raises(ModelError, match="no drafter rows"):
+        CostModel.from_files(path, wl)
+
+
+def test_the_drafters_graphs_tip_a_width_over_the_budget(tmp_path):
+    import math
+
+    from tuner.exact import exact_solve
+
+    # Target graphs take their width in MiB alone and nothing more in the shared pool (vLLM's estimate then charges
+    # each FULL window after the first its 1 MiB floor); the DFlash drafter adds a 6 MiB FULL graph per decode
+    # window (q = 4). With a 37 MiB estimate budget, a list topped by 32 fits only without the drafter's graphs:
+    # (32,) alone is 32 + 6 = 38 MiB with them.
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
+                           speculative={"method": "dflash", "drafter": {"num_layers": 2}})
+    budget = 37 * MIB
+    weights = math.ceil(1000 * MIB * 0.9) - 50 * MIB - wl.required_kv_bytes - budget - wl.drafter_weight_bytes()
+    path = handmade_profile(tmp_path, wl, [4, 8, 16, 24, 32], weights_bytes=weights,
+                            standalone_bytes=lambda w: w * MIB, delta_bytes=lambda w: 0,
+                            drafter_delta_bytes=lambda w: 6 * MIB, eager_ms=lambda w: 2.0 + 0.01 * w)
+    m = CostModel.from_files(path, wl)
+    assert m.budget.estimate_budget_bytes == budget
+    assert m.evaluate((32,)).graph_estimate_bytes == 38 * MIB and not m.evaluate((32,)).feasible
+    assert m.fits_without_drafter_graphs((32,))
+    best = exact_solve(m).best
+    assert best.feasible and best.capture_sizes[-1] == 24
+    assert m.dropped_for_drafter(best) == [32]

@@ -1,0 +1,172 @@
+"""The exact solver against brute force under vLLM's memory rule: both runners, every cudagraph mode, the estimate
+on and off, budgets where the estimate (not the real pool) draws the edge."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
+from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+
+from tuner.exact import brute_force, exact_solve  # noqa: E402
+from tuner.model import CostModel  # noqa: E402
+
+MODES = ["FULL_AND_PIECEWISE", "FULL", "FULL_DECODE_ONLY", "PIECEWISE"]
+
+
+def random_case(tmp_path: Path, seed: int, *, mode: str | None = None, runner: str | None = None,
+                util: float | None = None) -> tuple[CostModel, list[int]]:
+    """Noisy latencies, memory figures in whole MiB (some deltas below vLLM's 1 MiB floor), a budget drawn so that
+    some but not all lists fit, mixed and decode steps."""
+    rnd = random.Random(seed)
+    spec = rnd.choice([0, 1, 3])
+    mode = mode or MODES[seed % 4]
+    runner = runner or rnd.choice(["v1", "v2"])
+    serving = {"cudagraph_mode": mode, "model_runner": runner,
+               "estimate_cudagraph_memory": rnd.random() > 0.25}
+    q = spec + 1
+    wl = handmade_workload(num_speculative_tokens=spec, max_num_seqs=8, max_num_batched_tokens=32,
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": min(8, 32 // q)},
+                                    "mixed_share": 0.3, "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}},
+                           **serving)
+    widths = list(range(1, 33))
+    e = {w: rnd.uniform(1, 3) for w in widths}
+    f = {w: e[w] * rnd.uniform(0.3, 1.1) for w in widths}  # graphs mostly faster, not always
+    pw = {w: e[w] * rnd.uniform(0.5, 1.1) for w in widths}
+    sa = {w: rnd.randint(2, 12) for w in widths}
+    de = {w: rnd.choice([0, 0, 1, 2, 3, 5]) for w in widths}
+    util = util or rnd.choice([0.9, 0.9, 0.99, 1.0])
+    # A 1000 MiB device; weights fill it so that 12..60 MiB of graph estimate leave the required KV cache.
+    activation = 50 * MIB
+    weights = int(1000 * MIB * util) - activation - rnd.randint(12, 60) * MIB
+    path = handmade_profile(tmp_path, wl, widths, total_memory_bytes=1000 * MIB, weights_bytes=weights,
+                            activation_peak_bytes=activation, eager_ms=e.get, full_ms=f.get,
+                            piecewise_ms=pw.get if seed % 3 else None, standalone_bytes=lambda w: sa[w] * MIB,
+                            delta_bytes=lambda w: de[w] * MIB, name=f"rand{seed}")
+    import json
+
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta["decode_query_len"], meta["context_len"] = q, wl.traffic.mean_context_len
+    meta_path.write_text(json.dumps(meta))
+    wl = handmade_workload(num_speculative_tokens=spec, max_num_seqs=8, max_num_batched_tokens=32,
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": min(8, 32 // q)},
+                                    "mixed_share": 0.3, "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}},
+                           gpu_memory_utilization=util, **serving)
+    model = CostModel.from_files(path, wl)
+    candidates = sorted(rnd.sample(model.candidates, min(10, len(model.candidates))))
+    return model, candidates
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_exact_solver_equals_brute_force(tmp_path, seed):
+    m, candidates = random_case(tmp_path, seed)
+    exact = exact_solve(m, candidates=candidates)
+    brute = brute_force(m, candidates)
+    assert exact.best.feasible
+    if exact.exact_memory:
+        assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+    else:
+        # Only where the real capture can outgrow the estimate by more than vLLM's unrequested memory (here: a
+        # gpu_memory_utilization near 1): the answer fits, and the result says it is not proven optimal.
+        assert m.budget.slack_bytes <= 10 * MIB
+        assert exact.best.expected_step_ms >= brute.expected_step_ms - 1e-12
+
+
+@pytest.mark.parametrize("seed", range(100, 124))
+def test_exact_solver_equals_brute_force_on_v2_windows(tmp_path, seed):
+    # vLLM's default: FULL decode windows extrapolated from the second-largest, PIECEWISE graphs counted in full.
+    m, candidates = random_case(tmp_path, seed, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
+    exact = exact_solve(m, candidates=candidates)
+    brute = brute_force(m, candidates)
+    assert exact.exact_memory
+    assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+
+
+def test_random_cases_are_not_trivial(tmp_path):
+    # The fixture is only a test if the optimum is often a non-empty list that is not every candidate.
+    sizes = []
+    for seed in range(40):
+        m, candidates = random_case(tmp_path / str(seed), seed)
+        best = brute_force(m, candidates)
+        sizes.append((len(best.capture_sizes), len(candidates)))
+    assert sum(0 < k < n for k, n in sizes) >= 20
+
+
+def test_cases_with_room_beside_the_estimate_are_proven_optimal(tmp_path):
+    for seed in range(40):
+        m, candidates = random_case(tmp_path / str(seed), seed)
+        if m.budget.slack_bytes >= 100 * MIB:
+            assert exact_solve(m, candidates=candidates).exact_memory, seed
+
+
+def test_exact_front_is_non_dominated_and_ends_at_the_optimum(tmp_path):
+    m, candidates = random_case(tmp_path, 103, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
+    exact = exact_solve(m, candidates=candidates)
+    front = exact.front
+    assert len(front) >= 2
+    assert all(e.feasible for e in front)
+    for a, b in zip(front, front[1:]):
+        assert a.graph_memory_bytes < b.graph_memory_bytes and a.expected_step_ms > b.expected_step_ms
+    assert front[-1].expected_step_ms == pytest.approx(exact.best.expected_step_ms)
+
+
+DRAFTERS = [("eagle", {"num_layers": 1}), ("mtp", {"num_layers": 1}), ("dflash", {"num_layers": 2}),
+            ("draft_model", {"num_layers": 1})]
+
+
+def random_drafter_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]]:
+    """random_case with a draft model: its passes, graphs and their memory in the list's cost."""
+    rnd = random.Random(10_000 + seed)
+    method, drafter = DRAFTERS[seed % 4]
+    mode = rnd.choice(["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "FULL"])
+    runner = rnd.choice(["v1", "v2"])
+    spec = rnd.choice([1, 3])
+    q = spec + 1
+    util = rnd.choice([0.9, 0.9, 0.99])
+    traffic = {"requests": {"kind": "uniform", "min": 1, "max": min(8, 32 // q)}, "mixed_share": 0.3,
+               "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
+    kwargs = dict(num_speculative_tokens=spec, max_num_seqs=8, max_num_batched_tokens=32, traffic=traffic,
+                  cudagraph_mode=mode, model_runner=runner, gpu_memory_utilization=util,
+                  speculative={"method": method, "drafter": drafter})
+    wl = handmade_workload(**kwargs)
+    widths = list(range(1, 41))  # the drafter's passes reach T + N
+    e = {w: rnd.uniform(1, 3) for w in widths}
+    f = {w: e[w] * rnd.uniform(0.3, 1.1) for w in widths}
+    pw = {w: e[w] * rnd.uniform(0.5, 1.1) for w in widths}
+    de = {w: rnd.uniform(0.2, 1.0) for w in widths}
+    df = {w: de[w] * rnd.uniform(0.2, 1.1) for w in widths}
+    dp = {w: de[w] * rnd.uniform(0.4, 1.1) for w in widths}
+    sa = {w: rnd.randint(2, 12) for w in widths}
+    dl = {w: rnd.choice([0, 0, 1, 2, 3]) for w in widths}
+    dsa = {w: rnd.randint(1, 4) for w in widths}
+    ddl = {w: rnd.choice([0, 1, 2]) for w in widths}
+    activation = 50 * MIB
+    weights = int(1000 * MIB * util) - activation - rnd.randint(20, 80) * MIB - wl.drafter_weight_bytes()
+    path = handmade_profile(tmp_path, wl, widths, total_memory_bytes=1000 * MIB, weights_bytes=weights,
+                            activation_peak_bytes=activation, eager_ms=e.get, full_ms=f.get,
+                            piecewise_ms=pw.get if seed % 3 else None, standalone_bytes=lambda w: sa[w] * MIB,
+                            delta_bytes=lambda w: dl[w] * MIB, drafter_eager_ms=de.get, drafter_full_ms=df.get,
+                            drafter_piecewise_ms=dp.get if seed % 2 else None,
+                            drafter_standalone_bytes=lambda w: dsa[w] * MIB, drafter_delta_bytes=lambda w: ddl[w] * MIB,
+                            name=f"drafter{seed}")
+    model = CostModel.from_files(path, wl)
+    candidates = sorted(rnd.sample(model.candidates, min(9, len(model.candidates))))
+    return model, candidates
+
+
+@pytest.mark.parametrize("seed", range(48))
+def test_exact_solver_equals_brute_force_with_a_drafter(tmp_path, seed):
+    m, candidates = random_drafter_case(tmp_path, seed)
+    assert m.drafter is not None
+    exact = exact_solve(m, candidates=candidates)
+    brute = brute_force(m, candidates)
+    assert exact.best.feasible
+    if exact.exact_memory:
+        assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+    else:
+        assert exact.best.expected_step_ms >= brute.expected_step_ms - 1e-12

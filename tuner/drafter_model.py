@@ -1,0 +1,276 @@
+"""The drafter's side of the cost model: its latency and graph memory per width from the profile's drafter rows,
+the graphs it captures for a capture list and what its passes cost in each engine step, by vLLM 0.33's rules
+(`tuner.vllm.drafter`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.curve import Curve, memory_curve
+from tuner.profile_table import Profile
+from tuner.vllm.dispatch import full_decode_sizes
+from tuner.vllm.drafter import EAGLE_METHODS, capture_sequence, drafter_graphs
+from tuner.vllm.memory import GraphCost
+
+__all__ = ["DRAFTER_MODES", "DrafterCost", "DrafterLayer"]
+
+DRAFTER_MODES = ("drafter_eager", "drafter_full", "drafter_piecewise")
+"""Profile modes of the drafter's rows: one drafter forward pass over that many tokens, eagerly, as a FULL graph,
+as PIECEWISE graphs (each with its own logits, as the drafter samples its drafts)."""
+
+
+@dataclass
+class DrafterLayer:
+    """One term of the step latency the exact solver weighs by gaps between list members (see tuner.exact):
+    each step of the layer has a key; a `member` layer's step is served by the smallest member >= its key (at most
+    `cap`), a `window` layer's by the FULL decode window of that member; unserved steps pay `eager`."""
+
+    kind: str
+    """`member` or `window`."""
+    steps: np.ndarray
+    """Indices of the workload steps the layer covers."""
+    keys: np.ndarray
+    """Each covered step's key (tokens or requests)."""
+    eager: np.ndarray
+    """Each covered step's latency when no graph serves it (ms)."""
+    lat: np.ndarray
+    """Per candidate: the latency of a step served by its graph (ms)."""
+    cap: float = math.inf
+    """`member`: candidates above it serve no step."""
+    pad: np.ndarray | None = None
+    """`window`: per candidate, the latency when a step pads to its mixed graph (its window has no FULL graph);
+    None: such steps run eager."""
+
+
+class DrafterCost:
+    """The drafter of one workload under one runner and cudagraph mode, with curves from the profile."""
+
+    def __init__(self, profile: Profile, method: str, *, runner: str, cudagraph_mode: str, decode_mode: str,
+                 mixed_mode: str, num_speculative_tokens: int, max_num_seqs: int, parallel_drafting: bool,
+                 name: str, notes: list[str]) -> None:
+        self.method, self.runner, self.cudagraph_mode = method, runner, cudagraph_mode
+        self.decode_mode, self.mixed_mode = decode_mode, mixed_mode
+        self.k, self.R, self.q = num_speculative_tokens, max_num_seqs, num_speculative_tokens + 1
+        self.parallel = parallel_drafting
+        eager = profile.by_mode("drafter_eager")
+        full = profile.by_mode("drafter_full")
+        piecewise = profile.by_mode("drafter_piecewise")
+        if not eager:
+            raise ValueError(f"{name}: no drafter rows (mode drafter_eager) for the {method} drafter the workload "
+                             f"runs; profile the workload again (cgtune profile measures its drafter)")
+        self.eager_ms = Curve({w: r.latency_ms for w, r in eager.items()}, monotone=True)  # type: ignore[misc]
+        self.full_ms = Curve({w: r.latency_ms for w, r in full.items()}, monotone=True) if full else None  # type: ignore[misc]
+        self.piecewise_ms = (Curve({w: r.latency_ms for w, r in piecewise.items()}, monotone=True)  # type: ignore[misc]
+                             if piecewise else None)
+        self.full_sa, self.full_de = memory_curve(full, "standalone_bytes"), memory_curve(full, "capture_delta_bytes")
+        self.pw_sa = memory_curve(piecewise, "standalone_bytes")
+        self.pw_de = memory_curve(piecewise, "capture_delta_bytes")
+        if self.piecewise_ms is None:
+            self.pw_sa, self.pw_de = self.full_sa, self.full_de
+        if self.graphs(list(range(1, 9))) and self.full_ms is None:
+            raise ValueError(f"{name}: no drafter_full rows with status ok (the drafter's graphs were not measured; a "
+                             f"CPU profile?)")
+        if self.piecewise_ms is None and any(g.mode == "PIECEWISE" for g in self.graphs(list(range(1, 9)))):
+            notes.append(f"no drafter_piecewise rows in {name}: the drafter's PIECEWISE graphs are costed at its "
+                         f"eager latency, their memory taken from its full rows")
+        if method == "dflash":
+            notes.append("DFlash's eager context-KV precompute (the target's hidden states into the drafter's KV "
+                         "cache) is not measured and not costed; it is the same under every list on V2")
+        if self.k > 1 and method in EAGLE_METHODS and runner == "v2":
+            notes.append("a fused V2 EAGLE decode graph (all K-1 draft steps in one replay) is costed at K-1 times "
+                      "one step's graph latency and at one step's graph memory")
+        notes.append("a mixed step's drafter passes assume min(max_num_seqs, ceil(T / q)) requests (the workload "
+                     "does not say how many requests a mixed step holds)")
+
+    # ------------------------------------------------------------------ graphs
+    def graphs(self, runs: Sequence[int]):
+        """The drafter's graphs for the list the runner runs, in its capture order."""
+        if self.cudagraph_mode == "NONE" or not runs:
+            return []
+        return drafter_graphs(self.method, runner=self.runner, capture_sizes=list(runs),
+                              cudagraph_mode=self.cudagraph_mode, num_speculative_tokens=self.k,
+                              max_num_seqs=self.R)
+
+    def _curves(self, mode: str) -> tuple[Curve, Curve]:
+        sa, de = (self.full_sa, self.full_de) if mode == "FULL" else (self.pw_sa, self.pw_de)
+        assert sa is not None and de is not None
+        return sa, de
+
+    def graph_costs(self, runs: Sequence[int], target: list[GraphCost]) -> list[GraphCost]:
+        """Target and drafter graphs in the order they enter the one shared pool."""
+        drafter = self.graphs(runs)
+        if not drafter:
+            return target
+        order = capture_sequence(runner=self.runner, target_graphs=[(g.mode, g.num_tokens) for g in target],
+                                 drafter=drafter)
+        by_key = {(g.mode, g.num_tokens): g for g in target}
+        out = []
+        for owner, mode, width in order:
+            if owner == "target":
+                out.append(by_key[(mode, width)])
+            else:
+                sa, de = self._curves(mode)
+                out.append(GraphCost("drafter", mode, width, float(np.rint(sa(width))), float(np.rint(de(width)))))
+        return out
+
+    # ------------------------------------------------------------------ latency
+    def graph_ms(self, widths: np.ndarray | Sequence[int] | int, mode: str) -> np.ndarray:
+        """The drafter's pass at each width replayed as a graph of `mode`."""
+        if mode == "FULL":
+            assert self.full_ms is not None
+            return self.full_ms(widths)
+        return self.piecewise_ms(widths) if self.piecewise_ms is not None else self.eager_ms(widths)
+
+    def requests(self, widths: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        """Requests in each step: T / q for uniform decode, min(max_num_seqs, ceil(T / q)) for a mixed step."""
+        return np.where(uniform, widths // self.q, np.minimum(self.R, -(-widths // self.q))).astype(np.int64)
+
+    def _padded(self, graphs: Sequence[int], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(served, padded width) for each x over the sorted graph widths."""
+        g = np.array(sorted(set(graphs)), dtype=np.int64)
+        if not len(g):
+            return np.zeros(len(x), dtype=bool), np.zeros(len(x), dtype=np.int64)
+        i = np.searchsorted(g, x, side="left")
+        served = i < len(g)
+        return served, np.where(served, g[np.minimum(i, len(g) - 1)], 0)
+
+    def _pass(self, graphs: Sequence[int], mode: str, x: np.ndarray) -> np.ndarray:
+        served, padded = self._padded(graphs, x)
+        out = self.eager_ms(x)
+        if np.any(served):
+            out = np.where(served, self.graph_ms(np.where(served, padded, 1), mode), out)
+        return out
+
+    def step_latencies(self, runs: Sequence[int], widths: np.ndarray, uniform: np.ndarray, target_mode: np.ndarray,
+                       target_padded: np.ndarray) -> np.ndarray:
+        """What the drafter's passes add to each step (facts §3): `target_mode`/`target_padded` say what the
+        target replayed (NONE: eager at the step's own width)."""
+        n = self.requests(widths, uniform)
+        k, q = self.k, self.q
+        runs = sorted(runs) if self.cudagraph_mode != "NONE" else []
+        if self.runner == "v2":
+            if self.method == "draft_model":
+                return self.eager_ms(widths + n) + (k - 1) * self.eager_ms(n) * (k >= 2)
+            if self.method == "dflash":
+                windows = full_decode_sizes(runs, q, self.R) if self.decode_mode == "FULL" else []
+                return self._pass(windows, "FULL", n * q)
+            # EAGLE/EAGLE3/MTP: draft step 0 replays what the target replayed; steps 1..K-1 FULL at s >= N, s <= R.
+            out = self.eager_ms(widths)
+            for mode in ("FULL", "PIECEWISE"):
+                sel = target_mode == mode
+                if np.any(sel):
+                    out = np.where(sel, self.graph_ms(np.where(sel, target_padded, 1), mode), out)
+            if k >= 2:
+                decode = [s for s in runs if s <= self.R] if self.decode_mode == "FULL" else []
+                out = out + (k - 1) * self._pass(decode, "FULL", n)
+            return out
+        # V1: every pass PIECEWISE at the smallest drafter graph >= its width, eager above (facts §2a, §3).
+        graphs = runs if self.mixed_mode == "PIECEWISE" else []
+        if self.method == "dflash":
+            cap = self.R * q
+            graphs = sorted({g for s in graphs for g in [_pad(runs, min(s, cap))] if g is not None})
+            return self._pass(graphs, "PIECEWISE", n * q)
+        if self.parallel:
+            return self._pass(graphs, "PIECEWISE", widths + (k if self.method == "draft_model" else k - 1) * n)
+        first = widths + n if self.method == "draft_model" else widths
+        out = self._pass(graphs, "PIECEWISE", first)
+        if k >= 2:
+            out = out + (k - 1) * self._pass(graphs, "PIECEWISE", n)
+        return out
+
+    # ------------------------------------------------------------------ the exact solver's view
+    def layers(self, c: np.ndarray, r: np.ndarray, widths: np.ndarray, uniform: np.ndarray, *, sep: bool,
+               target_mixed_mode: str) -> tuple[list[DrafterLayer], np.ndarray, bool]:
+        """The drafter's latency as gap layers over the candidates `c` (FULL windows `r`), the steps' latency no
+        list changes, and whether the layers are exact (False: a combination the solver only approximates)."""
+        n = self.requests(widths, uniform)
+        k, q = self.k, self.q
+        all_steps = np.arange(len(widths))
+        const = np.zeros(len(widths))
+        layers: list[DrafterLayer] = []
+        if self.cudagraph_mode == "NONE":
+            return layers, self.step_latencies([], widths, uniform, np.full(len(widths), "NONE"),
+                                               np.zeros(len(widths), dtype=np.int64)), True
+        if self.runner == "v2":
+            if self.method == "draft_model":
+                return layers, self.eager_ms(widths + n) + (k - 1) * self.eager_ms(n) * (k >= 2), True
+            if self.method == "dflash":
+                if self.decode_mode != "FULL":
+                    return layers, self.eager_ms(n * q), True
+                if not sep:
+                    return layers, self.eager_ms(n * q), False  # DFlash windows without the target's: approximated
+                # Its FULL query graphs are the target's decode windows: uniform steps key on their width, mixed
+                # steps on their query width N x q; both eager where the window has no FULL graph.
+                keys = np.where(uniform, widths, n * q)
+                layers.append(DrafterLayer("window", all_steps, keys, self.eager_ms(n * q),
+                                           self.graph_ms(r, "FULL"), pad=None))
+                return layers, const, True
+            # EAGLE family: step 0 follows the target's own dispatch, at the same widths.
+            mixed_lat = self.graph_ms(c, target_mixed_mode) if target_mixed_mode != "NONE" else None
+            if sep:
+                mixed = np.flatnonzero(~uniform)
+                dec = np.flatnonzero(uniform)
+                layers.append(DrafterLayer("member", mixed, widths[mixed], self.eager_ms(widths[mixed]),
+                                           mixed_lat if mixed_lat is not None else np.zeros(len(c)),
+                                           cap=math.inf if mixed_lat is not None else 0))
+                layers.append(DrafterLayer("window", dec, widths[dec], self.eager_ms(widths[dec]),
+                                           self.graph_ms(r, "FULL"), pad=mixed_lat))
+            else:
+                layers.append(DrafterLayer("member", all_steps, widths, self.eager_ms(widths),
+                                           mixed_lat if mixed_lat is not None else np.zeros(len(c)),
+                                           cap=math.inf if mixed_lat is not None else 0))
+            if k >= 2:
+                if self.decode_mode == "FULL":
+                    layers.append(DrafterLayer("member", all_steps, n, (k - 1) * self.eager_ms(n),
+                                               (k - 1) * self.graph_ms(c, "FULL"), cap=self.R))
+                else:
+                    const = const + (k - 1) * self.eager_ms(n)
+            return layers, const, True
+        # V1: member layers over the drafter's PIECEWISE graphs, which are the list's sizes when the target's mixed
+        # mode is PIECEWISE (DFlash's pad(min(s, R q)) serves a query width <= R q as the plain padding does).
+        has = self.mixed_mode == "PIECEWISE"
+        lat = self.graph_ms(c, "PIECEWISE") if has else np.zeros(len(c))
+        cap = math.inf if has else 0
+
+        def member(keys: np.ndarray, times: int = 1) -> DrafterLayer:
+            return DrafterLayer("member", all_steps, keys, times * self.eager_ms(keys), times * lat, cap=cap)
+
+        if self.method == "dflash":
+            return [member(n * q)], const, True
+        if self.parallel:
+            return [member(widths + (k if self.method == "draft_model" else k - 1) * n)], const, True
+        layers.append(member(widths + n if self.method == "draft_model" else widths))
+        if k >= 2:
+            layers.append(member(n, k - 1))
+        return layers, const, True
+
+    def memory_terms(self, c: np.ndarray, r: np.ndarray, *, sep: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(per member, per FULL decode window) bytes the drafter's graphs add (facts §2): they enter the pool after
+        the target's larger graphs, so each costs its delta. V1's drafter graphs sit inside the target's PIECEWISE
+        samples of its estimate, V2's count in full."""
+        zero = np.zeros(len(c))
+        if self.cudagraph_mode == "NONE" or (self.runner == "v2" and self.method == "draft_model"):
+            return zero, zero
+        if self.runner == "v1":
+            if self.mixed_mode != "PIECEWISE":
+                return zero, zero
+            return np.rint(self._curves("PIECEWISE")[1](c)), zero
+        full_window = np.rint(self._curves("FULL")[1](r)) if self.decode_mode == "FULL" and sep else zero
+        if self.method == "dflash":
+            return zero, full_window
+        member = np.rint(self._curves(self.mixed_mode)[1](c)) if self.mixed_mode != "NONE" else zero.copy()
+        if self.k >= 2 and self.decode_mode == "FULL":  # the decode manager: FULL at every size <= max_num_seqs
+            member = member + np.where(c <= self.R, np.rint(self._curves("FULL")[1](c)), 0.0)
+        return member, full_window
+
+
+def _pad(sizes: Sequence[int], x: int) -> int | None:
+    import bisect
+
+    s = sorted(sizes)
+    i = bisect.bisect_left(s, x)
+    return s[i] if i < len(s) else None

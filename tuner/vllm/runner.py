@@ -1,0 +1,100 @@
+"""vLLM 0.33's two model runners: which one runs a deployment, and the capture list it really captures (V1
+rewrites an explicit list when speculating; V2 keeps it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "MODEL_RUNNERS",
+    "SPECULATIVE_METHODS",
+    "V1_ONLY_METHODS",
+    "effective_cudagraph_mode",
+    "resolve_model_runner",
+    "runner_reason",
+    "runs_as",
+    "v1_rewrite_applies",
+    "v1_rewritten_sizes",
+]
+
+MODEL_RUNNERS = ("auto", "v1", "v2")
+"""`serving.model_runner` values: `auto` is vLLM's own choice; `v1` mirrors `VLLM_USE_V2_MODEL_RUNNER=0`."""
+
+SPECULATIVE_METHODS = (
+    "eagle", "eagle3", "mtp", "dflash", "dspark", "draft_model", "extract_hidden_states",
+    "ngram", "ngram_gpu", "suffix", "custom_class",
+)
+"""vLLM 0.33's `SpeculativeMethod` values (`config/speculative.py`; the many `*_mtp` names normalise to `mtp`)."""
+
+V1_ONLY_METHODS = ("suffix", "custom_class")
+"""Speculative methods V2 lacks, so vLLM falls back to the V1 runner (`VllmConfig.use_v2_model_runner`)."""
+
+_PARALLEL_ON_V2 = ("dflash", "dspark")
+"""The only methods whose parallel drafting V2 supports; P-EAGLE, PARD and other parallel drafters force V1."""
+
+_FULL_DECODE_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+"""cudagraph modes whose decode_mode() is FULL."""
+
+
+def runner_reason(requested: str, method: str | None, *, parallel_drafting: bool = False) -> str:
+    """Why `resolve_model_runner` picks what it picks, in a few words (shown in reports)."""
+    if requested != "auto":
+        return f"model_runner: {requested} (set in the workload)"
+    if method in V1_ONLY_METHODS:
+        return f"V1: vLLM 0.33 has no V2 support for speculative method {method!r}"
+    if parallel_drafting and method not in _PARALLEL_ON_V2:
+        return f"V1: parallel drafting with method {method!r} (P-EAGLE/PARD) runs on V1 only"
+    return "V2: vLLM 0.33's default model runner"
+
+
+def resolve_model_runner(requested: str, method: str | None, *, parallel_drafting: bool = False) -> str:
+    """`v1` or `v2`: the runner vLLM 0.33 uses (`auto`), or the one the workload pins."""
+    if requested not in MODEL_RUNNERS:
+        raise ValueError(f"model_runner={requested!r} must be one of {', '.join(MODEL_RUNNERS)}")
+    if requested != "auto":
+        return requested
+    if method in V1_ONLY_METHODS or (parallel_drafting and method not in _PARALLEL_ON_V2):
+        return "v1"
+    return "v2"
+
+
+def effective_cudagraph_mode(cudagraph_mode: str, runner: str, *, dynamic_schedule: bool) -> str:
+    """The cudagraph mode the runner really uses: V1 forces full graphs down to PIECEWISE under dynamic
+    speculative decoding (`config/vllm.py`), so its decode steps replay no FULL graph."""
+    if runner == "v1" and dynamic_schedule and cudagraph_mode in _FULL_DECODE_MODES:
+        return "PIECEWISE"
+    return cudagraph_mode
+
+
+def v1_rewrite_applies(runner: str, cudagraph_mode: str, decode_query_len: int) -> bool:
+    """V1 rewrites the list (`adjust_cudagraph_sizes_for_spec_decode`) when its decode mode is FULL and a decode
+    step carries more than one token per request."""
+    return runner == "v1" and cudagraph_mode in _FULL_DECODE_MODES and decode_query_len > 1
+
+
+def v1_rewritten_sizes(capture_sizes: Sequence[int], decode_query_len: int) -> list[int]:
+    """vLLM's `CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`: every size rounded up to a multiple of
+    q, sizes whose rounded value exceeds the old max dropped, the max reset; `[q]` when nothing is left but q fits
+    the old max; ValueError when not even that (the max is below q)."""
+    if not capture_sizes or decode_query_len <= 1:
+        return sorted(set(capture_sizes))
+    q = decode_query_len
+    top = max(capture_sizes)
+    rounded = sorted({r for s in capture_sizes if (r := -(-s // q) * q) <= top})
+    if not rounded and q <= top:
+        rounded = [q]
+    if not rounded:
+        raise ValueError(f"cudagraph_capture_sizes: no valid size after rounding to a multiple of q={q} "
+                         f"(max_cudagraph_capture_size={top} < q); vLLM's V1 runner refuses to start")
+    return rounded
+
+
+def runs_as(capture_sizes: Sequence[int], *, runner: str, cudagraph_mode: str, decode_query_len: int) -> list[int]:
+    """The capture list the runner captures for `capture_sizes` (already deduplicated and within the token
+    budget, as vLLM's config leaves it)."""
+    sizes = sorted(set(capture_sizes))
+    if cudagraph_mode == "NONE" or not sizes:
+        return sizes
+    if v1_rewrite_applies(runner, cudagraph_mode, decode_query_len):
+        return v1_rewritten_sizes(sizes, decode_query_len)
+    return sizes
