@@ -1,80 +1,91 @@
-"""Render a search into report.md, PNG plots and summary.json: the tuned list side by side with vLLM's default,
-the exact optimum, the widest capture (PR 50488), an SGLang-style list and the unconstrained ideal."""
+"""Render a search into report.md, PNG plots and summary.json: the tuned list beside vLLM's default and the other
+comparison lists (evaluated in `tuner.compare`), under vLLM's memory rule (its graph-memory estimate, the real pool,
+the KV cache it sizes), with what the tuned list changes and what it risks."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tuner import __version__
+from tuner.compare import (
+    LABELS,
+    comparison,
+    kv_tokens,
+    max_concurrency,
+    off_peak,
+    sglang_sizes,
+    what_changed,
+    widest_sizes,
+)
 from tuner.model import GIB, CostModel, Evaluation, crossover_width
+from tuner.plots import PLOTS, log_axis, memory_unit, profile_provenance, render_plots
 from tuner.search import SearchResult
-from tuner.vllm.defaults import default_capture_sizes, request_count_grid
-from tuner.workload import ServingConfig
+from tuner.workload import Workload
 
 __all__ = [
+    "MODEL_SETTINGS",
     "PLOTS",
     "RUN_FILES",
+    "RUN_OUTPUTS",
+    "RunIdentity",
     "SUMMARY_KEYS",
+    "clear_run",
     "comparison",
+    "keep_default_kv_utilization",
     "load_run",
+    "log_axis",
+    "profile_provenance",
+    "recorded_model_settings",
     "render_markdown",
     "render_plots",
+    "run_conflict",
+    "run_identity",
     "sglang_sizes",
     "summary",
     "summary_json",
+    "vllm_log_lines",
     "widest_sizes",
     "write_run",
 ]
 
+log = logging.getLogger(__name__)
+
 MIB = 1 << 20
 SUMMARY_KEYS = ("default", "tuned", "exact", "widest", "ideal")
-"""Lists summary.json always holds, each with expected_step_ms, graph_memory_bytes, kv_available_bytes, feasible."""
-PLOTS = ("latency_by_width.png", "graph_memory_by_width.png", "step_widths.png", "pareto.png")
-"""Plot files, written under RUN_DIR/plots/."""
-
-_LABELS = {
-    "default": "vLLM default",
-    "tuned": "tuned",
-    "exact": "exact optimum",
-    "widest": "widest capture (PR 50488)",
-    "sglang": "SGLang-style",
-    "ideal": "ideal (every width, memory ignored)",
-}
+"""Lists summary.json always holds, each with its latency, vLLM's graph-memory estimate, the real pool, the KV cache
+vLLM sizes (bytes, tokens, max concurrency), the capture headroom, the list that runs, and `feasible`."""
+MODEL_SETTINGS = ("allow_mismatch", "off_peak_weight", "piecewise_fallback")
+"""CostModel settings summary.json records (`cost_model`), so a run directory is re-rendered and validated under
+the model it was searched with."""
+VLLM_TYPICAL_KERNELS_PER_LAYER = "10-12"
+"""Fused kernels one Llama decoder layer of vLLM launches eagerly (issue 11)."""
+_NOISY_NOTE = "flagged noisy: IQR/median of the timing above 5%"
 
 
-def widest_sizes(serving: ServingConfig) -> tuple[int, ...]:
-    """PR 50488's behaviour: the default grid with the ceiling lifted to the widest uniform decode batch
-    (max_num_seqs x q), so every decode batch has a graph."""
-    q = serving.decode_query_len
-    top = min(serving.max_num_seqs * q, serving.max_num_batched_tokens)
-    grid = default_capture_sizes(serving.max_num_seqs, serving.num_speculative_tokens,
-                                 serving.max_num_batched_tokens, max_cudagraph_capture_size=top).sizes
-    decode = {n * q for n in request_count_grid(serving.max_num_seqs, serving.max_num_seqs) if n * q <= top}
-    return tuple(sorted(set(grid) | decode | {top}))
+# ---------------------------------------------------------------------------------------------- figures
+def keep_default_kv_utilization(model: CostModel, default: Evaluation, tuned: Evaluation) -> float:
+    """The gpu_memory_utilization that gives the tuned list the KV cache the default list gets, rounded UP to
+    vLLM's 4 logged decimals so it never gives less."""
+    u = model.budget.utilization_for_kv(default.kv_available_bytes, tuned.graph_estimate_bytes)
+    return math.ceil(round(u * 10_000, 6)) / 10_000
 
 
-def sglang_sizes(serving: ServingConfig) -> tuple[int, ...]:
-    """SGLang's default batch-size grid (1, 2, 4, 8, 12, 16..256 step 8, 272..496 step 16, 512.. step 32) up to
-    max_num_seqs, plus max_num_seqs, each times q tokens (SGLang captures by batch size)."""
-    mns, q = serving.max_num_seqs, serving.decode_query_len
-    grid = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range(512, mns + 1, 32)]
-    return tuple(sorted({b * q for b in grid + [mns] if b <= mns and b * q <= serving.max_num_batched_tokens}))
-
-
-def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
-    """Every list of the side-by-side table, on the same profile and budget."""
-    return {
-        "default": search.default,
-        "tuned": search.chosen,
-        "exact": search.exact.best,
-        "widest": model.evaluate(widest_sizes(model.serving)),
-        "sglang": model.evaluate(sglang_sizes(model.serving)),
-        "ideal": model.ideal(),
-    }
+def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
+    """The lines vLLM 0.33 logs about memory when it starts with the list (its own wording and decimals);
+    with the estimate switched off, vLLM subtracts none, so no estimate line is predicted."""
+    lines = []
+    if model.budget.estimate_enabled:
+        lines.append(f"Estimated CUDA graph memory: {e.graph_estimate_bytes / GIB:.2f} GiB total")
+    lines.append(f"Available KV cache memory: {e.kv_available_bytes / GIB:.2f} GiB")
+    lines.append(f"GPU KV cache size: {kv_tokens(model, e):,} tokens")
+    lines.append(f"Maximum concurrency for {model.serving.max_model_len:,} tokens per request: "
+                 f"{max_concurrency(model, e):.2f}x")
+    return lines
 
 
 def _meta(model: CostModel) -> dict[str, Any]:
@@ -88,30 +99,85 @@ def _meta(model: CostModel) -> dict[str, Any]:
     }
 
 
-def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> dict[str, Any]:
-    """summary.json: each list's figures, the required KV and the tuned list, plus provenance."""
-    def figures(e: Evaluation) -> dict[str, Any]:
-        return {
-            "expected_step_ms": e.expected_step_ms,
-            "graph_memory_bytes": e.graph_memory_bytes,
-            "kv_available_bytes": e.kv_available_bytes,
-            "feasible": e.feasible,
-            "per_token_ms": e.per_token_ms,
-            "num_graphs": len(e.capture_sizes),
-            "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
-        }
+def _noise(model: CostModel) -> dict[str, Any]:
+    decision = model.decision_widths()
+    flagged = sorted(set(model.noisy_widths) & set(decision))
+    return {"count": len(flagged), "decision_widths": len(decision), "share": model.noisy_share,
+            "widths": flagged, "flagged_in_profile": len(model.noisy_widths)}
 
-    out: dict[str, Any] = {name: figures(e) for name, e in table.items()}
+
+def _figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
+    return {
+        "capture_sizes": list(e.capture_sizes),
+        "runs_as": list(e.runs_as),
+        "expected_step_ms": e.expected_step_ms,
+        "per_token_ms": e.per_token_ms,
+        "num_graphs": len(e.capture_sizes),
+        "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
+        "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
+        "graph_memory_bytes": e.graph_memory_bytes,
+        "kv_available_bytes": e.kv_available_bytes,
+        "kv_tokens": kv_tokens(model, e),
+        "max_concurrency": max_concurrency(model, e),
+        "kv_margin_bytes": e.kv_margin_bytes,
+        "capture_headroom_bytes": e.capture_headroom_bytes,
+        "starts": e.starts,
+        "capture_fits": e.capture_fits,
+        "feasible": e.feasible,
+        "why_infeasible": e.why_infeasible,
+    }
+
+
+def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> dict[str, Any]:
+    """summary.json: each list's figures (`_figures`), vLLM's memory rule, what changed, off-peak figures, noise, the
+    model settings, plus provenance."""
+    b = model.budget
+    d, t = table["default"], table["tuned"]
+    meta = model.profile.metadata
+    changed = what_changed(model, d, t)
+    peak = off_peak(model, d, t)
+    out: dict[str, Any] = {name: _figures(model, e) for name, e in table.items()}
     out.update({
-        "required_kv_bytes": model.budget.required_kv_bytes,
+        "required_kv_bytes": b.required_kv_bytes,
         "capture_sizes": list(search.chosen.capture_sizes),
+        "runs_as": list(search.chosen.runs_as),
         "source": search.source,
+        "model_runner": model.runner,
+        "model_runner_requested": model.serving.model_runner,
+        "runner_reason": model.serving.runner_reason,
         "cudagraph_mode": model.cudagraph_mode,
+        "total_memory_bytes": b.total_memory_bytes,
+        "gpu_memory_utilization": b.gpu_memory_utilization,
+        "requested_bytes": b.requested_bytes,
+        "non_kv_cache_bytes": b.non_kv_cache_bytes,
+        "estimate_cudagraph_memory": b.estimate_enabled,
+        "estimate_budget_bytes": b.estimate_budget_bytes,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "max_model_len": model.serving.max_model_len,
+        "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
+        "vllm_log_lines": vllm_log_lines(model, t),
+        "what_changed": {
+            "added": list(changed.added), "removed": list(changed.removed), "default_max": changed.default_max,
+            "above_default_max": [{"num_tokens": c.num_tokens, "vllm_graph_estimate_bytes": c.estimate_bytes,
+                                   "graph_memory_bytes": c.real_bytes, "saved_ms": c.saved_ms}
+                                  for c in changed.above_max],
+        },
+        "off_peak": {"default_step_ms": peak.default_step_ms, "tuned_step_ms": peak.tuned_step_ms,
+                     "tuned_slower": peak.tuned_slower, "one_request_width": peak.one_request_width,
+                     "default_pads_to": peak.default_pads_to, "tuned_pads_to": peak.tuned_pads_to},
+        "noisy_widths": _noise(model),
+        "cost_model": {k: getattr(model, k) for k in MODEL_SETTINGS},
         "eager_step_ms": model.eager_step_ms(),
         "crossover_width": crossover_width(model.profile),
+        "profile_measured": profile_provenance(model)[0],
+        "compiled": meta.get("compiled"),
+        "compile_s": meta.get("compile_s"),
+        "eager_kernels_per_layer": meta.get("eager_kernels_per_layer"),
         "study": {"name": search.study_name, "storage": search.storage, "objective": search.objective,
                   **search.trials, "gap_to_exact": search.gap},
         "exact_memory_unit_bytes": search.exact.memory_unit_bytes,
+        "exact_memory": search.exact.exact_memory,
+        "exact_resource": search.exact.resource,
         "notes": list(search.notes),
         "cgtune_version": __version__,
         **_meta(model),
@@ -119,95 +185,13 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
     return out
 
 
-# ---------------------------------------------------------------------------------------------- plots
-def render_plots(model: CostModel, search: SearchResult, table: dict[str, Evaluation], out_dir: Path) -> list[Path]:
-    """Write the PNG plots into out_dir; returns their paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display, and no GUI toolkit needed on a server
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    device = model.profile.metadata.get("device_name") or "unknown device"
-    title_suffix = f"\n{model.workload.name} on {device}"
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for mode, style in (("eager", "o-"), ("full", "s-"), ("piecewise", "^-")):
-        rows = model.profile.by_mode(mode)
-        if rows:
-            xs = sorted(rows)
-            ax.plot(xs, [rows[x].latency_ms for x in xs], style, ms=3, label=f"{mode} (measured)")
-    cross = crossover_width(model.profile)
-    if cross is not None:
-        ax.axvline(cross, color="grey", ls=":", label=f"graph saves < 2% from {cross} tokens")
-    ax.set_xlabel("step width (tokens)")
-    ax.set_ylabel("step latency (ms)")
-    ax.set_title("Eager vs graph latency by width" + title_suffix)
-    ax.legend()
-    paths.append(_save(fig, out_dir / PLOTS[0], plt))
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for mode in ("full", "piecewise"):
-        rows = model.profile.by_mode(mode)
-        xs = [x for x in sorted(rows) if rows[x].standalone_bytes is not None]
-        if xs:
-            ax.plot(xs, [rows[x].standalone_bytes / MIB for x in xs], "o-", ms=3, label=f"{mode}: standalone")
-            ys = [(x, rows[x].capture_delta_bytes) for x in xs if rows[x].capture_delta_bytes is not None]
-            if ys:
-                ax.plot([x for x, _ in ys], [y / MIB for _, y in ys], ".--",
-                        label=f"{mode}: capture delta (shared pool)")
-    ax.set_xlabel("graph width (tokens)")
-    ax.set_ylabel("graph memory (MiB)")
-    ax.set_title("Graph memory by width" + title_suffix)
-    ax.legend()
-    paths.append(_save(fig, out_dir / PLOTS[1], plt))
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    widths, uniform, probs, _ = model.step_arrays()
-    for flag, label in ((True, "uniform decode steps"), (False, "mixed steps")):
-        sel = uniform == flag
-        if np.any(sel):
-            ax.bar(widths[sel], probs[sel], width=max(1.0, float(widths.max()) / 400), label=label, alpha=0.7)
-    for name, color in (("default", "tab:red"), ("tuned", "tab:green")):
-        sizes = table[name].capture_sizes
-        if sizes:
-            ax.axvspan(0, sizes[-1], color=color, alpha=0.08)
-            ax.axvline(sizes[-1], color=color, ls="--", label=f"{_LABELS[name]} covers up to {sizes[-1]}")
-            ax.plot(sizes, np.zeros(len(sizes)), "|", color=color, ms=12, clip_on=False)
-    ax.set_xlabel("step width (tokens)")
-    ax.set_ylabel("probability")
-    ax.set_title("Step widths and what each list covers" + title_suffix)
-    ax.legend()
-    paths.append(_save(fig, out_dir / PLOTS[2], plt))
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    front = search.pareto or search.exact.front
-    ax.plot([e.graph_memory_bytes / GIB for e in front], [e.expected_step_ms for e in front], "o-", ms=3,
-            label=f"Pareto front ({'study' if search.objective == 'pareto' else 'exact solver'})")
-    for name, marker in (("default", "x"), ("tuned", "*"), ("widest", "v"), ("sglang", "d")):
-        e = table[name]
-        ax.plot(e.graph_memory_bytes / GIB, e.expected_step_ms, marker, ms=10, label=_LABELS[name])
-    budget = model.budget.graph_budget_bytes / GIB
-    shown = max([e.graph_memory_bytes / GIB for e in front] + [table[n].graph_memory_bytes / GIB
-                                                               for n in ("default", "tuned", "widest", "sglang")])
-    if budget <= 2 * shown:
-        ax.axvline(budget, color="grey", ls=":", label=f"graph budget {budget:.2f} GiB")
-    else:  # a far-away budget line would squash every point against the axis
-        ax.plot([], [], " ", label=f"graph budget {budget:.2f} GiB (off the chart)")
-    ax.set_xlabel("graph memory (GiB)")
-    ax.set_ylabel("expected step latency (ms)")
-    ax.set_title("Latency vs graph memory" + title_suffix)
-    ax.legend(fontsize=8)
-    paths.append(_save(fig, out_dir / PLOTS[3], plt))
-    return paths
-
-
-def _save(fig: Any, path: Path, plt: Any) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+def recorded_model_settings(run_dir: str | Path) -> dict[str, Any]:
+    """The CostModel settings a run directory's summary.json records (`cost_model`; {} when it records none)."""
+    try:
+        recorded = json.loads((Path(run_dir) / "summary.json").read_text()).get("cost_model")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {k: recorded[k] for k in MODEL_SETTINGS if isinstance(recorded, dict) and k in recorded}
 
 
 # ---------------------------------------------------------------------------------------------- markdown
@@ -218,90 +202,268 @@ def _fmt_sizes(sizes: tuple[int, ...], limit: int = 24) -> str:
     return text + (f", ... ({len(sizes)} sizes)" if len(sizes) > limit else "")
 
 
-def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
-                    command: str = "", plots_dir: str = "plots") -> str:
-    """report.md text."""
+def _num(model: CostModel, x: float) -> str:
+    return f"{x / memory_unit(model)[0]:.3f}"
+
+
+def _mem(model: CostModel, x: float) -> str:
+    return f"{_num(model, x)} {memory_unit(model)[1]}"
+
+
+def _mib(x: float) -> str:
+    return f"{x / MIB:+.2f}"
+
+
+def _provenance_lines(model: CostModel) -> list[str]:
     meta = _meta(model)
-    b = model.budget
-    lines = [
-        f"# cgtune report: {model.workload.name}",
-        "",
-        f"- device: **{meta['device_name']}** (profile `{meta['profile']}`, made by "
-        f"`{meta['profile_command'] or '?'}` at {meta['profile_created_at'] or '?'})",
-        f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), cudagraph_mode "
-        f"{model.cudagraph_mode}, q = {model.q}, max_num_seqs {model.serving.max_num_seqs}",
-        f"- KV budget: {b.total_memory_bytes / GIB:.2f} GiB x {b.gpu_memory_utilization} - weights "
-        f"{b.weights_bytes / GIB:.2f} GiB ({b.weights_source}) - activations {b.activation_peak_bytes / GIB:.2f} GiB "
-        f"- graphs; required KV {b.required_kv_bytes / GIB:.2f} GiB, so graphs may take at most "
-        f"{b.graph_budget_bytes / GIB:.2f} GiB",
-        f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""),
-        "",
-        "## Decision",
-        "",
-        f"Tuned list ({search.source}): `{list(search.chosen.capture_sizes)}`",
-        "",
+    measured, origin = profile_provenance(model)
+    made = f"made by `{meta['profile_command']}`" if meta["profile_command"] else "command not recorded"
+    if meta["profile_created_at"]:
+        made += f" at {meta['profile_created_at']}"
+    device = (f"**{meta['device_name']}**" if measured else
+              f"**none: synthetic/hand-made profile, not a measurement** (device_name: {meta['device_name']!r})")
+    md = model.profile.metadata
+    compiled = md.get("compiled")
+    if compiled is True:
+        compile_s = md.get("compile_s")
+        step = "compiled with torch.compile, as vLLM runs it" + (
+            f" (compiling took {compile_s:.1f} s, once per sweep)" if isinstance(compile_s, int | float) else "")
+    elif compiled is False:
+        step = "plain eager PyTorch, not compiled (vLLM's -O0 / enforce_eager)"
+    else:
+        step = "compile setting not recorded"
+    kernels = md.get("eager_kernels_per_layer")
+    kernels_text = (f"{kernels:g} CUDA kernels per layer in one eager step" if isinstance(kernels, int | float)
+                    else "CUDA kernels per layer not recorded")
+    s = model.serving
+    return [
+        f"- device: {device}; profile `{meta['profile']}` ({made})",
+        f"- eager baseline: {step}; {kernels_text} (vLLM's Llama layer: about {VLLM_TYPICAL_KERNELS_PER_LAYER} "
+        f"fused kernels)",
+        f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), q = {model.q}, max_num_seqs "
+        f"{s.max_num_seqs}, max_model_len {s.max_model_len}",
+        f"- vLLM 0.33, model runner **{model.runner.upper()}** ({s.runner_reason}); cudagraph_mode "
+        f"{model.cudagraph_mode}",
     ]
+
+
+def _kv_rule_lines(model: CostModel) -> list[str]:
+    b = model.budget
+    estimate = ("minus its graph-memory ESTIMATE for the list (made before the real capture)" if b.estimate_enabled
+                else "(estimate_cudagraph_memory: false, so no graph memory is subtracted)")
+    return [
+        f"- KV cache, as vLLM sizes it: requested {_mem(model, b.requested_bytes)} (ceil of "
+        f"{_mem(model, b.total_memory_bytes)} x gpu_memory_utilization {b.gpu_memory_utilization}) minus non-KV "
+        f"memory {_mem(model, b.non_kv_cache_bytes)}, {estimate}; required {_mem(model, b.required_kv_bytes)}, so "
+        f"the estimate may be at most {_mem(model, b.estimate_budget_bytes)}; the real capture must then fit in the "
+        f"estimate plus the {_mem(model, b.slack_bytes)} vLLM does not request",
+        "- words used below: **vLLM estimate** = the graph memory vLLM subtracts before capturing; **real pool** = "
+        "the memory the capture really takes (predicted); **KV cache** = what vLLM allocates; **KV margin** = KV cache "
+        "minus the required; **capture headroom** = estimate + unrequested memory - real pool (< 0: the capture "
+        f"runs out of memory). {memory_unit(model)[1]} = 2^{30 if memory_unit(model)[0] == GIB else 20} bytes.",
+    ]
+
+
+def _noise_line(model: CostModel) -> str:
+    n = _noise(model)
+    if not n["decision_widths"]:
+        return "- timing noise: no decision widths"
+    line = (f"- timing noise: {n['count']} of the {n['decision_widths']} widths the decision rests on "
+            f"({n['share']:.0%}) are {_NOISY_NOTE}")
+    if n["count"]:
+        line += f" ({_fmt_sizes(tuple(n['widths']), 12)})"
+    if n["share"] > 0.25:
+        line += "; **more than a quarter: treat the choice with care (searched with --allow-noisy)**"
+    return line
+
+
+def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> list[str]:
     d, t = table["default"], table["tuned"]
+    lines = [f"Tuned list ({search.source}): `{list(t.capture_sizes)}`", ""]
+    if t.runs_as != t.capture_sizes:
+        lines += [f"**It runs as a different list**: the {model.runner.upper()} runner rewrites an explicit list when "
+                  f"speculating (every size rounded up to a multiple of q = {model.q}, sizes above the old max "
+                  f"dropped), so vLLM captures `{list(t.runs_as)}`; every figure below is for the list that runs.", ""]
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms > 0 else 0.0
-    lines.append(f"Expected step latency {t.expected_step_ms:.4f} ms vs {d.expected_step_ms:.4f} ms with vLLM's "
-                 f"default ({abs(change):.1%} {'lower' if change <= 0 else 'higher'}), graph memory "
-                 f"{t.graph_memory_bytes / GIB:.3f} GiB vs {d.graph_memory_bytes / GIB:.3f} GiB, KV margin "
-                 f"{t.kv_margin_gib:.2f} GiB.")
+    lines.append(
+        f"Expected step latency {t.expected_step_ms:.4f} ms vs {d.expected_step_ms:.4f} ms with vLLM's default "
+        f"({abs(change):.1%} {'lower' if change <= 0 else 'higher'}). Graph memory: vLLM estimate "
+        f"{_mem(model, t.graph_estimate_bytes)} vs {_mem(model, d.graph_estimate_bytes)}, real pool "
+        f"{_mem(model, t.graph_memory_bytes)} vs {_mem(model, d.graph_memory_bytes)}. KV cache "
+        f"{_mem(model, t.kv_available_bytes)} ({kv_tokens(model, t):,} tokens, max concurrency "
+        f"{max_concurrency(model, t):.2f}x) vs {_mem(model, d.kv_available_bytes)} ({kv_tokens(model, d):,} tokens, "
+        f"{max_concurrency(model, d):.2f}x); KV margin {_mem(model, t.kv_margin_bytes)}, capture headroom "
+        f"{_mem(model, t.capture_headroom_bytes)}.")
     if not d.feasible:
         lines.append(f"vLLM's default does not fit this budget ({d.why_infeasible}); the tuned list does"
                      + ("." if t.feasible else " not either."))
     gap = search.gap
-    if search.source == "study":
-        lines.append(f"The optuna study's best is within {gap:.2%} of the exact optimum." if gap is not None else "")
+    if search.source == "study" and gap is not None:
+        lines.append(f"The optuna study's best is within {gap:.2%} of the exact optimum.")
     elif search.source == "exact":
         if gap is None:
             why = "no study trial was feasible."
         elif gap > 0.01:
             why = f"the study's best was not within 1% of it ({gap:.2%} slower)."
         else:
-            why = (f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory.")
+            why = f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory."
         lines.append("**The exact solver's answer is used**: " + why)
-    cross = crossover_width(model.profile)
-    lines += [
+    u = keep_default_kv_utilization(model, d, t)
+    now = model.budget.gpu_memory_utilization
+    lines += ["", "What vLLM will log when it starts with the tuned list (predicted; vLLM counts whole KV blocks, so "
+              "the last two figures can come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
+    if not d.starts:
+        lines.append("vLLM's default list would not start here, so there is no default KV cache size to keep.")
+    elif u > 1.0:
+        lines.append(f"No gpu_memory_utilization keeps the default list's KV cache "
+                     f"({_mem(model, d.kv_available_bytes)}) with the tuned list: it would take {u:.4f} (> 1).")
+    elif t.graph_estimate_bytes == d.graph_estimate_bytes or u == now:
+        lines.append(f"At gpu_memory_utilization {now} the tuned list already leaves the KV cache the default list "
+                     f"does.")
+    else:
+        lines.append(f"gpu_memory_utilization **{u:.4f}** (now {now}) gives the tuned list the KV cache the default "
+                     f"list gets ({_mem(model, d.kv_available_bytes)}).")
+    return lines
+
+
+def _what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+    d, t = table["default"], table["tuned"]
+    c = what_changed(model, d, t)
+    lines = ["## What changed against vLLM's default", ""]
+    if d.runs_as != d.capture_sizes or t.runs_as != t.capture_sizes:
+        lines += [f"Compared as the {model.runner.upper()} runner captures the lists (it rewrites them; see Lists).",
+                  ""]
+    if not c.added and not c.removed:
+        return lines + ["Nothing: the tuned list is vLLM's default list.", ""]
+    lines += [f"- added ({len(c.added)}): {_fmt_sizes(c.added, 40)}",
+              f"- removed ({len(c.removed)}): {_fmt_sizes(c.removed, 40)}", ""]
+    if c.above_max:
+        lines += [
+            f"Each width added above the default max ({c.default_max}), judged by the tuned list with and without "
+            f"it (the rest kept):",
+            "",
+            "| width | vLLM estimate added (MiB) | real pool added (MiB) | expected step saved (ms) | saved (% of the "
+            "tuned step) |",
+            "|---|---|---|---|---|",
+        ]
+        for w in c.above_max:
+            share = w.saved_ms / t.expected_step_ms if t.expected_step_ms > 0 else 0.0
+            lines.append(f"| {w.num_tokens} | {_mib(w.estimate_bytes)} | {_mib(w.real_bytes)} | {w.saved_ms:+.4f} "
+                         f"| {share:+.2%} |")
+        lines.append("")
+    else:
+        lines += [f"No width is added above the default max ({c.default_max}).", ""]
+    return lines
+
+
+def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+    d, t = table["default"], table["tuned"]
+    p = off_peak(model, d, t)
+    change = p.tuned_step_ms / p.default_step_ms - 1 if p.default_step_ms > 0 else 0.0
+    lines = [
+        "## Off-peak traffic",
         "",
-        "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
-                         f"work of a step hides its CPU launch cost)." if cross is not None else
-                         "a FULL graph saves at least 2% of the eager step at every measured width."),
+        f"Under off-peak decode traffic alone (uniform over 1..{model.serving.max_num_seqs} requests), the expected "
+        f"step is {p.tuned_step_ms:.4f} ms with the tuned list vs {p.default_step_ms:.4f} ms with vLLM's default "
+        f"({change:+.1%}).",
+    ]
+
+    def pads(x: int | None) -> str:
+        return "runs eager" if x is None else f"replays the {x}-token graph"
+
+    if p.tuned_slower:
+        padding = ("" if p.tuned_pads_to == p.default_pads_to else
+                   f" A one-request decode step ({p.one_request_width} token{'s' if p.one_request_width > 1 else ''}) "
+                   f"{pads(p.tuned_pads_to)} under the tuned "
+                   f"list and {pads(p.default_pads_to)} under the default.")
+        lines += ["", f"**Warning: the tuned list is slower than vLLM's default off-peak.**{padding} "
+                      f"`cgtune tune --off-peak-weight W` mixes a share W of this traffic into the objective, to buy "
+                      f"robustness explicitly."]
+    weight = model.off_peak_weight
+    lines += ["", f"This search weighed {weight:.0%} off-peak traffic into its objective (`--off-peak-weight "
+                  f"{weight:g}`)." if weight else "This search weighed the workload's traffic alone "
+                  "(`--off-peak-weight 0`).", ""]
+    return lines
+
+
+def _side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+    u = memory_unit(model)[1]
+    lines = [
+        "## Side by side (same profile, same memory rule)",
         "",
-        "## Side by side (same profile, same budget)",
-        "",
-        "| list | graphs | max | expected step (ms) | per token (ms) | graph memory (GiB) | KV left (GiB) | feasible |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| list | graphs | max | runs as | expected step (ms) | per token (ms) | vLLM estimate ({u}) "
+        f"| real pool ({u}) | KV cache ({u}) | KV tokens | max concurrency | KV margin ({u}) "
+        f"| capture headroom ({u}) | feasible |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in table.items():
         feasible = "yes" if e.feasible else f"no: {e.why_infeasible}"
         if name == "ideal":
             feasible = "memory ignored" + ("" if e.feasible else " (it would not fit)")
-        lines.append(f"| {_LABELS[name]} | {len(e.capture_sizes)} | {e.capture_sizes[-1] if e.capture_sizes else 0} "
-                     f"| {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {e.graph_memory_bytes / GIB:.3f} "
-                     f"| {e.kv_available_bytes / GIB:.2f} | {feasible} |")
+        runs = "same" if e.runs_as == e.capture_sizes else (
+            f"{len(e.runs_as)} graphs, max {e.runs_as[-1]}" if e.runs_as else "nothing (refused)")
+        lines.append(
+            f"| {LABELS.get(name, name)} | {len(e.capture_sizes)} | {e.capture_sizes[-1] if e.capture_sizes else 0} "
+            f"| {runs} | {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {_num(model, e.graph_estimate_bytes)} "
+            f"| {_num(model, e.graph_memory_bytes)} | {_num(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} "
+            f"| {max_concurrency(model, e):.2f} | {_num(model, e.kv_margin_bytes)} "
+            f"| {_num(model, e.capture_headroom_bytes)} | {feasible} |")
+    lines += ["", f"No graphs at all: {model.eager_step_ms():.4f} ms per step.", ""]
+    return lines
+
+
+def _exact_line(search: SearchResult) -> str:
+    ex = search.exact
+    axis = "vLLM's graph-memory estimate" if ex.resource == "estimate" else "the real graph pool"
+    unit = f"{ex.memory_unit_bytes:,} B" + (f" ({ex.memory_unit_bytes / MIB:.3f} MiB)"
+                                            if ex.memory_unit_bytes >= MIB // 16 else "")
+    if ex.exact_memory:
+        how = "every memory figure is a whole number of units, so its answer is the proven optimum"
+    else:
+        how = ("figures were rounded to the nearest unit, or the real-capture condition it does not carry could bind; "
+               "its answer was re-checked in bytes, so it fits both conditions, but is not proven optimal")
+    return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
+
+
+def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
+                    command: str = "", plots_dir: str = "plots") -> str:
+    """report.md text."""
+    lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model), *_kv_rule_lines(model),
+             _noise_line(model), f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""),
+             "", "## Decision", "", *_decision_lines(model, search, table), ""]
+    cross = crossover_width(model.profile)
     lines += [
+        "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
+                         f"work of a step hides its CPU launch cost)." if cross is not None else
+                         "a FULL graph saves at least 2% of the eager step at every measured width."),
         "",
-        f"No graphs at all: {model.eager_step_ms():.4f} ms per step.",
-        "",
+        *_what_changed_lines(model, table),
+        *_off_peak_lines(model, table),
+        *_side_by_side_lines(model, table),
         "## Search",
         "",
-        f"- study `{search.study_name}` in `{search.storage}` (objective {search.objective}): "
-        + ", ".join(f"{k} {v}" for k, v in search.trials.items()),
-        f"- exact solver: {search.exact.num_candidates} candidate widths, memory counted in "
-        f"{search.exact.memory_unit_bytes} B units ({'exact' if search.exact.exact_memory else 'rounded up'})",
+        (f"- study `{search.study_name}` in `{search.storage}` (objective {search.objective}): "
+         + ", ".join(f"{k} {v}" for k, v in search.trials.items()) if search.trials else
+         "- no optuna study: the exact solver's answer is the tuned list"),
+        _exact_line(search),
         "",
         "## Lists",
         "",
     ]
     for name, e in table.items():
         if name != "ideal":
-            lines.append(f"- {_LABELS[name]}: {_fmt_sizes(e.capture_sizes)}")
-    if search.notes:
-        lines += ["", "## Assumptions and notes", ""] + [f"- {n}" for n in search.notes]
-    lines += ["", "## Plots", ""]
-    captions = ["Eager vs graph latency by width", "Graph memory by width",
-                "Step-width distribution and coverage", "Latency vs graph memory (Pareto front)"]
+            lines.append(f"- {LABELS.get(name, name)}: {_fmt_sizes(e.capture_sizes)}"
+                         + ("" if e.runs_as == e.capture_sizes else f" (runs as {_fmt_sizes(e.runs_as)})"))
+    # The memory unit is stated once, in the Search section; the search's own note says it again.
+    notes = [n for n in search.notes if not n.startswith("the exact solver counted memory in")]
+    if notes:
+        lines += ["", "## Assumptions and notes", ""] + [f"- {n}" for n in notes]
+    _, origin = profile_provenance(model)
+    lines += ["", "## Plots", "", f"Profile numbers in every plot: {origin}.", ""]
+    captions = ["Eager vs graph latency by width (tuned widths marked)",
+                "Graph memory by width (tuned widths marked)",
+                "Step widths: decode steps zoomed, mixed steps on their own axis",
+                "Latency vs graph memory (Pareto front)"]
     lines += [f"![{c}]({plots_dir}/{p})" for c, p in zip(captions, PLOTS)]
     lines += ["", "Files: `compilation_config.json` (`vllm serve --compilation-config`), `vllm-serve.yaml` "
               "(`vllm serve --config`), `vllm-flags.txt`, `summary.json`.", ""]
@@ -315,6 +477,9 @@ def summary_json(data: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- run directory
 RUN_FILES = ("profile.csv", "profile.json", "workload.yaml", "search.json", "summary.json", "report.md")
 """Files a run directory holds besides the vLLM files and plots/ (and study.db with the default storage)."""
+RUN_OUTPUTS = ("compilation_config.json", "vllm-serve.yaml", "vllm-flags.txt", "search.json", "summary.json",
+               "report.md")
+"""Files every write_run renders again (report.md only with report=True): one left from an earlier run is stale."""
 
 
 def _copy_inputs(staging: Path, model: CostModel) -> None:
@@ -368,7 +533,7 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
              f"(vLLM default {search.default.expected_step_ms:.4f}) under the cgtune cost model"},
         )
         files = render_files(
-            search.chosen.capture_sizes, model=model.workload.model.label, cudagraph_mode=model.cudagraph_mode,
+            search.chosen.capture_sizes, model=model.workload.model.checkpoint, cudagraph_mode=model.cudagraph_mode,
             max_num_seqs=s.max_num_seqs, num_speculative_tokens=s.num_speculative_tokens,
             max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len,
             gpu_memory_utilization=s.gpu_memory_utilization,
@@ -376,16 +541,23 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
         )
         files["search.json"] = json.dumps(search.to_dict(), indent=2) + "\n"
         files["summary.json"] = summary_json(data)
+        validation: dict[str, Any] | None = None
         if report:
             files["report.md"] = render_markdown(model, search, table, command=command)
             from tuner.validate_report import section_for_run  # keeps `cgtune validate`'s section on re-render
 
             if section := section_for_run(run, search.chosen.capture_sizes):
                 files["report.md"] += "\n" + section
+                validation = json.loads((run / "validation.json").read_text())
         for name, text in files.items():
             (staging / name).write_text(text)
         if plots:
             render_plots(model, search, table, staging / "plots")
+        if validation is not None:  # the kept section shows this plot: render it with the rest, not left over
+            from tuner.validate_report import PLOT, render_plot
+
+            (staging / "plots").mkdir(exist_ok=True)
+            render_plot(validation, staging / "plots" / PLOT)
         written = []
         for path in sorted(staging.rglob("*")):
             if path.is_file():
@@ -393,13 +565,128 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(path, target)
                 written.append(target)
+        _remove_stale(run, written)
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def load_run(run_dir: str | Path) -> tuple[CostModel, SearchResult]:
-    """The cost model and search of a run directory (from its copied profile and workload)."""
+def _remove_stale(run: Path, written: list[Path]) -> list[Path]:
+    """Remove the outputs an earlier run left that this one did not write (report.md after a `search`, a plot this
+    run does not draw), so every output in the directory describes the same run."""
+    keep = set(written)
+    stale = [run / name for name in RUN_OUTPUTS if (run / name).is_file() and run / name not in keep]
+    plots = run / "plots"
+    if plots.is_dir():
+        stale += [p for p in sorted(plots.glob("*.png")) if p not in keep]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        log.info("removed outputs of an earlier run: %s", ", ".join(str(p.relative_to(run)) for p in stale))
+    if plots.is_dir() and not any(plots.iterdir()):
+        plots.rmdir()
+    return stale
+
+
+# ---------------------------------------------------------------------------------------------- run identity
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which workload and profile the files of a run directory describe."""
+
+    workload: str
+    """Workload name."""
+    workload_hash: str | None
+    """Its content hash (None when the directory does not say)."""
+    profile: str
+    """The profile the run was searched on: its original path, or the copy's name."""
+    profile_hash: str | None
+    """`tuner.search.profile_hash` of the profile CSV + JSON (None when unknown, or not measured yet)."""
+
+    def describe(self) -> str:
+        return (f"workload {self.workload} (hash {self.workload_hash or '?'}) on profile {self.profile}"
+                + (f" (hash {self.profile_hash})" if self.profile_hash else ""))
+
+
+def run_identity(run_dir: str | Path) -> RunIdentity | None:
+    """The run a directory holds (from its summary.json, workload and profile copies), None when it holds none; a
+    `study.db` or `profile-sweep/` alone is no run."""
+    from tuner.search import profile_hash
+
+    run = Path(run_dir)
+    if not run.is_dir() or not any((run / n).is_file() for n in (*RUN_FILES, *RUN_OUTPUTS)):
+        return None
+    name: str = "?"
+    whash: str | None = None
+    profile = "profile.csv"
+    try:
+        data = json.loads((run / "summary.json").read_text())
+        name, whash = str(data["workload"]["name"]), str(data["workload"]["hash"])
+        profile = str(data.get("profile") or profile)
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            from tuner.workload import load_workload
+
+            wl = load_workload(run / "workload.yaml")
+            name, whash = wl.name, wl.content_hash
+        except ValueError:  # no readable workload copy either: an unknown run, which no new run matches
+            pass
+    phash = profile_hash(run / "profile.csv") if (run / "profile.csv").is_file() else None
+    return RunIdentity(name, whash, profile, phash)
+
+
+def run_conflict(run_dir: str | Path, workload: Workload, profile_csv: str | Path | None) -> str | None:
+    """None when run_dir is empty or holds this workload's run on this profile (profile_csv None: not measured
+    yet, so only the workload is compared); else one line naming what it holds and what this run is."""
+    from tuner.search import profile_hash
+
+    held = run_identity(run_dir)
+    if held is None:
+        return None
+    phash = profile_hash(profile_csv) if profile_csv is not None and Path(profile_csv).is_file() else None
+    same_workload = held.workload_hash is not None and held.workload_hash == workload.content_hash
+    same_profile = phash is None or (held.profile_hash is not None and held.profile_hash == phash)
+    if same_workload and same_profile:
+        return None
+    new = RunIdentity(workload.name, workload.content_hash, str(profile_csv) if profile_csv else "(to be measured)",
+                      phash)
+    return f"{run_dir} holds the run of {held.describe()}, not of {new.describe()}"
+
+
+def clear_run(run_dir: str | Path, *, keep: tuple[str | Path, ...] = ()) -> list[Path]:
+    """Remove what cgtune wrote into a run directory (outputs, input copies with the trace a workload copy names,
+    validation.json, plots/, the default study.db), keeping profile-sweep/ (measurements, named by workload), any
+    file cgtune does not write and the files in `keep` (the new run's own inputs, when they sit there); returns
+    what was removed."""
+    import shutil
+
+    run = Path(run_dir)
+    kept = {Path(k).resolve() for k in keep}
+    names = [*RUN_OUTPUTS, *RUN_FILES, "validation.json", "study.db", "study.db-wal", "study.db-shm",
+             "study.db.cgtune-claim.lock"]
+    try:
+        import yaml
+
+        trace = ((yaml.safe_load((run / "workload.yaml").read_text()) or {}).get("traffic") or {}).get("trace")
+        if isinstance(trace, str) and not Path(trace).is_absolute() and ".." not in Path(trace).parts:
+            names.append(trace)  # as _copy_inputs copies it
+    except (OSError, ValueError, AttributeError):
+        pass
+    removed = []
+    for name in dict.fromkeys(names):
+        path = run / name
+        if (path.is_file() or path.is_symlink()) and path.resolve() not in kept:
+            path.unlink()
+            removed.append(path)
+    for path in [run / "plots", *run.glob(".cgtune-staging-*")]:
+        if path.is_dir():
+            shutil.rmtree(path)
+            removed.append(path)
+    return removed
+
+
+def load_run(run_dir: str | Path, *, allow_mismatch: bool | None = None) -> tuple[CostModel, SearchResult]:
+    """The cost model and search of a run directory (from its copied profile and workload), under the model
+    settings its summary.json records (`recorded_model_settings`); `allow_mismatch` overrides the recorded one."""
     from tuner.model import ModelError
     from tuner.workload import load_workload
 
@@ -408,7 +695,10 @@ def load_run(run_dir: str | Path) -> tuple[CostModel, SearchResult]:
         if not (run / name).is_file():
             raise ModelError(f"{run}: no {name} (not a cgtune search or tune output directory)")
     workload = load_workload(run / "workload.yaml")
-    model = CostModel.from_files(run / "profile.csv", workload)
+    settings = recorded_model_settings(run)
+    if allow_mismatch is not None:
+        settings["allow_mismatch"] = allow_mismatch
+    model = CostModel.from_files(run / "profile.csv", workload, **settings)
     try:
         data = json.loads((run / "search.json").read_text())
         search = SearchResult.from_dict(data, model)

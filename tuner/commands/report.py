@@ -22,18 +22,28 @@ class ReportCommand(Command):
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("run_dir", type=Path, help="output directory of `cgtune search` or `cgtune tune`")
+        p.add_argument("--force", action="store_true",
+                       help="re-render even when summary.json names another workload or profile than the copies "
+                            "(workload.yaml, profile.csv) it is rendered from")
+        p.add_argument("--allow-mismatch", action="store_true",
+                       help="use the run's profile even when it was measured for another q, context length, compute "
+                            "capability or compile setting (a note in the report; recorded for later re-renders)")
 
     def run(self, args: argparse.Namespace) -> int:
         from tuner.model import ModelError
-        from tuner.report import load_run, write_run
+        from tuner.report import load_run, run_conflict, write_run
         from tuner.workload import WorkloadError
 
         if not args.run_dir.is_dir():
             raise UsageError(f"run_dir: {str(args.run_dir)!r} is not a directory")
         try:
-            model, search = load_run(args.run_dir)
+            model, search = load_run(args.run_dir, allow_mismatch=True if args.allow_mismatch else None)
         except (ModelError, WorkloadError) as exc:
             raise UsageError(str(exc)) from None
+        conflict = run_conflict(args.run_dir, model.workload, args.run_dir / "profile.csv")
+        if conflict is not None and not args.force:
+            raise UsageError(f"run_dir: {conflict} (its files are mixed); pass --force to re-render every output "
+                             f"from its workload.yaml and profile.csv")
         written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}", copy_inputs=False)
         print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, vLLM files")
         sizes = search.chosen.capture_sizes

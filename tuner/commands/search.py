@@ -9,15 +9,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import load_workload_arg, positive_int
+from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
 
 if TYPE_CHECKING:
-    from tuner.search import SearchResult
+    from tuner.model import CostModel
+    from tuner.search import SearchInterrupted, SearchResult
+    from tuner.workload import Workload
 
-__all__ = ["SearchCommand", "add_search_arguments", "command_line", "search_and_write"]
+__all__ = ["NOISY_LIMIT", "SearchCommand", "add_search_arguments", "command_line", "model_from_args",
+           "prepare_run_dir", "resume_line", "search_and_write", "share"]
 
 log = logging.getLogger(__name__)
 GIB = 1 << 30
+NOISY_LIMIT = 0.25
+"""`search` and `tune` refuse a profile where more than this share of the decision widths are noisy (--allow-noisy)."""
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +40,45 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-buckets", type=positive_int, default=2048, metavar="N",
                    help="memory resolution of the exact solver across the graph budget (default 2048)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--off-peak-weight", type=share, default=0.0, metavar="W",
+                   help="mix a share W (0..1, default 0) of off-peak decode traffic (uniform over 1..max_num_seqs "
+                        "requests) into the objective, so the list also serves quiet hours well (another study)")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="use a profile measured for another q, context length, compute capability or compile setting "
+                        "(a note in the report instead of an error)")
+    p.add_argument("--allow-noisy", action="store_true",
+                   help="search even when more than a quarter of the widths the decision rests on were flagged noisy "
+                        "(IQR/median > 5%%) while profiling")
+    p.add_argument("--force", action="store_true",
+                   help="DIR holds the run of another workload or profile: clear it (the files cgtune wrote there and "
+                        "its study.db; profile-sweep/ is kept) and write this run instead of refusing")
+
+
+def share(text: str) -> float:
+    """argparse type: a share in 0..1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value:g} must be in 0..1")
+    return value
+
+
+def model_from_args(profile_csv: Path, workload: Workload, args: argparse.Namespace) -> CostModel:
+    """The cost model `search` and `tune` search with: the profile and workload under --allow-mismatch and
+    --off-peak-weight; a profile whose decision widths are too often noisy is refused (one line) unless --allow-noisy.
+    Raises ModelError (or UsageError) before anything is written."""
+    from tuner.model import CostModel
+
+    model = CostModel.from_files(profile_csv, workload, allow_mismatch=getattr(args, "allow_mismatch", False),
+                                 off_peak_weight=getattr(args, "off_peak_weight", 0.0))
+    if model.noisy_share > NOISY_LIMIT and not getattr(args, "allow_noisy", False):
+        noisy = len(set(model.noisy_widths) & set(model.decision_widths()))
+        raise UsageError(f"{profile_csv}: {noisy} of the {len(model.decision_widths())} widths the decision rests on "
+                         f"({model.noisy_share:.0%}, more than {NOISY_LIMIT:.0%}) were flagged noisy "
+                         f"(IQR/median > 5%); re-profile on a quiet GPU or pass --allow-noisy")
+    return model
 
 
 def command_line(name: str, args: argparse.Namespace) -> str:
@@ -51,39 +95,99 @@ def command_line(name: str, args: argparse.Namespace) -> str:
         parts += ["--seed", str(args.seed)]
     if getattr(args, "workers", None) is not None:
         parts += ["--workers", str(args.workers)]
+    if getattr(args, "off_peak_weight", 0.0):
+        parts += ["--off-peak-weight", f"{args.off_peak_weight:g}"]
+    parts += [flag for flag, on in (("--allow-mismatch", getattr(args, "allow_mismatch", False)),
+                                    ("--allow-noisy", getattr(args, "allow_noisy", False))) if on]
     return shlex.join(parts)
 
 
+def resume_line(name: str, args: argparse.Namespace, storage: str | None) -> str:
+    """The command that resumes an interrupted run: the same flags, the storage as shown (password hidden), and
+    never --force, which would clear what was kept."""
+    line = command_line(name, args)
+    if args.storage and storage:
+        line = line.replace(shlex.join(["--storage", "<url>"]), shlex.join(["--storage", storage]))
+    extra: list[str] = []
+    if getattr(args, "max_widths", None) is not None:
+        extra += ["--max-widths", str(args.max_widths)]
+    if args.memory_buckets != 2048:
+        extra += ["--memory-buckets", str(args.memory_buckets)]
+    if getattr(args, "validate", None) is not None:
+        extra += ["--validate", str(args.validate), "--validate-steps", str(args.validate_steps)]
+    return line + (" " + shlex.join(extra) if extra else "")
+
+
 def _check_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out: {str(out)!r} exists and is not a directory")
+    check_out_dir(out)
+
+
+def prepare_run_dir(out: Path, workload: Workload, profile_csv: Path | None, *, force: bool,
+                    clear: bool = True) -> None:
+    """Refuse (one line) a DIR that holds another workload's or profile's run, or with --force clear it (unless
+    `clear` is False: a check ahead of work that must come first)."""
+    from tuner.report import clear_run, run_conflict
+
+    conflict = run_conflict(out, workload, profile_csv)
+    if conflict is None:
+        return
+    if not force:
+        raise UsageError(f"--out: {conflict}; pass --force to clear it, or choose another --out")
+    if not clear:
+        return
+    inputs = (workload.path, profile_csv, profile_csv.with_suffix(".json")) if profile_csv else (workload.path,)
+    removed = clear_run(out, keep=tuple(p for p in inputs if p is not None))
+    print(f"--force: cleared {len(removed)} files and folders of the earlier run from {out}/")
+
+
+def _interrupted(exc: SearchInterrupted, name: str, args: argparse.Namespace) -> KeyboardInterrupt:
+    done = "an unknown number of" if exc.finished is None else str(exc.finished)
+    return KeyboardInterrupt(
+        f"interrupted: kept study {exc.study_name} in {exc.storage} ({done} of {args.trials} trials finished); "
+        f"resume with: {resume_line(name, args, exc.storage)}")
 
 
 def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Namespace, *, command: str,
-                     report: bool) -> int:
+                     report: bool, own_profile: bool = False) -> int:
     """Fit, search, write the run directory and print a short summary; bad input raises before anything is
-    written."""
-    from tuner.model import CostModel, ModelError
+    written. `own_profile`: the profile is DIR's own sweep (`tune` without --profile), so a run in DIR on another
+    profile of the same workload is this workload's earlier run, not a conflict."""
+    from tuner.model import ModelError
     from tuner.report import write_run
-    from tuner.search import SearchConfig, SearchError, exact_solve, run_search
+    from tuner.search import SearchConfig, SearchError, SearchInterrupted, exact_solve, run_search
 
     workload = load_workload_arg(workload_path)
     _check_out(args.out)
     try:
-        model = CostModel.from_files(profile_csv, workload)
+        model = model_from_args(profile_csv, workload, args)
         exact = exact_solve(model, memory_buckets=args.memory_buckets)  # a budget nothing meets fails before --out
     except (ModelError, SearchError) as exc:
         raise UsageError(str(exc)) from None
+    prepare_run_dir(args.out, workload, None if own_profile else profile_csv, force=getattr(args, "force", False))
     config = SearchConfig(n_trials=args.trials, storage=args.storage, objective=args.objective, seed=args.seed,
                           memory_buckets=args.memory_buckets, progress=not args.no_progress)
     log.info("searching %d candidate widths for %s (%s)", len(model.candidates), workload.name, profile_csv)
-    result = run_search(model, config, run_dir=args.out, exact=exact)
-    written = write_run(args.out, model, result, command=command, plots=report, report=report)
-    _print_summary(result, written, args.out)
+    name = "tune" if command.startswith("cgtune tune") else "search"
+    try:
+        result = run_search(model, config, run_dir=args.out, exact=exact)
+    except SearchInterrupted as exc:
+        raise _interrupted(exc, name, args) from None
+    try:
+        written = write_run(args.out, model, result, command=command, plots=report, report=report)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(
+            f"interrupted while writing {args.out}/: study {result.study_name} in {result.storage} is complete "
+            f"({result.trials.get('total', 0)} trials); rerun to write the files: "
+            f"{resume_line(name, args, result.storage)}") from None
+    _print_summary(result, written, args.out, model)
     return 0
 
 
-def _print_summary(result: SearchResult, written: list[Path], out: Path) -> None:
+def _print_summary(result: SearchResult, written: list[Path], out: Path, model: CostModel) -> None:
+    """What a search chose, in a few lines: latency, vLLM's estimate beside the real pool, the KV cache vLLM sizes
+    (GiB, tokens, max concurrency), the list that runs when the runner rewrites it, and the off-peak check."""
+    from tuner.compare import kv_tokens, max_concurrency, off_peak
+
     t, d = result.chosen, result.default
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
     gap = result.gap
@@ -92,9 +196,26 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path) -> None
            "gpu-validated": "fastest measured on the GPU by --validate"}[result.source]
     top = t.capture_sizes[-1] if t.capture_sizes else 0
     print(f"tuned list ({how}): {len(t.capture_sizes)} graphs, max {top}")
-    print(f"expected step {t.expected_step_ms:.4f} ms vs vLLM default {d.expected_step_ms:.4f} ms ({change:+.1%}); "
-          f"graph memory {t.graph_memory_bytes / GIB:.3f} GiB vs {d.graph_memory_bytes / GIB:.3f} GiB; "
-          f"KV margin {t.kv_margin_gib:.2f} GiB" + ("" if d.feasible else " (the default does not fit the KV budget)"))
+    if t.runs_as != t.capture_sizes:
+        print(f"it runs as another list: the {model.runner.upper()} runner rewrites it to {len(t.runs_as)} graphs "
+              f"(multiples of q = {model.q}): {list(t.runs_as)}")
+    print(f"expected step {t.expected_step_ms:.4f} ms vs vLLM default {d.expected_step_ms:.4f} ms ({change:+.1%})")
+    print(f"graph memory: vLLM estimate {t.graph_estimate_bytes / GIB:.3f} GiB (default "
+          f"{d.graph_estimate_bytes / GIB:.3f}), real pool {t.graph_memory_bytes / GIB:.3f} GiB (default "
+          f"{d.graph_memory_bytes / GIB:.3f})")
+    print(f"KV cache {t.kv_available_bytes / GIB:.3f} GiB = {kv_tokens(model, t):,} tokens, max concurrency "
+          f"{max_concurrency(model, t):.2f}x (default {d.kv_available_bytes / GIB:.3f} GiB = {kv_tokens(model, d):,} "
+          f"tokens); KV margin {t.kv_margin_bytes / GIB:.3f} GiB"
+          + ("" if d.feasible else f" (the default does not fit: {d.why_infeasible})"))
+    peak = off_peak(model, d, t)
+    if peak.tuned_slower:
+        print(f"WARNING: off-peak (1..{model.serving.max_num_seqs} requests, uniform) the tuned list is slower: "
+              f"{peak.tuned_step_ms:.4f} ms vs {peak.default_step_ms:.4f} ms per step; see report.md, or weigh it in "
+              f"with --off-peak-weight")
+    noisy = len(set(model.noisy_widths) & set(model.decision_widths()))
+    if noisy:
+        print(f"noisy timings: {noisy} of the {len(model.decision_widths())} decision widths "
+              f"({model.noisy_share:.0%}) were flagged (IQR/median > 5%)")
     n = result.trials
     print(f"study {result.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
           f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed, {n.get('run_now', 0)} run now)")
@@ -104,7 +225,7 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path) -> None
     if flags.is_file():
         line = [ln for ln in flags.read_text().splitlines() if ln and not ln.startswith("#")]
         if line:
-            print(f"vllm serve MODEL {line[0]}")
+            print(f"vllm serve {model.workload.model.checkpoint or 'CHECKPOINT'} {line[0]}")
 
 
 class SearchCommand(Command):

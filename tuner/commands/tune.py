@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import load_workload_arg, non_negative_int, positive_int
-from tuner.commands.search import add_search_arguments, command_line, search_and_write
+from tuner.commands.common import check_out_dir, load_workload_arg, non_negative_int, positive_int
+from tuner.commands.search import add_search_arguments, command_line, prepare_run_dir, resume_line, search_and_write
 from tuner.workload import Workload
 
 __all__ = ["TuneCommand", "gpu_available"]
@@ -77,8 +77,7 @@ class TuneCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         workload = load_workload_arg(args.workload)
-        if args.out.exists() and not args.out.is_dir():
-            raise UsageError(f"--out: {str(args.out)!r} exists and is not a directory")
+        check_out_dir(args.out)
         if args.validate is not None:
             from tuner.validate import ValidationError, require_cuda
 
@@ -88,6 +87,11 @@ class TuneCommand(Command):
                 raise UsageError(f"--validate: {exc}") from None
         fleet_url = None
         if args.workers is not None:
+            # Fleet workers rebuild the cost model from the study's files alone, without these settings.
+            for flag, on in (("--off-peak-weight", args.off_peak_weight), ("--allow-mismatch", args.allow_mismatch)):
+                if on:
+                    raise UsageError(f"--workers: fleet workers do not take {flag} yet; run the search without "
+                                     f"--workers to use it")
             from tuner.fleet import FleetError, resolve_storage
 
             try:
@@ -100,6 +104,9 @@ class TuneCommand(Command):
             if not ok:
                 raise UsageError(f"no --profile given and {why}: pass a recorded profile (--profile CSV from "
                                  f"`cgtune profile` on the target GPU) or run on a machine with a CUDA GPU")
+            # The profile will be DIR's own sweep (resumed on a rerun): only the workload must match. Checked before
+            # any measurement; --force clears DIR only once the search has its inputs (it keeps profile-sweep/).
+            prepare_run_dir(args.out, workload, None, force=args.force, clear=False)
             profile = self._profile(workload, args, device_name=why)
         else:
             print(f"[1/3] profile: using {profile}")
@@ -109,7 +116,8 @@ class TuneCommand(Command):
             if state != "done":
                 return 0 if state == "pending" else 1
         else:
-            search_and_write(args.workload, profile, args, command=command_line("tune", args), report=True)
+            search_and_write(args.workload, profile, args, command=command_line("tune", args), report=True,
+                             own_profile=args.profile is None)
         print(f"[3/3] report: {args.out / 'report.md'}")
         if args.validate is not None:
             return self._validate(args, fleet_url)
@@ -119,13 +127,14 @@ class TuneCommand(Command):
     def _validate(args: argparse.Namespace, fleet_url: str | None) -> int:
         """Measure the K best candidates on the GPU and re-emit the run directory for the measured winner."""
         from tuner.report import load_run, write_run
+        from tuner.storage_url import engine_url
         from tuner.validate import validate_candidates
 
         command = command_line("tune", args) + f" --validate {args.validate}"
         model, search = load_run(args.out)
         chosen, record = validate_candidates(
             args.out, model, search, args.validate, num_steps=args.validate_steps, seed=args.seed,
-            storage=fleet_url or args.storage, command=command,
+            storage=engine_url(fleet_url or args.storage) if (fleet_url or args.storage) else None, command=command,
             progress=lambda m: print(f"validate: {m}", flush=True))
         if chosen is None:
             device = record.get("device_name") or "the GPU"
@@ -143,9 +152,9 @@ class TuneCommand(Command):
         """Plan (or extend) the fleet study, run --workers local workers, and write DIR when every planned trial has
         run: `done`; `pending` when workers elsewhere still have to run it; `failed` when a local worker failed
         and left it unfinished."""
-        from tuner.commands.search import _check_out, _print_summary
+        from tuner.commands.search import _check_out, _print_summary, model_from_args
         from tuner.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
-        from tuner.model import CostModel, ModelError
+        from tuner.model import ModelError
         from tuner.report import write_run
         from tuner.search import SearchError, exact_solve
         from tuner.storage_url import display_url
@@ -153,7 +162,7 @@ class TuneCommand(Command):
         workload = load_workload_arg(args.workload)
         _check_out(args.out)
         try:
-            model = CostModel.from_files(profile, workload)
+            model = model_from_args(profile, workload, args)
             exact_solve(model, memory_buckets=args.memory_buckets)  # a budget nothing meets fails before any write
             name, enqueued = create_or_extend(
                 url, args.workload, profile, model, objective=args.objective, n_trials=args.trials, seed=args.seed,
@@ -164,7 +173,13 @@ class TuneCommand(Command):
         print(f"fleet study {name} in {display_url(url)}: {enqueued} trials enqueued now")
         codes: list[int] = []
         if args.workers:
-            codes = run_local_workers(url, name, args.workers, progress=not args.no_progress)
+            try:
+                codes = run_local_workers(url, name, args.workers, progress=not args.no_progress)
+            except KeyboardInterrupt:
+                raise KeyboardInterrupt(
+                    f"interrupted: kept fleet study {name} in {display_url(url)} (its finished trials stay, a trial "
+                    f"left running is retried after --grace-period); resume with: "
+                    f"{resume_line('tune', args, display_url(url))}") from None
             if any(codes):
                 log.warning("local workers exited with %s", codes)
         [status] = study_status(url, name)
@@ -183,7 +198,7 @@ class TuneCommand(Command):
         except FleetError as exc:
             raise UsageError(str(exc)) from None
         written = write_run(args.out, model, result, command=command_line("tune", args), plots=True, report=True)
-        _print_summary(result, written, args.out)
+        _print_summary(result, written, args.out, model)
         return "done"
 
     @staticmethod
@@ -202,10 +217,26 @@ class TuneCommand(Command):
         sweep_dir = args.out / "profile-sweep"
         print(f"[1/3] profile: measuring {workload.name} on {device_name} into {sweep_dir}/ "
               f"(rerun to resume if interrupted)")
-        with logging_redirect_tqdm():
-            result = profile_workload(workload, sweep_dir, widths=widths, device="cuda",
-                                      progress=not args.no_progress,
-                                      command=f"cgtune tune {args.workload} --out {args.out}")
+        try:
+            with logging_redirect_tqdm():
+                result = profile_workload(workload, sweep_dir, widths=widths, device="cuda",
+                                          progress=not args.no_progress,
+                                          command=f"cgtune tune {args.workload} --out {args.out}")
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(
+                f"interrupted while profiling: {_measured(sweep_dir / f'{workload.name}.csv')} kept in "
+                f"{sweep_dir}/; resume with: {resume_line('tune', args, args.storage)}") from None
         if not result.complete:
             raise UsageError(f"profile sweep stopped early; rerun the same command to resume ({result.csv_path})")
         return result.csv_path
+
+
+def _measured(csv_path: Path) -> str:
+    """How much of an interrupted sweep its table kept (it is written after every width)."""
+    from tuner.profile_table import ProfileError, read_profile
+
+    try:
+        widths = {r.num_tokens for r in read_profile(csv_path).rows if r.status != "unsupported"}
+    except (ProfileError, OSError):
+        return "no measured width"
+    return f"{len(widths)} measured widths"

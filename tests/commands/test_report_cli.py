@@ -1,0 +1,234 @@
+"""The CLI side of the report: `search`/`tune` flags that change the cost model (--off-peak-weight, --allow-mismatch,
+--allow-noisy), the printed summary (vLLM's estimate beside the real pool, KV in GiB and tokens, the list that runs),
+and `report`/`validate` re-using the settings a run recorded. Hand-made profiles: test fixtures, never measurements."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
+from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
+
+from tuner.cli import main  # noqa: E402
+
+SPEC = handmade_spec(name="flags-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
+                     traffic=mixed_traffic(24, 64))
+PEAK = handmade_spec(name="peak-cli", max_num_seqs=32, max_num_batched_tokens=32,
+                     traffic={"requests": {"kind": "uniform", "min": 28, "max": 32}})
+"""q = 1 and only 28..32-request decode steps: small widths matter off-peak alone. With 181 MiB of device memory the
+estimate leaves room for three sizes (a 2 MiB PIECEWISE and a 2 MiB FULL graph each)."""
+
+
+def run(capsys, *argv):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def edit_metadata(profile: Path, **changes) -> None:
+    meta_path = profile.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta.update(changes)
+    meta_path.write_text(json.dumps(meta))
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    return write_handmade_inputs(tmp_path, SPEC, list(range(1, 65)), total_memory_bytes=400 * MIB,
+                                 standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
+
+
+@pytest.fixture()
+def peak(tmp_path):
+    folder = tmp_path / "peak"
+    folder.mkdir()
+    return write_handmade_inputs(folder, PEAK, list(range(1, 33)), total_memory_bytes=181 * MIB,
+                                 standalone_bytes=lambda w: 2 * MIB, delta_bytes=lambda w: 2 * MIB)
+
+
+def search(capsys, wl, profile, out, *extra, command="search", trials=6):
+    return run(capsys, command, wl, "--profile", profile, "--out", out, "--trials", trials, "--no-progress", *extra)
+
+
+# ---------------------------------------------------------------------------------------------- --off-peak-weight
+def test_off_peak_weight_changes_the_chosen_list_and_the_run_remembers_it(peak, tmp_path, capsys):
+    wl, profile, _ = peak
+    code, stdout, err = search(capsys, wl, profile, tmp_path / "w0", trials=12)
+    assert code == 0, err
+    quiet = json.loads((tmp_path / "w0/compilation_config.json").read_text())["cudagraph_capture_sizes"]
+    assert quiet[0] >= 28  # graphs only where the workload's 28..32-request steps are
+    # Off-peak, a one-request step pads to the 28-token graph: slower than vLLM's default there.
+    assert "WARNING: off-peak (1..32 requests, uniform) the tuned list is slower" in stdout
+
+    code, stdout, err = search(capsys, wl, profile, tmp_path / "w5", "--off-peak-weight", 0.5, trials=12)
+    assert code == 0, err
+    mixed = json.loads((tmp_path / "w5/compilation_config.json").read_text())["cudagraph_capture_sizes"]
+    assert mixed[0] < 28 and len(mixed) <= 3  # a graph for the small off-peak steps, within the same memory
+    data = json.loads((tmp_path / "w5/summary.json").read_text())
+    assert data["cost_model"]["off_peak_weight"] == 0.5 and "-offpeak0.5-" in data["study"]["name"]
+    assert data["off_peak"]["tuned_step_ms"] < json.loads((tmp_path / "w0/summary.json").read_text())[
+        "off_peak"]["tuned_step_ms"]
+
+    # `cgtune report` re-renders under the weight the search used: same figures, and the report says so.
+    code, _, err = run(capsys, "report", tmp_path / "w5")
+    assert code == 0, err
+    again = json.loads((tmp_path / "w5/summary.json").read_text())
+    assert again["tuned"]["expected_step_ms"] == data["tuned"]["expected_step_ms"]
+    assert "This search weighed 50% off-peak traffic into its objective (`--off-peak-weight 0.5`)." in (
+        tmp_path / "w5/report.md").read_text()
+
+
+@pytest.mark.parametrize("value, message", [("1.5", "1.5 must be in 0..1"), ("-0.1", "-0.1 must be in 0..1"),
+                                            ("x", "'x' is not a number"), ("nan", "nan must be in 0..1")])
+def test_a_bad_off_peak_weight_is_one_line(inputs, tmp_path, capsys, value, message):
+    wl, profile, _ = inputs
+    code, _, err = search(capsys, wl, profile, tmp_path / "bad", "--off-peak-weight", value)
+    assert code == 2 and "--off-peak-weight" in err and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "bad").exists()
+
+
+def test_fleet_workers_refuse_settings_they_would_not_see(inputs, tmp_path, capsys):
+    wl, profile, _ = inputs
+    code, _, err = search(capsys, wl, profile, tmp_path / "fleet", "--workers", 0, "--off-peak-weight", 0.2,
+                          "--storage", f"sqlite:///{tmp_path / 'fleet.db'}", command="tune")
+    assert code == 2 and "--workers: fleet workers do not take --off-peak-weight" in err
+    assert not (tmp_path / "fleet").exists() and not (tmp_path / "fleet.db").exists()
+
+
+# ---------------------------------------------------------------------------------------------- noise
+@pytest.mark.parametrize("flagged, refused", [(16, False), (17, True)])
+def test_search_refuses_a_profile_with_more_than_a_quarter_noisy_decision_widths(inputs, tmp_path, capsys,
+                                                                                 flagged, refused):
+    wl, profile, _ = inputs
+    edit_metadata(profile, noisy_widths=list(range(1, flagged + 1)))  # the 64 widths 1..64 are the decision's
+    out = tmp_path / "run"
+    code, stdout, err = search(capsys, wl, profile, out)
+    if refused:  # 17 / 64 = 27% > 25%
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "17 of the 64 widths the decision rests on (27%, more than 25%) were flagged noisy" in err
+        assert "--allow-noisy" in err and not out.exists()
+        code, stdout, err = search(capsys, wl, profile, out, "--allow-noisy")
+    assert code == 0, err
+    assert f"noisy timings: {flagged} of the 64 decision widths ({flagged / 64:.0%}) were flagged" in stdout
+    noise = json.loads((out / "summary.json").read_text())["noisy_widths"]
+    assert noise["count"] == flagged and noise["decision_widths"] == 64 and noise["share"] == flagged / 64
+
+
+def test_tune_refuses_noisy_too_and_the_report_counts_them(inputs, tmp_path, capsys):
+    wl, profile, _ = inputs
+    edit_metadata(profile, noisy_widths=list(range(1, 33)))
+    code, _, err = search(capsys, wl, profile, tmp_path / "t", command="tune")
+    assert code == 2 and "32 of the 64 widths the decision rests on (50%" in err and not (tmp_path / "t").exists()
+    code, _, err = search(capsys, wl, profile, tmp_path / "t", "--allow-noisy", command="tune")
+    assert code == 0, err
+    report = (tmp_path / "t/report.md").read_text()
+    assert "- timing noise: 32 of the 64 widths the decision rests on (50%) are flagged noisy" in report
+    assert "more than a quarter" in report
+
+
+# ---------------------------------------------------------------------------------------------- --allow-mismatch
+def test_allow_mismatch_on_search_tune_and_report(inputs, tmp_path, capsys):
+    wl, profile, _ = inputs
+    edit_metadata(profile, decode_query_len=5)  # the workload's q is 2
+    code, _, err = search(capsys, wl, profile, tmp_path / "no")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "decode_query_len=5" in err and "pass --allow-mismatch" in err and not (tmp_path / "no").exists()
+
+    out = tmp_path / "yes"
+    code, _, err = search(capsys, wl, profile, out, "--allow-mismatch", command="tune")
+    assert code == 0, err
+    report = (out / "report.md").read_text()
+    assert "allowed mismatch: hand.csv: measured with decode_query_len=5" in report
+    assert json.loads((out / "summary.json").read_text())["cost_model"]["allow_mismatch"] is True
+    # Re-rendering uses the recorded setting, with or without the flag.
+    assert run(capsys, "report", out)[0] == 0
+    assert run(capsys, "report", out, "--allow-mismatch")[0] == 0
+
+    # A run directory that does not record it (as written before this setting was recorded) needs the flag.
+    data = json.loads((out / "summary.json").read_text())
+    del data["cost_model"]
+    (out / "summary.json").write_text(json.dumps(data))
+    code, _, err = run(capsys, "report", out)
+    assert code == 2 and "pass --allow-mismatch" in err
+    code, _, err = run(capsys, "report", out, "--allow-mismatch")
+    assert code == 0, err
+    assert json.loads((out / "summary.json").read_text())["cost_model"]["allow_mismatch"] is True
+
+
+@pytest.fixture()
+def scripted(monkeypatch):
+    """Stand-in for the GPU: the scripted backend of tests/test_validate.py (its numbers are fixtures)."""
+    import tuner.validate
+    from test_validate import ScriptedBackend
+
+    monkeypatch.setattr(tuner.validate, "require_cuda", lambda: "cpu")
+    monkeypatch.setattr(tuner.validate, "build_backend", lambda model, lists, device, **kw: ScriptedBackend(model))
+
+
+def test_validate_uses_the_recorded_mismatch_setting_or_the_flag(inputs, tmp_path, capsys, scripted):
+    wl, profile, _ = inputs
+    edit_metadata(profile, decode_query_len=5)
+    out = tmp_path / "run"
+    assert search(capsys, wl, profile, out, "--allow-mismatch")[0] == 0
+    code, _, err = run(capsys, "validate", out, "--steps", 200)
+    assert code == 0, err
+
+    data = json.loads((out / "summary.json").read_text())
+    del data["cost_model"]  # an older run directory
+    (out / "summary.json").write_text(json.dumps(data))
+    code, _, err = run(capsys, "validate", out, "--steps", 200)
+    assert code == 2 and "pass --allow-mismatch" in err
+    code, _, err = run(capsys, "validate", out, "--steps", 200, "--allow-mismatch")
+    assert code == 0, err
+    assert json.loads((out / "summary.json").read_text())["cost_model"]["allow_mismatch"] is True
+    assert json.loads((out / "validation.json").read_text())["command"].endswith("--allow-mismatch")
+
+    code, _, err = run(capsys, "validate", tmp_path / "fresh", "--workload", wl, "--profile", profile,
+                       "--allow-mismatch")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--allow-mismatch: not with --workload/--profile" in err
+    assert not (tmp_path / "fresh").exists()
+
+
+# ---------------------------------------------------------------------------------------------- printed summary
+def test_printed_summary_shows_estimate_real_pool_and_kv_in_gib_and_tokens(inputs, tmp_path, capsys):
+    wl, profile, _ = inputs
+    out = tmp_path / "run"
+    code, stdout, err = search(capsys, wl, profile, out)
+    assert code == 0, err
+    s = json.loads((out / "summary.json").read_text())
+    t, d = s["tuned"], s["default"]
+    gib = 1 << 30
+    assert (f"graph memory: vLLM estimate {t['vllm_graph_estimate_bytes'] / gib:.3f} GiB (default "
+            f"{d['vllm_graph_estimate_bytes'] / gib:.3f}), real pool {t['graph_memory_bytes'] / gib:.3f} GiB (default "
+            f"{d['graph_memory_bytes'] / gib:.3f})") in stdout
+    assert (f"KV cache {t['kv_available_bytes'] / gib:.3f} GiB = {t['kv_tokens']:,} tokens, max concurrency "
+            f"{t['max_concurrency']:.2f}x (default {d['kv_available_bytes'] / gib:.3f} GiB = {d['kv_tokens']:,} "
+            f"tokens)") in stdout
+    assert t["kv_tokens"] == t["kv_available_bytes"] // 512 and "runs as another list" not in stdout
+
+
+def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, capsys):
+    from tuner.commands.search import _print_summary
+    from tuner.exact import ExactResult
+    from tuner.model import CostModel
+    from tuner.search import SearchResult
+
+    spec = handmade_spec(name="suffix-print", max_num_seqs=16, num_speculative_tokens=2, max_num_batched_tokens=64)
+    spec["speculative"] = {"method": "suffix"}  # V1 rewrites an explicit list when speculating
+    _, profile, workload = write_handmade_inputs(tmp_path, spec, list(range(1, 65)), total_memory_bytes=1000 * MIB)
+    model = CostModel.from_files(profile, workload)
+    chosen, default = model.evaluate((1, 2, 4, 8, 16, 24)), model.evaluate(model.default_sizes)  # hand-picked
+    result = SearchResult(chosen, "exact", ExactResult(chosen, [chosen], MIB, True, 0), None, default, "none",
+                          "none", "latency", {}, [], [])
+    _print_summary(result, [], tmp_path, model)
+    stdout = capsys.readouterr().out
+    assert "tuned list (exact solver; see the notes in summary.json): 6 graphs, max 24" in stdout
+    assert "it runs as another list: the V1 runner rewrites it to 5 graphs (multiples of q = 3): [3, 6, 9, 18, 24]" \
+        in stdout
