@@ -65,6 +65,9 @@ HEADER = ",".join(COLUMNS) + "\n"
         (HEADER + "4,eager,1,,great,,,\n", "status='great' must be one of"),
         (HEADER + "0,eager,1,,ok,,,\n", "num_tokens=0 must be >= 1"),
         (HEADER, "no rows"),
+        # Two measurements of one width and mode (hand-made rows): which would the cost model use?
+        (HEADER + "4,eager,1,,ok,,,\n8,eager,2,,ok,,,\n4,full,0.5,,ok,,,\n4,eager,1.1,,ok,,,\n",
+         "p.csv line 5: num_tokens=4 mode=eager is a duplicate of line 2"),
     ],
 )
 def test_bad_profiles_are_rejected_with_one_line(tmp_path, body, message):
@@ -97,3 +100,21 @@ def test_atomic_write_leaves_old_content_when_interrupted(tmp_path, monkeypatch)
         atomic_write_text(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]  # no temp file left behind
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_written_files_get_a_normal_files_mode(tmp_path, umask):
+    # The profile CSV/JSON (and every other atomically written file) get what open() would give them: 0666 under
+    # the umask, so 0644 under the usual 022, not mkstemp's owner-only 0600.
+    old = os.umask(umask)
+    try:
+        csv_path = write_profile(tmp_path / "new" / "dir", "p", rows(), META)
+        with open(tmp_path / "plain.txt", "w") as fh:
+            fh.write("x")
+    finally:
+        os.umask(old)
+    expected = 0o666 & ~umask
+    assert (os.stat(tmp_path / "plain.txt").st_mode & 0o777) == expected
+    assert (os.stat(csv_path).st_mode & 0o777) == expected
+    assert (os.stat(csv_path.with_suffix(".json")).st_mode & 0o777) == expected
+

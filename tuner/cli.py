@@ -86,8 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"cgtune {args.command}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"cgtune {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        # A command that keeps something (a study, a sweep) re-raises with one line saying what and how to resume.
+        print(f"cgtune {args.command}: {exc.args[0] if exc.args else 'interrupted'}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error worth a traceback.

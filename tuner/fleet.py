@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.search import PLACEMENTS
-from tuner.storage_url import display_url, hide_secret
+from tuner.storage_url import display_url, engine_url, hide_secret
 
 if TYPE_CHECKING:
     from tuner.model import CostModel
@@ -156,10 +156,11 @@ def _open_storage(url: str, spec: FleetSpec | None = None) -> Any:
                 kwargs["heartbeat_stale_trial_callback"] = retry(max_retry=spec.max_retry)
             else:
                 kwargs["failed_trial_callback"] = optuna.storages.RetryFailedTrialCallback(max_retry=spec.max_retry)
+    opened = engine_url(url)  # a missing driver: StorageError, one line
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(url, **kwargs)
+            storage = optuna.storages.RDBStorage(opened, **kwargs)
     except Exception as exc:  # driver errors may quote the URL: never let them print the password
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FleetError(hide_secret(f"cannot open storage {display_url(url)}: {first}", url)) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["DTYPE_BYTES", "PRESETS", "ModelShape"]
+__all__ = ["DTYPE_BYTES", "PRESETS", "PRESET_CHECKPOINTS", "ModelShape"]
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 """Bytes per element of the dtypes a workload may name."""
@@ -88,4 +88,15 @@ PRESETS: dict[str, ModelShape] = {
     "qwen3-32b": ModelShape(5120, 64, 64, 8, 128, 25600, 151936, 1000000.0, 1e-6, qk_norm=True),
     # Not a real model: small enough to run a real decode step on a CPU in tests and CI.
     "tiny": ModelShape(64, 2, 4, 2, 16, 128, 256, 10000.0, 1e-5),
+}
+
+# The checkpoint each preset's shape is read from, as `vllm serve` names it (Hugging Face id); `tiny` has none.
+PRESET_CHECKPOINTS: dict[str, str] = {
+    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
+    "qwen3-1.7b": "Qwen/Qwen3-1.7B",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
 }

@@ -1,8 +1,44 @@
-"""Storage URLs may hold credentials: show them with every password hidden, in files, logs and errors."""
+"""Storage URLs may hold credentials: show them with every password hidden, in files, logs and errors; and name the
+database driver a URL is opened with."""
 
 from __future__ import annotations
 
-__all__ = ["display_url", "hide_secret"]
+import importlib.util
+
+__all__ = ["StorageError", "display_url", "engine_url", "hide_secret"]
+
+
+class StorageError(ValueError):
+    """A storage URL that cannot be opened here (its database driver is missing, the server refuses): one line,
+    password hidden."""
+
+
+_POSTGRES_PLAIN = "postgresql://"
+_POSTGRES_HINT = "pip install 'cgtune[postgres]' (psycopg2-binary) and write postgresql:// or postgresql+psycopg2://"
+
+
+def engine_url(url: str) -> str:
+    """The URL to open: a `postgresql://` URL without a driver gets psycopg2's (`postgresql+psycopg2://`), the
+    driver the `postgres` extra installs, since SQLAlchemy's own default changed to psycopg 3 in 2.1; StorageError
+    when the URL's driver is not installed."""
+    if url.startswith(_POSTGRES_PLAIN) and importlib.util.find_spec("psycopg2") is not None:
+        url = "postgresql+psycopg2://" + url[len(_POSTGRES_PLAIN):]
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        dialect = u.get_dialect()
+    except Exception:  # not a URL SQLAlchemy knows: optuna reports it as it does
+        return url
+    load = getattr(dialect, "import_dbapi", None) or dialect.dbapi  # SQLAlchemy 2.x, 1.4
+    try:
+        load()
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        hint = _POSTGRES_HINT if u.get_backend_name() == "postgresql" else f"install the {u.get_driver_name()} driver"
+        raise StorageError(f"storage {display_url(url)}: its database driver ({u.get_driver_name()}, module "
+                           f"{missing!r}) is not installed: {hint}") from None
+    return url
 
 _SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "sslpassword", "token", "secret")
 """Query parameters of a storage URL that hold secrets (libpq takes `?password=` as well as `user:password@`)."""

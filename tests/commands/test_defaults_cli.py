@@ -71,6 +71,14 @@ def test_truncation_warning_in_table(capsys):
         (["--max-num-seqs", "8", "--cudagraph-mode", "ALL"], "--cudagraph-mode: invalid choice: 'ALL'"),
         (["--max-num-seqs", "8", "--speculative-schedule", "[[1,2]]"], "--speculative-schedule: '[[1,2]]' must be"),
         (["--max-num-seqs", "8", "--speculative-schedule", "{"], "--speculative-schedule: '{' is not JSON"),
+        # vLLM's validate_and_normalize_dynamic_sd_schedule rejects overlapping ranges and a first range after 1.
+        (["--max-num-seqs", "64", "--num-speculative-tokens", "3", "--speculative-schedule", "[[1,16,3],[10,64,1]]"],
+         "--speculative-schedule: speculative_schedule [[1, 16, 3], [10, 64, 1]]: batch-size ranges (1, 16) and "
+         "(10, 64) overlap"),
+        (["--max-num-seqs", "64", "--num-speculative-tokens", "3", "--speculative-schedule", "[[2,64,1]]"],
+         "the first batch-size range starts at 2; it must start at 1"),
+        (["--max-num-seqs", "64", "--speculative-schedule", "[[1,64,1]]"],
+         "speculative_schedule needs num_speculative_tokens >= 1, not 0"),
         (["--max-num-seqs", "8", "--cudagraph-capture-sizes", "4", "--max-cudagraph-capture-size", "8"],
          "customized max_cudagraph_capture_size(=8) should be consistent"),
         ([], "--max-num-seqs: required"),
@@ -117,3 +125,23 @@ def test_defaults_imports_no_heavy_library():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_schedule_sets_the_widest_decode_batch_and_shows_vllms_gap_filling(capsys):
+    # K=3 (q=4) for 1..16 requests, K=1 (q=2) from 32 on; 17..31 lie in no range and carry K=3 (vLLM's lookup).
+    code, out, err = run(capsys, "defaults", "--max-num-seqs", "256", "--num-speculative-tokens", "3",
+                         "--speculative-schedule", "[[1,16,3],[32,200,1]]")
+    assert code == 0, err
+    lines = {line[:27].strip(): line[28:] for line in out.splitlines() if line[:27].strip()}
+    assert lines["speculative schedule"] == ("K=3 for 1..31, K=1 for 32..256 (batch sizes 17..31, 201..256 are in no "
+                                             "range: vLLM carries the K of the range before)")
+    # Not 256 x 4 = 1024 from the static K: the widest decode step is 256 requests at q = 2.
+    assert lines["widest decode batch"] == "256 x 2 = 512 tokens (K=1 at 256 requests under the schedule)"
+    assert "max_num_seqs x q" not in out
+    # K=16 for up to 64 requests is the widest tier: 64 x 17 = 1088 tokens, above the ceiling, so eager.
+    code, out, _ = run(capsys, "defaults", "--max-num-seqs", "128", "--num-speculative-tokens", "16",
+                       "--speculative-schedule", "[[1,64,16],[65,128,0]]", "--json")
+    assert code == 0 and json.loads(out)["uniform_decode_sizes_without_graph"][-1] == 64 * 17
+    code, out, _ = run(capsys, "defaults", "--max-num-seqs", "128", "--num-speculative-tokens", "16",
+                       "--speculative-schedule", "[[1,64,16],[65,128,0]]")
+    assert "64 x 17 = 1088 tokens (K=16 at 64 requests under the schedule)" in out

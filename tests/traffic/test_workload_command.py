@@ -147,6 +147,13 @@ def test_from_trace_references_the_csv_relative_to_the_workload(tmp_path: Path,
     workload = load_workload(out)
     assert workload.traffic.trace == ((1700, True), (2176, True), (900, False), (17, True))
 
+    # --out into folders that do not exist yet: created, as every command's --out; the trace path follows.
+    nested = tmp_path / "new" / "deeper" / "traced.yaml"
+    code, _, err = _run(capsys, "from-trace", str(trace), "--base", BASE, "--out", str(nested))
+    assert code == 0, err
+    assert yaml.safe_load(nested.read_text())["traffic"]["trace"] == "../../logs/steps.csv"
+    assert load_workload(nested).traffic.trace == workload.traffic.trace
+
 
 # --------------------------------------------------------------------------- bad input
 def _unused_port() -> int:
@@ -179,7 +186,7 @@ BAD_TEXT = {
     ("no_file", "no such file"),
     ("engine", "engine='9'"),
     ("out_exists", "exists (pass --force"),
-    ("out_dir", "does not exist"),
+    ("out_dir", "good.prom' is a file"),
     ("both_sources", "not both"),
     ("no_source", "SOURCE: required"),
     ("stdin_twice", "only one of the two"),
@@ -216,8 +223,8 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case: str, match: str, tmp
         args += ["--engine", "9"]
     elif case == "out_exists":
         out.write_text("keep me\n")
-    elif case == "out_dir":
-        out = tmp_path / "missing" / "new.yaml"
+    elif case == "out_dir":  # missing parents are created (as for every --out), but not under a file
+        out = tmp_path / "good.prom" / "new.yaml"
         args[-1] = str(out)
     elif case == "both_sources":
         args += ["--after", str(good)]

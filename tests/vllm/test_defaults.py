@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuner.vllm import default_capture_sizes, uniform_decode_tiers
-from tuner.vllm.defaults import dense_speculative_schedule, request_count_grid
+from tuner.vllm.defaults import (
+    InvalidScheduleError,
+    dense_speculative_schedule,
+    request_count_grid,
+    validate_schedule,
+    widest_decode_batch,
+)
 
 # ----------------------------------------------------------------------------- pinned from vLLM's tests
 
@@ -125,10 +131,57 @@ def test_dense_schedule_carries_k_across_gaps_and_tail():
     assert dense[129:] == [2] * 72  # tail carries the last K
 
 
-def test_schedule_tiers_and_invalid_schedule_keeps_single_tier():
+def test_schedule_tiers():
     assert uniform_decode_tiers(256, 3, [[1, 16, 3], [17, 256, 1]]) == [(2, 256), (4, 16)]
-    for bad in ([[2, 16, 3]], [[1, 16, 3], [10, 20, 1]], [[1, 0, 3]], [[1, 4, -1]], [], "x", [[1, 2]]):
-        assert uniform_decode_tiers(256, 3, bad) == [(4, 256)]
+    assert uniform_decode_tiers(256, 3, None) == [(4, 256)]
+
+
+# vLLM's validate_and_normalize_dynamic_sd_schedule (vllm/v1/spec_decode/dynamic/utils.py) rejects each of these;
+# vLLM runs it at startup (scheduler, CUDA-graph manager), so such a schedule never serves: cgtune refuses it too.
+REJECTED_SCHEDULES = [
+    ([[2, 16, 3]], "must start at 1"),
+    ([[1, 16, 3], [10, 20, 1]], r"\(1, 16\) and \(10, 20\) overlap"),
+    ([[1, 16, 3], [1, 16, 2]], r"\(1, 16\) and \(1, 16\) overlap"),  # a repeated range overlaps itself
+    ([[17, 64, 1], [1, 20, 3]], r"\(1, 20\) and \(17, 64\) overlap"),  # sorted by start first, as vLLM does
+    ([[1, 0, 3]], r"range \(1, 0\) must be positive"),
+    ([[3, 2, 1]], "start must be <= end"),
+    ([[1, 4, -1]], "K=-1"),
+    ([], "non-empty list"),
+    ("x", "non-empty list"),
+    ([[1, 2]], "must be \\[range_start, range_end, K\\]"),
+]
+
+
+@pytest.mark.parametrize(("schedule", "message"), REJECTED_SCHEDULES)
+def test_schedules_vllm_rejects_are_refused(schedule, message):
+    with pytest.raises(InvalidScheduleError, match=message):
+        validate_schedule(schedule)
+    with pytest.raises(InvalidScheduleError, match=message):
+        default_capture_sizes(256, 3, speculative_schedule=schedule)
+    with pytest.raises(InvalidScheduleError, match=message):  # also without graphs: vLLM checks it at startup
+        default_capture_sizes(256, 3, speculative_schedule=schedule, enforce_eager=True)
+
+
+def test_a_gapped_schedule_is_valid_and_normalized_by_start():
+    # vLLM accepts gaps (the dense lookup fills them); entries come back sorted by start, K kept as written.
+    assert validate_schedule([[32, 128, 2], [1, 16, 4]]) == [(1, 16, 4), (32, 128, 2)]
+    assert default_capture_sizes(128, 3, speculative_schedule=[[1, 16, 4], [32, 128, 2]]).max_size == 512
+
+
+def test_a_schedule_needs_speculation():
+    # vLLM's lookup: "vllm_num_speculative_tokens must be > 0" (a schedule lives in a speculative config).
+    with pytest.raises(InvalidScheduleError, match="num_speculative_tokens >= 1"):
+        default_capture_sizes(64, 0, speculative_schedule=[[1, 64, 1]])
+
+
+def test_widest_decode_batch_follows_the_schedule():
+    assert widest_decode_batch(128, 16) == (128, 17)
+    # K=3 (q=4) up to 16 requests: 64 tokens; K=1 (q=2) up to 256: 512 tokens, the widest.
+    assert widest_decode_batch(256, 3, [[1, 16, 3], [17, 256, 1]]) == (256, 2)
+    # K=16 up to 64 requests (64 x 17 = 1088) beats K=0 up to 128 (128 x 1).
+    assert widest_decode_batch(128, 16, [[1, 64, 16], [65, 128, 0]]) == (64, 17)
+    # A gap carries the previous K: 17..31 requests still draft K=3, so 31 x 4 = 124 > 64 x 1.
+    assert widest_decode_batch(64, 3, [[1, 16, 3], [32, 64, 0]]) == (31, 4)
 
 
 def test_dynamic_schedule_adds_each_tiers_widths():
@@ -151,6 +204,8 @@ def _oracle(max_num_seqs, k, mnbt, cap=(9, 0), mode="balanced", user_max=None, s
         if ok:
             rs = sorted((e[0], e[1]) for e in schedule)
             ok = rs[0][0] == 1 and all(b[0] > a[1] for a, b in zip(rs, rs[1:]))
+        if not ok:
+            return None  # vLLM refuses to start
         if ok:
             kk = {}
             entries = sorted(schedule)
@@ -231,13 +286,18 @@ def _configs():
 
 @pytest.mark.parametrize("case", _configs(), ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items())[:90])
 def test_fidelity_against_rules(case):
-    expected_sizes, expected_max = _oracle(**case)
-    result = default_capture_sizes(
-        case["max_num_seqs"], case["k"], case["mnbt"],
+    expected = _oracle(**case)
+    args = dict(
         gpu_capability=case.get("cap", (9, 0)), performance_mode=case.get("mode", "balanced"),
         max_cudagraph_capture_size=case.get("user_max"), cudagraph_capture_sizes=case.get("sizes"),
         speculative_schedule=case.get("schedule"),
     )
+    if expected is None:
+        with pytest.raises(InvalidScheduleError):
+            default_capture_sizes(case["max_num_seqs"], case["k"], case["mnbt"], **args)
+        return
+    expected_sizes, expected_max = expected
+    result = default_capture_sizes(case["max_num_seqs"], case["k"], case["mnbt"], **args)
     assert result.sizes == expected_sizes
     assert result.max_size == expected_max
 

@@ -25,10 +25,26 @@ PROVENANCE = Provenance("0.1.0", "reports/x/profile.csv", "handmade test fixture
                         {"source": "exact"})
 
 
-def render(sizes, **kw):
-    return render_files(sizes, model="meta-llama/Llama-3.1-8B", cudagraph_mode="FULL_AND_PIECEWISE",
+def render(sizes, model="meta-llama/Llama-3.1-8B", **kw):
+    return render_files(sizes, model=model, cudagraph_mode="FULL_AND_PIECEWISE",
                         max_model_len=8192, gpu_memory_utilization=0.9, tensor_parallel_size=1,
                         provenance=PROVENANCE, **{**SERVING, **kw})
+
+
+def test_the_checkpoint_is_what_vllm_serves():
+    files = render([1, 2, 4])
+    assert yaml.safe_load(files[SERVE_YAML_FILE])["model"] == "meta-llama/Llama-3.1-8B"
+    assert "# usage: vllm serve meta-llama/Llama-3.1-8B <the line below>" in files[FLAGS_FILE]
+
+
+def test_without_a_checkpoint_a_placeholder_comment_stands_where_the_model_goes():
+    # A preset name (qwen3-8b) is no checkpoint vLLM can load: write none, and say where it goes.
+    files = render([1, 2, 4], model=None)
+    serve = yaml.safe_load(files[SERVE_YAML_FILE])
+    assert "model" not in serve
+    assert "# model: CHECKPOINT  <- the workload names no checkpoint (set model.name in it" in files[SERVE_YAML_FILE]
+    assert "# usage: vllm serve CHECKPOINT --config vllm-serve.yaml" in files[SERVE_YAML_FILE]
+    assert "# usage: vllm serve CHECKPOINT <the line below>" in files[FLAGS_FILE]
 
 
 def test_files_parse_back_and_pass_vllm_rules(tmp_path):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from tuner.cli import UsageError
+from tuner.vllm.defaults import InvalidScheduleError, validate_schedule
 from tuner.workload import Workload, WorkloadError, load_workload
 
-__all__ = ["capability", "load_workload_arg", "non_negative_int", "positive_int", "schedule_json"]
+__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_int", "positive_int", "schedule_json"]
 
 
 def _int_at_least(minimum: int, text: str) -> int:
@@ -54,6 +56,10 @@ def schedule_json(text: str) -> list[list[int]]:
         for e in value
     ):
         raise argparse.ArgumentTypeError(f"{text!r} must be a list of [start, end, K] integer triples")
+    try:
+        validate_schedule(value)  # vLLM's own validator: it refuses to start on what it rejects
+    except InvalidScheduleError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 
@@ -63,3 +69,19 @@ def load_workload_arg(path: str | Path) -> Workload:
         return load_workload(path)
     except WorkloadError as exc:
         raise UsageError(f"{path}: {exc}") from None
+
+
+def check_out_dir(path: Path, flag: str = "--out", *, directory: bool = True) -> Path:
+    """Every command's --out: missing parent folders are created when it writes (as `mkdir -p` would), so here, before
+    anything is written, refuse in one line what could not be: an existing non-directory (or, for a file, an existing
+    directory), a parent that is a file, or a folder this user may not write in."""
+    if path.exists() and path.is_dir() != directory:
+        raise UsageError(f"{flag}: {str(path)!r} exists and is not a {'directory' if directory else 'file'}")
+    ancestor = path.parent if not path.exists() or not directory else path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise UsageError(f"{flag}: {str(path)!r} cannot be created: {str(ancestor)!r} is a file")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag}: {str(path)!r} cannot be written: {str(ancestor)!r} is not writable")
+    return path

@@ -8,7 +8,8 @@ import json
 from tuner.cli import Command, UsageError
 from tuner.commands.common import capability, load_workload_arg, non_negative_int, positive_int, schedule_json
 from tuner.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES, CaptureDefaults, capture_ceiling
-from tuner.vllm.defaults import default_capture_sizes
+from tuner.vllm.defaults import default_capture_sizes, dense_speculative_schedule, validate_schedule
+from tuner.vllm.defaults import widest_decode_batch
 
 _FLAGS = (
     "max_num_seqs", "num_speculative_tokens", "max_num_batched_tokens", "gpu_capability", "performance_mode",
@@ -25,6 +26,32 @@ def _ranges(values: list[int]) -> str:
     if len(steps) == 1:
         return f"{values[0]}..{values[-1]} step {steps.pop()} ({len(values)} widths)"
     return f"{' '.join(map(str, values[:3]))} ... {' '.join(map(str, values[-3:]))} ({len(values)} widths)"
+
+
+def _schedule_runs(schedule: list[list[int]], max_num_seqs: int, k: int) -> str:
+    """The K each batch size runs at, as vLLM expands the schedule (gaps and the tail carry the previous K, every K
+    clamped to num_speculative_tokens): `K=3 for 1..16, K=1 for 17..256`, and which batch sizes were carried."""
+    def spans(values: list[int]) -> list[list[int]]:  # consecutive batch sizes with equal keys -> [first, last]
+        out: list[list[int]] = []
+        for n, key in values:
+            if out and out[-1][2] == key and out[-1][1] == n - 1:
+                out[-1][1] = n
+            else:
+                out.append([n, n, key])
+        return out
+
+    def span(a: int, b: int) -> str:
+        return f"{a}..{b}" if a != b else str(a)
+
+    dense = dense_speculative_schedule(schedule, max_num_seqs, k)
+    text = ", ".join(f"K={kk} for {span(a, b)}" for a, b, kk in spans([(n, dense[n]) for n in
+                                                                        range(1, max_num_seqs + 1)]))
+    covered = {n for lo, hi, _ in validate_schedule(schedule) for n in range(lo, min(hi, max_num_seqs) + 1)}
+    carried = spans([(n, 0) for n in range(1, max_num_seqs + 1) if n not in covered])
+    if carried:
+        text += (f" (batch sizes {', '.join(span(a, b) for a, b, _ in carried)} are in no range: vLLM carries the "
+                 f"K of the range before)")
+    return text
 
 
 class DefaultsCommand(Command):
@@ -107,15 +134,21 @@ class DefaultsCommand(Command):
 
     @staticmethod
     def _table(max_num_seqs: int, config: dict, result: CaptureDefaults) -> str:
-        q = 1 + config["num_speculative_tokens"]
-        widest = max_num_seqs * q
+        k, schedule = config["num_speculative_tokens"], config["speculative_schedule"]
+        requests, q = widest_decode_batch(max_num_seqs, k, schedule)
+        widest = requests * q
         rows = [
-            ("max_num_seqs x q", f"{max_num_seqs} x {q} = {widest} tokens (widest uniform decode batch)"),
+            ("max_num_seqs x q", f"{max_num_seqs} x {q} = {widest} tokens (widest uniform decode batch)")
+            if schedule is None else
+            ("widest decode batch", f"{requests} x {q} = {widest} tokens (K={q - 1} at {requests} requests under the "
+                                    f"schedule)"),
             ("ceiling", f"{capture_ceiling(config['gpu_capability'])} tokens "
                         f"(compute capability {config['gpu_capability'][0]}.{config['gpu_capability'][1]})"),
             ("max_cudagraph_capture_size", str(result.max_size)),
             ("capture sizes", f"{len(result.sizes)} graphs"),
         ]
+        if schedule is not None:
+            rows.insert(0, ("speculative schedule", _schedule_runs(schedule, max_num_seqs, k)))
         width = max(len(k) for k, _ in rows)
         lines = [f"{k:<{width}}  {v}" for k, v in rows]
         per_line = 16

@@ -42,6 +42,10 @@ class ValidateCommand(Command):
         p.add_argument("--profile", type=Path, metavar="CSV", help="with --workload: recorded profile (CSV + JSON)")
         p.add_argument("--no-emit", action="store_true",
                        help="never rewrite the vLLM files, even when the tuned list does not fit")
+        p.add_argument("--allow-mismatch", action="store_true",
+                       help="the run's profile was measured for another q, context length, compute capability or "
+                            "compile setting: use it anyway (RUN_DIR is first re-rendered under that setting, as "
+                            "`cgtune report --allow-mismatch` does, unless its search already recorded it)")
 
     def run(self, args: argparse.Namespace) -> int:
         from tuner.validate import ValidationError, exact_run, require_cuda, validate_run
@@ -49,9 +53,14 @@ class ValidateCommand(Command):
         run = args.run_dir
         if (args.workload is None) != (args.profile is None):
             raise UsageError("--workload and --profile go together (they write RUN_DIR from the exact solver)")
+        if args.profile is not None and args.allow_mismatch:
+            # exact_run builds its cost model without the setting (tuner/validate.py); say how to get there instead.
+            raise UsageError("--allow-mismatch: not with --workload/--profile; write RUN_DIR with `cgtune search "
+                             "WORKLOAD --profile CSV --out RUN_DIR --allow-mismatch` first, then validate RUN_DIR")
         if args.profile is not None:
-            if run.exists() and not run.is_dir():
-                raise UsageError(f"run_dir: {str(run)!r} exists and is not a directory")
+            from tuner.commands.common import check_out_dir
+
+            check_out_dir(run, "run_dir")  # missing parents are created, as every command's --out
             if not args.profile.is_file():
                 raise UsageError(f"--profile: {str(args.profile)!r} is not a file")
             from tuner.commands.common import load_workload_arg
@@ -73,7 +82,10 @@ class ValidateCommand(Command):
             require_cuda()
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
-        command = shlex.join(["cgtune", "validate", str(run), "--steps", str(args.steps), "--seed", str(args.seed)])
+        if args.allow_mismatch:
+            _record_allow_mismatch(run)
+        command = shlex.join(["cgtune", "validate", str(run), "--steps", str(args.steps), "--seed", str(args.seed)]
+                             + (["--allow-mismatch"] if args.allow_mismatch else []))
         try:
             record = validate_run(run, num_steps=args.steps, seed=args.seed, command=command, emit=not args.no_emit,
                                   progress=lambda msg: print(f"validate: {msg}", flush=True))
@@ -82,6 +94,22 @@ class ValidateCommand(Command):
         _print_table(record)
         print(f"wrote {run / 'validation.json'} and the validation section of {run / 'report.md'}")
         return 0
+
+
+def _record_allow_mismatch(run: Path) -> None:
+    """Re-render RUN_DIR with allow_mismatch recorded in its summary.json (as `cgtune report --allow-mismatch`), so
+    validation, which loads the run as recorded, uses the profile; nothing to do when its search recorded it."""
+    from tuner.model import ModelError
+    from tuner.report import load_run, recorded_model_settings, write_run
+    from tuner.workload import WorkloadError
+
+    if recorded_model_settings(run).get("allow_mismatch"):
+        return
+    try:
+        model, search = load_run(run, allow_mismatch=True)
+    except (ModelError, WorkloadError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    write_run(run, model, search, command=f"cgtune validate {run} --allow-mismatch", copy_inputs=False)
 
 
 def _fmt(x: object, spec: str) -> str:

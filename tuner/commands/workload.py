@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import load_workload_arg
+from tuner.commands.common import check_out_dir, load_workload_arg
 from tuner.traffic import (
     ITERATION_TOKENS,
     TrafficError,
@@ -56,8 +56,7 @@ def _check_out(out: Path, force: bool) -> None:
     """Fail before any scraping when the output cannot be written, so no work is thrown away."""
     if out.exists() and not force:
         raise UsageError(f"--out: {out} exists (pass --force to replace it)")
-    if not out.parent.is_dir():
-        raise UsageError(f"--out: directory {out.parent} does not exist")
+    check_out_dir(out, directory=False)  # missing parent folders are created, as every command's --out
 
 
 def _now() -> str:

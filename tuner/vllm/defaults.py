@@ -15,6 +15,8 @@ __all__ = [
     "dense_speculative_schedule",
     "request_count_grid",
     "uniform_decode_tiers",
+    "validate_schedule",
+    "widest_decode_batch",
 ]
 
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -57,44 +59,53 @@ def request_count_grid(max_requests: int, ceiling: int) -> list[int]:
     return list(dict.fromkeys(grid))
 
 
-def _validate_schedule(schedule: object) -> list[tuple[int, int, int]]:
-    """vLLM's `validate_and_normalize_dynamic_sd_schedule` for 3-item `(bs_lo, bs_hi, K)` entries."""
+def validate_schedule(schedule: object) -> list[tuple[int, int, int]]:
+    """vLLM's `validate_and_normalize_dynamic_sd_schedule` (`vllm/v1/spec_decode/dynamic/utils.py`) for 3-item
+    `(range_start, range_end, K)` entries: the entries sorted by start; InvalidScheduleError where vLLM raises.
+
+    vLLM runs it whenever the schedule is used (scheduler, CUDA-graph manager), so a schedule it rejects stops the
+    engine from starting. Gaps between ranges are valid: the dense lookup carries the previous K across them."""
+    where = f"speculative_schedule {schedule!r}"
     # vLLM accepts only a list at the top level (entries may be lists or tuples).
     if not isinstance(schedule, list) or not schedule:
-        raise InvalidScheduleError("speculative schedule must be a non-empty list of [start, end, K]")
+        raise InvalidScheduleError(f"{where}: must be a non-empty list of [range_start, range_end, K]")
     parsed: list[tuple[int, int, int]] = []
     for entry in schedule:
         if not isinstance(entry, list | tuple) or len(entry) != 3:
-            raise InvalidScheduleError(f"schedule entry {entry!r} must be [start, end, K]")
+            raise InvalidScheduleError(f"{where}: entry {entry!r} must be [range_start, range_end, K]")
         try:
             lo, hi, k = (int(x) for x in entry)
         except (TypeError, ValueError) as exc:
-            raise InvalidScheduleError(f"schedule entry {entry!r} must hold integers") from exc
+            raise InvalidScheduleError(f"{where}: entry {entry!r} must hold integers") from exc
         if lo <= 0 or hi <= 0:
-            raise InvalidScheduleError(f"batch-size range ({lo}, {hi}) must be positive")
+            raise InvalidScheduleError(f"{where}: batch-size range ({lo}, {hi}) must be positive")
         if lo > hi:
-            raise InvalidScheduleError(f"batch-size range start must be <= end for ({lo}, {hi}, {k})")
+            raise InvalidScheduleError(f"{where}: batch-size range start must be <= end for ({lo}, {hi}, {k})")
         if k < 0:
-            raise InvalidScheduleError(f"K={k} must be >= 0")
+            raise InvalidScheduleError(f"{where}: K={k} in ({lo}, {hi}, {k}) must be >= 0")
         parsed.append((lo, hi, k))
-    ranges = sorted({(lo, hi) for lo, hi, _ in parsed})
-    if len(ranges) != len(parsed):
-        raise InvalidScheduleError("duplicate batch-size range in speculative schedule")
-    prev_end = 0
-    for lo, hi in ranges:
-        if lo <= prev_end:
-            raise InvalidScheduleError("batch-size ranges must be non-overlapping")
-        prev_end = hi
-    if ranges[0][0] != 1:
-        raise InvalidScheduleError("the first batch-size range must start at 1")
-    return sorted(parsed)
+    parsed.sort(key=lambda e: e[0])  # vLLM sorts by start only (a stable sort)
+    previous: tuple[int, int, int] | None = None
+    for entry in parsed:
+        if previous is not None and entry[0] <= previous[1]:
+            raise InvalidScheduleError(f"{where}: batch-size ranges ({previous[0]}, {previous[1]}) and "
+                                       f"({entry[0]}, {entry[1]}) overlap (vLLM: ranges must be non-overlapping)")
+        previous = entry
+    if parsed[0][0] != 1:
+        raise InvalidScheduleError(f"{where}: the first batch-size range starts at {parsed[0][0]}; it must start at 1 "
+                                   f"so every runtime batch size has a defined schedule")
+    return parsed
 
 
 def dense_speculative_schedule(
     schedule: object, max_num_seqs: int, num_speculative_tokens: int
 ) -> list[int]:
-    """vLLM's dense `batch size -> K` lookup (index 0 unused): gaps and the tail carry K forward, K <= max."""
-    entries = _validate_schedule(schedule)
+    """vLLM's dense `batch size -> K` lookup (`build_dynamic_sd_schedule_lookup`, index 0 unused): gaps and the tail
+    carry K forward, K <= max; InvalidScheduleError where vLLM raises (a schedule it rejects, or no speculation)."""
+    if num_speculative_tokens <= 0:
+        raise InvalidScheduleError(f"speculative_schedule needs num_speculative_tokens >= 1, not "
+                                   f"{num_speculative_tokens} (vLLM: vllm_num_speculative_tokens must be > 0)")
+    entries = validate_schedule(schedule)
     dense = [0] * (max_num_seqs + 1)
     next_bs = 1
     last_k: int | None = None
@@ -117,18 +128,26 @@ def dense_speculative_schedule(
 def uniform_decode_tiers(
     max_num_seqs: int, num_speculative_tokens: int, speculative_schedule: object = None
 ) -> list[tuple[int, int]]:
-    """`(query_len, widest batch at that query_len)` tiers; an invalid schedule keeps the single tier."""
+    """`(query_len, widest batch at that query_len)` tiers, ascending; InvalidScheduleError for a schedule vLLM
+    rejects (it would not start)."""
     q = 1 + num_speculative_tokens
-    if speculative_schedule is None or num_speculative_tokens <= 0:
+    if speculative_schedule is None:
         return [(q, max_num_seqs)]
-    try:
-        dense = dense_speculative_schedule(speculative_schedule, max_num_seqs, num_speculative_tokens)
-    except InvalidScheduleError:
-        return [(q, max_num_seqs)]
+    dense = dense_speculative_schedule(speculative_schedule, max_num_seqs, num_speculative_tokens)
     widest: dict[int, int] = {}
     for bs in range(1, max_num_seqs + 1):
         widest[dense[bs] + 1] = bs
     return sorted(widest.items())
+
+
+def widest_decode_batch(
+    max_num_seqs: int, num_speculative_tokens: int, speculative_schedule: object = None
+) -> tuple[int, int]:
+    """`(requests, query_len)` of the widest uniform decode step: max_num_seqs x q, or under a dynamic schedule the
+    tier whose widest batch carries the most tokens ([[1,16,3],[17,256,1]] at 256 seqs: 256 x 2, not 16 x 4)."""
+    tiers = uniform_decode_tiers(max_num_seqs, num_speculative_tokens, speculative_schedule)
+    query_len, requests = max(tiers, key=lambda t: (t[0] * t[1], t[1]))
+    return requests, query_len
 
 
 def default_capture_sizes(
@@ -149,6 +168,8 @@ def default_capture_sizes(
         raise ValueError(f"cudagraph_mode={cudagraph_mode!r} must be one of {', '.join(CUDAGRAPH_MODES)}")
     if performance_mode not in PERFORMANCE_MODES:
         raise ValueError(f"performance_mode={performance_mode!r} must be one of {', '.join(PERFORMANCE_MODES)}")
+    if speculative_schedule is not None:  # vLLM checks it at startup whatever the graphs
+        dense_speculative_schedule(speculative_schedule, max(max_num_seqs, 1), num_speculative_tokens)
     if enforce_eager or cudagraph_mode == "NONE":
         return CaptureDefaults(sizes=[], max_size=0)
     if max_num_seqs < 1:

@@ -96,12 +96,13 @@ def compilation_config(sizes: Sequence[int], cudagraph_mode: str) -> dict[str, o
             "max_cudagraph_capture_size": values[-1]}
 
 
-def serve_config(model: str, sizes: Sequence[int], *, cudagraph_mode: str, max_num_seqs: int,
+def serve_config(model: str | None, sizes: Sequence[int], *, cudagraph_mode: str, max_num_seqs: int,
                  max_num_batched_tokens: int, max_model_len: int, gpu_memory_utilization: float,
                  tensor_parallel_size: int) -> dict[str, object]:
-    """The `vllm serve --config` mapping (keys are CLI flag names)."""
+    """The `vllm serve --config` mapping (keys are CLI flag names); without a checkpoint no `model` key, since
+    vLLM would try to load whatever stood there."""
     return {
-        "model": model,
+        **({"model": model} if model else {}),
         "max-num-seqs": max_num_seqs,
         "max-num-batched-tokens": max_num_batched_tokens,
         "max-model-len": max_model_len,
@@ -117,11 +118,12 @@ def flag_line(sizes: Sequence[int], cudagraph_mode: str) -> str:
                                                             separators=(", ", ": ")))
 
 
-def render_files(sizes: Sequence[int], *, model: str, cudagraph_mode: str, max_num_seqs: int,
+def render_files(sizes: Sequence[int], *, model: str | None, cudagraph_mode: str, max_num_seqs: int,
                  num_speculative_tokens: int, max_num_batched_tokens: int, max_model_len: int,
                  gpu_memory_utilization: float, tensor_parallel_size: int,
                  provenance: Provenance) -> dict[str, str]:
-    """File name -> text for the three files; validates the list first (EmitError)."""
+    """File name -> text for the three files; validates the list first (EmitError). `model`: the checkpoint vLLM
+    serves (a Hugging Face id or path); None writes a placeholder comment where it goes."""
     values = sorted({int(s) for s in sizes})
     if values and cudagraph_mode != "NONE":
         validate_capture_sizes(values, max_num_seqs=max_num_seqs, num_speculative_tokens=num_speculative_tokens,
@@ -133,12 +135,17 @@ def render_files(sizes: Sequence[int], *, model: str, cudagraph_mode: str, max_n
     serve = serve_config(model, values, cudagraph_mode=cudagraph_mode, max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                          gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size)
-    serve_text = (
-        comments
-        + "# usage: vllm serve --config vllm-serve.yaml (add your speculative-config; set model to the checkpoint)\n"
-        + yaml.safe_dump(serve, sort_keys=False, default_flow_style=None, width=100)
-    )
-    flags_text = comments + "# usage: vllm serve MODEL <the line below>\n" + flag_line(values, cudagraph_mode) + "\n"
+    if model:
+        usage = "# usage: vllm serve --config vllm-serve.yaml (add your speculative-config)\n"
+        placeholder = ""
+    else:
+        usage = "# usage: vllm serve CHECKPOINT --config vllm-serve.yaml (add your speculative-config)\n"
+        placeholder = ("# model: CHECKPOINT  <- the workload names no checkpoint (set model.name in it, or pass it to "
+                       "vllm serve)\n")
+    serve_text = comments + usage + placeholder + yaml.safe_dump(serve, sort_keys=False, default_flow_style=None,
+                                                                 width=100)
+    flags_text = (comments + f"# usage: vllm serve {model or 'CHECKPOINT'} <the line below>\n"
+                  + flag_line(values, cudagraph_mode) + "\n")
     return {COMPILATION_CONFIG_FILE: cc_text, SERVE_YAML_FILE: serve_text, FLAGS_FILE: flags_text}
 
 
