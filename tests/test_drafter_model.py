@@ -141,3 +141,31 @@ def test_the_drafters_graphs_tip_a_width_over_the_budget(tmp_path):
     best = exact_solve(m).best
     assert best.feasible and best.capture_sizes[-1] == 24
     assert m.dropped_for_drafter(best) == [32]
+
+
+def test_the_report_says_the_drafters_graphs_were_the_reason(tmp_path):
+    import math
+
+    from tuner.exact import exact_solve
+    from tuner.report import render_markdown, summary
+    from tuner.compare import comparison
+    from tuner.search import SearchResult
+
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
+                           speculative={"method": "dflash", "drafter": {"num_layers": 2}})
+    weights = math.ceil(1000 * MIB * 0.9) - 50 * MIB - wl.required_kv_bytes - 37 * MIB - wl.drafter_weight_bytes()
+    path = handmade_profile(tmp_path, wl, [4, 8, 16, 24, 32], weights_bytes=weights,
+                            standalone_bytes=lambda w: w * MIB, delta_bytes=lambda w: 0,
+                            drafter_delta_bytes=lambda w: 6 * MIB, eager_ms=lambda w: 2.0 + 0.01 * w)
+    m = CostModel.from_files(path, wl)
+    exact = exact_solve(m)
+    search = SearchResult(exact.best, "exact", exact, None, m.evaluate(m.default_sizes), "none", "none", "latency")
+    table = comparison(m, search)
+    text = render_markdown(m, search, table)
+    assert "The drafter's graphs cost these widths**: adding 32" in text
+    t = table["tuned"]
+    assert f"its passes take {t.drafter_step_ms:.4f} ms" in text and t.drafter_step_ms > 0
+    data = summary(m, search, table)
+    # DFlash captures a FULL graph per decode window of the target's: 6 MiB each.
+    windows = [w for mode, w in m.graphs(t.capture_sizes) if mode == "FULL"]
+    assert data["tuned"]["drafter_graph_bytes"] == t.drafter_graph_bytes == 6 * MIB * len(windows)

@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,9 @@ class FleetSpec:
     """A running trial whose heartbeat is older than this is failed and retried by another worker."""
     max_retry: int = 3
     """Retries of one planned trial before it stays failed."""
+    model_settings: dict[str, Any] = field(default_factory=dict)
+    """The cost model's settings besides its files (`off_peak_weight`, `allow_mismatch`), so every worker weighs
+    trials as the coordinator does."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": _SPEC_VERSION, **self.__dict__}
@@ -138,7 +141,8 @@ def fleet_model(spec: FleetSpec) -> Iterator[CostModel]:
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        yield CostModel.from_files(root / spec.profile_file, load_workload(root / "workload.yaml"))
+        yield CostModel.from_files(root / spec.profile_file, load_workload(root / "workload.yaml"),
+                                   **spec.model_settings)
 
 
 # ---------------------------------------------------------------------------------------------- storage
@@ -250,7 +254,8 @@ def create_or_extend(url: str, workload_path: str | Path, profile_csv: str | Pat
     try:
         study = optuna.create_study(storage=storage, study_name=name, load_if_exists=False, **kwargs)
         spec = FleetSpec(objective, n_trials, seed, max(4, n_trials // 5), memory_buckets, model.workload.name,
-                         files, profile_file, heartbeat_interval_s, grace_period_s, max_retry)
+                         files, profile_file, heartbeat_interval_s, grace_period_s, max_retry,
+                         {"off_peak_weight": model.off_peak_weight, "allow_mismatch": model.allow_mismatch})
         study.set_user_attr(FLEET_ATTR, spec.to_dict())
         planned = 0
     except optuna.exceptions.DuplicatedStudyError:

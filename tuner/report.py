@@ -121,6 +121,8 @@ def _figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
         "max_concurrency": max_concurrency(model, e),
         "kv_margin_bytes": e.kv_margin_bytes,
         "capture_headroom_bytes": e.capture_headroom_bytes,
+        "drafter_step_ms": e.drafter_step_ms,
+        "drafter_graph_bytes": e.drafter_graph_bytes,
         "starts": e.starts,
         "capture_fits": e.capture_fits,
         "feasible": e.feasible,
@@ -297,6 +299,7 @@ def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Eva
     if not d.feasible:
         lines.append(f"vLLM's default does not fit this budget ({d.why_infeasible}); the tuned list does"
                      + ("." if t.feasible else " not either."))
+    lines += _drafter_lines(model, d, t)
     gap = search.gap
     if search.source == "study" and gap is not None:
         lines.append(f"The optuna study's best is within {gap:.2%} of the exact optimum.")
@@ -323,6 +326,26 @@ def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Eva
     else:
         lines.append(f"gpu_memory_utilization **{u:.4f}** (now {now}) gives the tuned list the KV cache the default "
                      f"list gets ({_mem(model, d.kv_available_bytes)}).")
+    return lines
+
+
+def _drafter_lines(model: CostModel, d: Evaluation, t: Evaluation) -> list[str]:
+    """The drafter's share of latency and memory, and the widths its graphs cost (issue: the tuner must see both
+    sides of the trade a width above the ceiling makes: the drafter captures graphs for it too)."""
+    dr = model.drafter
+    if dr is None:
+        return []
+    lines = ["", f"Drafter ({dr.method}, {dr.runner.upper()} runner): its passes take {t.drafter_step_ms:.4f} ms of the "
+             f"tuned step ({t.expected_step_ms - t.drafter_step_ms:.4f} ms target) vs {d.drafter_step_ms:.4f} ms of "
+             f"the default's; its graphs take {_mem(model, t.drafter_graph_bytes)} of the tuned list's real pool "
+             f"({_mem(model, t.graph_memory_bytes - t.drafter_graph_bytes)} target) vs "
+             f"{_mem(model, d.drafter_graph_bytes)} of the default's."]
+    dropped = model.dropped_for_drafter(t)
+    if dropped:
+        lines.append(f"**The drafter's graphs cost these widths**: adding {', '.join(map(str, dropped[:8]))}"
+                     f"{' ...' if len(dropped) > 8 else ''} would make the tuned list faster and would fit without the "
+                     f"drafter's graphs, but not with them (vLLM captures the drafter's graphs from the same list, into "
+                     f"the same pool).")
     return lines
 
 

@@ -94,12 +94,21 @@ def test_a_bad_off_peak_weight_is_one_line(inputs, tmp_path, capsys, value, mess
     assert not (tmp_path / "bad").exists()
 
 
-def test_fleet_workers_refuse_settings_they_would_not_see(inputs, tmp_path, capsys):
+def test_fleet_workers_weigh_trials_with_the_coordinators_settings(inputs, tmp_path, capsys):
+    import optuna
+
+    from tuner.fleet import FLEET_ATTR, FleetSpec, fleet_model
+
     wl, profile, _ = inputs
-    code, _, err = search(capsys, wl, profile, tmp_path / "fleet", "--workers", 0, "--off-peak-weight", 0.2,
-                          "--storage", f"sqlite:///{tmp_path / 'fleet.db'}", command="tune")
-    assert code == 2 and "--workers: fleet workers do not take --off-peak-weight" in err
-    assert not (tmp_path / "fleet").exists() and not (tmp_path / "fleet.db").exists()
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    code, out, err = search(capsys, wl, profile, tmp_path / "fleet", "--workers", 0, "--off-peak-weight", 0.2,
+                            "--allow-mismatch", "--storage", url, command="tune")
+    assert code == 0, err
+    name = out.split("fleet study ", 1)[1].split()[0]
+    spec = FleetSpec.from_dict(optuna.load_study(study_name=name, storage=url).user_attrs[FLEET_ATTR])
+    assert spec.model_settings == {"off_peak_weight": 0.2, "allow_mismatch": True}
+    with fleet_model(spec) as model:  # what every worker rebuilds
+        assert model.off_peak_weight == 0.2 and model.allow_mismatch
 
 
 # ---------------------------------------------------------------------------------------------- noise

@@ -87,11 +87,6 @@ class TuneCommand(Command):
                 raise UsageError(f"--validate: {exc}") from None
         fleet_url = None
         if args.workers is not None:
-            # Fleet workers rebuild the cost model from the study's files alone, without these settings.
-            for flag, on in (("--off-peak-weight", args.off_peak_weight), ("--allow-mismatch", args.allow_mismatch)):
-                if on:
-                    raise UsageError(f"--workers: fleet workers do not take {flag} yet; run the search without "
-                                     f"--workers to use it")
             from tuner.fleet import FleetError, resolve_storage
 
             try:
