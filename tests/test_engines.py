@@ -13,6 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
+from test_exact import assert_matches_brute_force  # noqa: E402
+
 from tuner.exact import brute_force, exact_solve  # noqa: E402
 from tuner.model import CostModel  # noqa: E402
 from tuner.workload import WorkloadError  # noqa: E402
@@ -23,7 +25,7 @@ TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0
 
 def test_engine_names_map_onto_the_shared_settings():
     wl = handmade_workload(engine="trtllm", max_num_seqs=8, num_speculative_tokens=3, max_num_batched_tokens=64,
-                           enable_padding=True)
+                           enable_padding=True, speculative={"method": "mtp"})
     s = wl.serving
     assert s.engine == "trtllm" and s.decode_query_len == 4 and s.runner == "v2"
     # TensorRT-LLM's padded default [1, 2, 4, 8, ...] is cut at max_batch_size 8 (and 64 // 4 tokens): 4 graphs,
@@ -135,10 +137,7 @@ def random_engine_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]]
 @pytest.mark.parametrize("seed", range(24))
 def test_exact_solver_equals_brute_force_for_sglang_and_trtllm(tmp_path, seed):
     m, candidates = random_engine_case(tmp_path, seed)
-    exact = exact_solve(m, candidates=candidates)
-    brute = brute_force(m, candidates)
-    assert exact.best.feasible and exact.exact_memory
-    assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+    assert_matches_brute_force(m, candidates, proven=True)
 
 
 def test_engine_cases_are_not_trivial(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.curve import Curve
+from tuner.curve import Curve, memory_curve
 from tuner.drafter_model import DrafterCost
 from tuner.engines import SglangKvRule, TrtllmKvRule
 from tuner.profile_table import Profile, ProfileError, read_profile
@@ -380,7 +380,8 @@ class CostModel:
                 f"extrapolated along the last measured slope"
             )
         self.candidates = self._candidates()
-        self.default_sizes = tuple(s.defaults().sizes)
+        # SGLang's defaults read the device's memory (EngineSettings.gpu_memory_mib: the profile's when unset).
+        self.default_sizes = tuple(s.defaults(gpu_memory_mib=self.budget.total_memory_bytes / (1 << 20)).sizes)
         self.noisy_widths = self._noisy_widths()
 
     # ------------------------------------------------------------------ fitting helpers
@@ -435,18 +436,13 @@ class CostModel:
 
     @staticmethod
     def _memory_curve(rows: dict, column: str, name: str, mode: str) -> Curve | None:
-        points = {}
-        for w, r in rows.items():
-            value = getattr(r, column)
-            # A negative reading ("took -4.58 GiB") is an invalid measurement, not a number: interpolate over it.
-            if value is not None and value >= 0:
-                points[w] = float(value)
         if not rows:
             return None
-        if not points:
+        curve = memory_curve(rows, column)  # negative readings are invalid measurements: interpolated over
+        if curve is None:
             hint = " (profiled with --no-standalone?)" if column == "standalone_bytes" else ""
             raise ModelError(f"{name}: no {mode} row has a usable {column}{hint}; the graph-memory model needs it")
-        return Curve(points, monotone=column == "standalone_bytes")
+        return curve
 
     def _candidates(self) -> list[int]:
         """Widths worth offering the search: measured as a graph (ok), within the token budget, and (V1) lists that
