@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One prepared run on a CUDA machine (written for one H200), at most 8 minutes: the validation GPU tests, then
 # for the DFlash-like and suffix-like Llama-3.1-8B workloads: a profile (a recorded one from PROFILE_DIR when
-# given, else a short sweep here), the exact solver's list (this machine has no optuna), and `cgtune validate`
-# of vLLM's default against it; a short predicted-vs-measured table last.
+# given, else a short compiled sweep here, the DFlash drafter's rows with it), the exact solver's list (this
+# machine has no optuna), and `cgtune validate` of vLLM's default against it: the decoder compiled as the profile
+# was, FULL steps replayed whole and PIECEWISE steps replayed split at every attention call (the target only: the
+# drafter's passes are the model's prediction); a short predicted-vs-measured table last.
 #
 # Needs python3 with torch (CUDA), pyyaml, numpy, matplotlib, tqdm, pytest, nvidia-ml-py; not optuna. Run:
 #   OUT=/some/dir bash scripts/gpu_validate.sh
@@ -15,6 +17,15 @@
 # ceiling and the widest decode batch) so profile + validation fit; the trace length of each validation is
 # sized from the cost model's own predicted step latency to the seconds left for that workload (clamped to
 # MIN_STEPS..MAX_STEPS) -- predictions size the run, they never stand in for a result. `timeout` is a safety net.
+# Compiled, with PIECEWISE replay, costs more than the plain FULL-only run this was first sized for; assumed, not
+# yet measured on the H200 (replace with gpu_profile.sh's compile_s and validate's capture_s once they exist):
+#  - the sweep compiles the step and its three kinds of PIECEWISE piece, and the DFlash drafter's pass, before its
+#    first width: 60-100 s cold; `cgtune validate` compiles the decoder again in its own process, 20-40 s with
+#    Inductor's caches warm, inside the 20 s of set-up steps_for assumed before plus the slack below;
+#  - a PIECEWISE graph is 33 piece captures after a split warm-up, assumed 0.4 s; a FULL graph 0.1 s; each list's
+#    graphs are captured twice (vLLM's estimate in a throwaway pool, then the real pool).
+# Hence DFlash gets a longer sweep with fewer widths (110 s, 10 widths) and the larger share, the suffix one 8
+# widths in 80 s; steps_for counts each list's PIECEWISE and FULL graphs apart.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -27,7 +38,7 @@ PROFILE_DIR=${PROFILE_DIR:-}     # recorded <workload>.csv (+ .json) measured on
 MIN_STEPS=${MIN_STEPS:-500}
 MAX_STEPS=${MAX_STEPS:-3000}
 # name:max widths:sweep seconds:share of the seconds left when this workload starts
-WORKLOADS=${WORKLOADS:-"dflash-llama-3.1-8b:14:55:0.48 suffix-llama-3.1-8b:12:55:1.0"}
+WORKLOADS=${WORKLOADS:-"dflash-llama-3.1-8b:10:110:0.6 suffix-llama-3.1-8b:8:80:1.0"}
 START=$SECONDS
 left() { echo $(( BUDGET_S - (SECONDS - START) )); }
 
@@ -46,15 +57,19 @@ echo "gpu tests exit code: $TESTS_RC"
 CGTUNE=(python3 -c 'import sys; from tuner.cli import main; sys.exit(main())')
 
 # Trace length for a run directory's default and tuned lists to fit SECONDS (predicted ms per step, 1.5x for
-# eager warm-ups, logits and host gaps; ~0.25 s per graph for warm-up and capture; 20 s to build the model).
+# eager warm-ups, logits and host gaps; per graph, captured twice, 0.4 s PIECEWISE and 0.1 s FULL for warm-up and
+# capture; 40 s to build and compile the model). The predicted step includes a drafter's passes, which validation
+# does not replay: a longer trace than needed, never a shorter one.
 steps_for() {  # run dir, seconds
   python3 - "$1" "$2" "$MIN_STEPS" "$MAX_STEPS" <<'PY'
-import json, sys
+import sys
+from tuner.report import load_run
 run, seconds, lo, hi = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-s = json.load(open(f"{run}/summary.json"))
-ms = s["default"]["expected_step_ms"] + s["tuned"]["expected_step_ms"]
-graphs = 2 * (s["default"]["num_graphs"] + s["tuned"]["num_graphs"])  # mixed + FULL decode graphs
-usable = seconds - 20 - 0.25 * graphs
+model, search = load_run(run)
+lists = [search.default, search.chosen]
+ms = sum(e.expected_step_ms for e in lists)
+graph_s = 2 * sum(0.4 if mode == "PIECEWISE" else 0.1 for e in lists for mode, _ in model.graphs(e.capture_sizes))
+usable = seconds - 40 - graph_s
 print(max(lo, min(hi, int(usable * 1000 / (1.5 * ms)))) if ms > 0 else lo)
 PY
 }

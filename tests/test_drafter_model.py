@@ -169,3 +169,19 @@ def test_the_report_says_the_drafters_graphs_were_the_reason(tmp_path):
     # DFlash captures a FULL graph per decode window of the target's: 6 MiB each.
     windows = [w for mode, w in m.graphs(t.capture_sizes) if mode == "FULL"]
     assert data["tuned"]["drafter_graph_bytes"] == t.drafter_graph_bytes == 6 * MIB * len(windows)
+
+
+def test_a_v1_profile_needs_only_the_drafters_piecewise_rows(tmp_path):
+    from tuner.model import ModelError
+    from tuner.profile_table import read_profile, write_profile
+
+    # V1 captures the drafter's graphs PIECEWISE only: a profile measured that way has no drafter_full rows.
+    m = drafter_model(tmp_path, "eagle", runner="v1")
+    p = read_profile(m.profile.path)
+    rows = [r for r in p.rows if r.mode != "drafter_full"]
+    v1 = CostModel.from_files(write_profile(tmp_path / "v1", "v1", rows, p.metadata), m.workload)
+    assert v1.evaluate((4, 8)).drafter_graph_bytes > 0
+    # A V2 EAGLE drafter captures FULL graphs too: the same profile is refused there, with one line.
+    wl2 = drafter_model(tmp_path / "v2", "eagle", runner="v2").workload
+    with pytest.raises(ModelError, match="no drafter_full rows"):
+        CostModel.from_files(write_profile(tmp_path / "v2p", "v2", rows, p.metadata), wl2)

@@ -23,6 +23,7 @@ from tuner.validate import (  # noqa: E402
     CaptureResult,
     PlannedStep,
     ValidationError,
+    build_record,
     choose_measured,
     compare_list,
     dispatch_counts,
@@ -117,9 +118,50 @@ class ScriptedBackend:
 
 
 # ---------------------------------------------------------------------------------------------- trace
-def test_trace_is_seeded_and_follows_the_step_distribution(tmp_path):
-    from scipy.stats import chi2
+def _chi2_sf(x: float, df: int) -> float:
+    """P(X >= x) for X ~ chi-square(df): the regularized upper incomplete gamma Q(df/2, x/2), by its power series
+    below a + 1 and Lentz's continued fraction above (Numerical Recipes 6.2), so the test needs no scipy."""
+    a, z = df / 2, x / 2
+    if z <= 0:
+        return 1.0
+    log_prefix = a * math.log(z) - z - math.lgamma(a)
+    if z < a + 1:
+        term = total = 1 / a
+        n = a
+        while abs(term) > abs(total) * 1e-16:
+            n += 1
+            term *= z / n
+            total += term
+        return 1 - total * math.exp(log_prefix)
+    tiny = 1e-300
+    b = z + 1 - a
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 100_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-16:
+            break
+    return math.exp(log_prefix) * h
 
+
+def test_chi2_tail_matches_its_closed_forms():
+    # df 2: exp(-x/2); df 1: erfc(sqrt(x/2)); df 4: exp(-x/2) (1 + x/2); both branches (x/2 below and above a + 1).
+    for x in (0.1, 1.0, 3.0, 10.0, 40.0):
+        assert _chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-12)
+        assert _chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-10)
+        assert _chi2_sf(x, 4) == pytest.approx(math.exp(-x / 2) * (1 + x / 2), rel=1e-12)
+    # The 99.9% point of chi-square with 10 degrees of freedom is 29.588 (standard tables).
+    assert _chi2_sf(29.588, 10) == pytest.approx(0.001, rel=1e-3)
+
+
+def test_trace_is_seeded_and_follows_the_step_distribution(tmp_path):
     model = _model(tmp_path)
     steps = model.workload.steps()
     trace = sample_trace(steps, 6000, seed=7)
@@ -130,7 +172,7 @@ def test_trace_is_seeded_and_follows_the_step_distribution(tmp_path):
     # (and the seed is fixed, so this one never flakes).
     stat = sum((counts.get((s.num_tokens, s.uniform_decode), 0) - 6000 * s.probability) ** 2
                / (6000 * s.probability) for s in steps)
-    assert stat < chi2.ppf(0.999, len(steps) - 1)
+    assert _chi2_sf(stat, len(steps) - 1) > 0.001
     uniform_share = sum(s.uniform_decode for s in trace) / len(trace)
     assert abs(uniform_share - 0.8) < 0.03  # mixed_share 0.2
     with pytest.raises(ValueError, match="num_steps"):
@@ -191,17 +233,33 @@ def test_compare_list_errors_fit_and_loud_warning(tmp_path):
     assert ok.memory_error == pytest.approx(1 / 1.04 - 1, abs=1e-6)
     assert ok.latency_error == pytest.approx(1 / 1.02 - 1)
     assert ok.fits and not ok.warnings
-    assert ok.kv_available_bytes == model.budget.kv_available_bytes(int(e.graph_memory_bytes * 1.04))
+    b = model.budget
+    # vLLM sizes the KV cache from its estimate (not measured here: the predicted one); the measured pool must fit
+    # beside it.
+    assert ok.kv_available_bytes == b.kv_available_bytes(e.graph_estimate_bytes)
+    assert ok.capture_headroom_bytes == b.capture_headroom_bytes(e.graph_estimate_bytes,
+                                                                 int(e.graph_memory_bytes * 1.04))
     assert sum(g["steps"] for g in ok.by_graph) == len(plan)
 
     over = compare_list(model, "tuned", e, plan, samples, CaptureResult(int(e.graph_memory_bytes * 1.5)))
     assert any("EXCEEDS THE PREDICTION" in w for w in over.warnings)
     # Beyond the margin the fit check charges a safety margin on top of the measured pool.
-    assert over.kv_available_bytes == model.budget.kv_available_bytes(int(int(e.graph_memory_bytes * 1.5) * 1.05))
+    assert over.capture_headroom_bytes == b.capture_headroom_bytes(
+        e.graph_estimate_bytes, int(int(e.graph_memory_bytes * 1.5) * 1.05))
 
-    huge = model.budget.graph_budget_bytes + model.budget.required_kv_bytes
+    huge = e.graph_estimate_bytes + b.slack_bytes + MIB  # more than vLLM left beside its KV cache
     no_fit = compare_list(model, "tuned", e, plan, samples, CaptureResult(huge))
-    assert not no_fit.fits and any("never emitted" in w for w in no_fit.warnings)
+    assert not no_fit.fits and no_fit.capture_headroom_bytes < 0
+    assert any("capture would run out of memory" in w and "never emitted" in w for w in no_fit.warnings)
+
+    # vLLM's estimate measured on the device: the KV check uses it, and its error against the prediction is kept.
+    big_estimate = b.estimate_budget_bytes + MIB
+    refused = compare_list(model, "tuned", e, plan, samples, CaptureResult(e.graph_memory_bytes),
+                           measured_estimate_bytes=big_estimate)
+    assert refused.kv_available_bytes == b.kv_available_bytes(big_estimate) < b.required_kv_bytes
+    assert not refused.fits and any("would refuse to start" in w for w in refused.warnings)
+    assert refused.estimate_error == pytest.approx(e.graph_estimate_bytes / big_estimate - 1)
+    assert any("predicted vLLM estimate" in w for w in refused.warnings)
 
     oom = compare_list(model, "tuned", e, plan, [], CaptureResult(None, oom="scripted OOM"))
     assert not oom.fits and math.isnan(oom.measured_step_ms) and "out of memory" in oom.warnings[0]
@@ -211,8 +269,9 @@ def test_choose_measured_picks_fastest_that_fits(tmp_path):
     model = _model(tmp_path)
     lists = {"default": model.evaluate(model.default_sizes), "tuned": model.evaluate((1, 2, 4, 8, 12, 16, 24)),
              "exact": model.evaluate(tuple(range(1, 25)))}
-    # Fixture: the widest list 'measures' twice its prediction, beyond the KV budget.
-    too_much = (model.budget.graph_budget_bytes + MIB) / lists["exact"].graph_memory_bytes
+    # Fixture: the widest list 'measures' more than vLLM's estimate plus the memory it does not request.
+    e = lists["exact"]
+    too_much = (e.graph_estimate_bytes + model.budget.slack_bytes + MIB) / e.graph_memory_bytes
     backend = ScriptedBackend(model, memory_factor={24: too_much})
     trace, results, info = validate_lists(model, lists, backend, num_steps=300, seed=0)
     assert info == {"sampled": 300, "replayed": 300, "excluded": 0, "max_num_tokens": None}
@@ -285,7 +344,8 @@ def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path):
     run, model, search = _run_dir(tmp_path)
     tuned_top = search.chosen.capture_sizes[-1]
     assert tuned_top != model.default_sizes[-1]
-    too_much = (model.budget.graph_budget_bytes + MIB) / search.chosen.graph_memory_bytes
+    t = search.chosen
+    too_much = (t.graph_estimate_bytes + model.budget.slack_bytes + MIB) / t.graph_memory_bytes
     record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, memory_factor={tuned_top: too_much}))
     assert record["emitted"] == "default" and not record["tuned"]["fits"]
     config = json.loads((run / "compilation_config.json").read_text())
@@ -461,12 +521,14 @@ def test_cgtune_report_keeps_the_section_of_this_list_only(tmp_path, capsys):
 
 
 def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
-    """The device backend's own control flow on a CPU: capture order and keys, FULL replay plus logits of the real
-    tokens, the out-of-memory path and the release, with stand-in graphs (they run the body eagerly) and scripted
-    memory readings (test fixtures, not measurements)."""
+    """The device backend's own control flow on a CPU: capture order and keys, FULL graphs whole and PIECEWISE ones
+    split at attention (each piece a stand-in that reruns it into its recorded outputs, as a CUDA graph writes its
+    static outputs), replay plus logits of the real tokens, the out-of-memory path and the release; the memory
+    readings are scripted (test fixtures, not measurements)."""
     torch = pytest.importorskip("torch")
     from tuner.measure.graphs import CapturedGraph
     from tuner.measure.memory import MemorySnapshot
+    from tuner.measure.piecewise import Piece
     from tuner.measure.profile import build_model
     from tuner.validate import TorchBackend
 
@@ -474,7 +536,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     backend = TorchBackend(build_model(model.workload, 32, "cpu"))
     decoder = backend.model
     free = {"bytes": 10_000 * MIB}
-    captured: list[int] = []
+    captured: list[tuple[str, int]] = []
 
     class StandIn:
         def __init__(self, width: int) -> None:
@@ -483,34 +545,162 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
         def replay(self) -> None:
             decoder.forward_hidden(self.width)  # writes hidden_out[:width], as a replay would
 
+    class StandInPiece:
+        def __init__(self, fn, outputs) -> None:
+            self.fn, self.outputs = fn, outputs
+
+        def replay(self) -> None:
+            for recorded, fresh in zip(self.outputs, self.fn()):
+                if fresh.data_ptr() != recorded.data_ptr():
+                    recorded.copy_(fresh)
+
     def capture(width, pool):
         if width == 24 and free.get("oom"):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (scripted)")
-        captured.append(width)
+        captured.append(("FULL", width))
         free["bytes"] -= 3 * MIB
         return CapturedGraph(StandIn(width), width, pool, 0.0)  # type: ignore[arg-type]
 
+    split_capture = backend.runner.capture_piecewise  # the real split, its pieces captured by the stand-in below
+
+    def capture_piecewise(width, pool):
+        captured.append(("PIECEWISE", width))
+        free["bytes"] -= 2 * MIB
+        return split_capture(width, pool)
+
+    def capture_piece(fn, width, pool):
+        outputs = tuple(fn())
+        return Piece(StandInPiece(fn, outputs), outputs), outputs
+
     backend.graphs_supported = True
     backend.runner.capture = capture  # type: ignore[method-assign]
+    backend.runner.capture_piecewise = capture_piecewise  # type: ignore[method-assign]
+    backend.runner.capture_piece = capture_piece  # type: ignore[method-assign]
     backend.runner.new_pool = lambda: "pool"  # type: ignore[method-assign]
     backend.runner.memory = lambda: MemorySnapshot(free_bytes=free["bytes"])  # type: ignore[method-assign]
 
     sizes = (4, 8, 24)
     graphs = model.graphs(sizes)
+    assert {m for m, _ in graphs} == {"FULL", "PIECEWISE"}
     result = backend.capture(graphs)
-    # One throwaway capture first (one-time allocations stay out of every list's reading), then vLLM's order.
-    assert captured == [min(sizes)] + [w for _, w in graphs] and result.graphs == len(graphs)
-    assert result.free_delta_bytes == 3 * MIB * len(graphs) and result.oom is None
+    # Throwaway captures first (one-time allocations stay out of every list's reading), then vLLM's order.
+    assert captured == [("FULL", 4), ("PIECEWISE", 4)] + list(graphs) and result.graphs == len(graphs)
+    pieces = {m: sum(1 for g in graphs if g[0] == m) for m in ("FULL", "PIECEWISE")}
+    assert result.free_delta_bytes == (3 * pieces["FULL"] + 2 * pieces["PIECEWISE"]) * MIB and result.oom is None
+    assert all(len(backend._graphs[g].pieces) == 3 for g in graphs if g[0] == "PIECEWISE")  # 2 layers: 3 pieces
     with pytest.raises(RuntimeError, match="release"):
         backend.capture(graphs)
     plan = plan_trace(sample_trace(model.workload.steps(), 100, seed=5), model.serving.dispatcher(sizes))
-    full = next(p for p in plan if p.runtime_mode == "FULL" and p.padded_size != p.num_tokens)
-    torch.testing.assert_close(backend._step_fn(full)(), decoder.step(full.num_tokens))
+    for mode in ("FULL", "PIECEWISE"):  # a padded step: the graph of the padded width, logits of the real tokens
+        step = next(p for p in plan if p.runtime_mode == mode and p.padded_size != p.num_tokens)
+        decoder.hidden_out.zero_()
+        torch.testing.assert_close(backend._step_fn(step)(), decoder.step(step.num_tokens), rtol=1e-5, atol=1e-5)
     assert len(backend.time_steps(plan)) == len(plan)
-    free["bytes"] += 3 * MIB * len(graphs)  # scripted: the pool went back
+    free["bytes"] += result.free_delta_bytes  # scripted: the pool went back
     assert backend.release() == 0
 
     free["oom"] = True
     result = backend.capture(graphs)
     assert result.oom and "out of memory" in result.oom and result.free_delta_bytes is None
     assert not backend._graphs  # released after the failed capture
+
+
+class _PoolRunner:
+    """Test fixture standing in for StepRunner on a CPU: a capture 'takes' free memory as a CUDA graph pool would,
+    the first graph of a pool its standalone footprint (10 w MiB), every later one its delta (w MiB). Scripted,
+    not measured."""
+
+    def __init__(self) -> None:
+        self.free = 10_000 * MIB
+        self.pools: dict[int, list[int]] = {}
+        self.captures: list[tuple[int, str, int]] = []
+
+    def new_pool(self):
+        pool = len(self.pools)
+        self.pools[pool] = []
+        return pool
+
+    def eager(self, width):
+        pass
+
+    def split_eager(self, width):
+        pass
+
+    def release(self, collect=False):
+        pass
+
+    def memory(self):
+        from tuner.measure.memory import MemorySnapshot
+
+        return MemorySnapshot(free_bytes=self.free)
+
+    def _take(self, mode, width, pool):
+        self.free -= (width if self.pools[pool] else 10 * width) * MIB
+        self.pools[pool].append(width)
+        self.captures.append((pool, mode, width))
+        return object()
+
+    def capture(self, width, pool):
+        return self._take("FULL", width, pool)
+
+    def capture_piecewise(self, width, pool):  # the split step's pieces, as the profile's piecewise rows
+        return self._take("PIECEWISE", width, pool)
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_the_estimate_is_measured_the_way_the_runner_takes_it(runner):
+    from tuner.validate import TorchBackend
+
+    backend = TorchBackend.__new__(TorchBackend)  # no decode model: the scripted runner stands in for it
+    backend.runner, backend.graphs_supported, backend._graphs, backend._primed = _PoolRunner(), True, {}, True
+    graphs = [("PIECEWISE", 8), ("PIECEWISE", 4), ("PIECEWISE", 2), ("FULL", 8), ("FULL", 4), ("FULL", 2)]
+    estimate = backend.measure_estimate(graphs, runner)
+    caps = backend.runner.captures
+    # PIECEWISE samples are captured split at attention (capture_piecewise), FULL ones whole.
+    if runner == "v2":
+        # One throwaway pool, the real order, only the two largest FULL graphs: PIECEWISE 80 + 4 + 2, FULL samples
+        # 8 and 4 (deltas: the pool already holds the PIECEWISE graphs), extrapolated as 8 + 2 x 4.
+        assert [(m, w) for _, m, w in caps] == graphs[:5] and len({p for p, _, _ in caps}) == 1
+        assert estimate == (80 + 4 + 2 + 8 + 2 * 4) * MIB
+    else:
+        # A scratch pool per mode, two graphs each: max(80, 80) + 2 x max(4, 1 MiB) per mode.
+        assert [(m, w) for _, m, w in caps] == [("PIECEWISE", 8), ("PIECEWISE", 4), ("FULL", 8), ("FULL", 4)]
+        assert len({p for p, _, _ in caps}) == 2
+        assert estimate == (80 + 2 * 4 + 2 * 4) * MIB
+
+
+def test_a_drafters_graphs_are_predicted_not_captured_and_count_in_the_fit_check(tmp_path):
+    """Validation captures and replays the target alone: the predictions held to the measurement are the target's,
+    and for the fit check the drafter's predicted graph memory joins the measured pool and its share of vLLM's
+    estimate the measured estimate. Hand-made profile (test fixture): target graphs 2 w MiB alone, 2 MiB deltas;
+    the EAGLE drafter's 0.5 MiB deltas."""
+    import dataclasses
+
+    import numpy as np
+
+    wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=12, max_num_batched_tokens=32, traffic=MIXED_TRAFFIC,
+                           speculative={"method": "eagle"})
+    path = handmade_profile(tmp_path / "profile", wl, list(range(1, 33)), standalone_bytes=lambda w: 2 * w * MIB)
+    model = CostModel.from_files(path, wl)
+    e = model.evaluate((4, 8, 16))
+    # Target: PIECEWISE 16 alone (32 MiB) + 5 deltas of 2 MiB; drafter: PIECEWISE and FULL at 4, 8, 16 after them,
+    # 0.5 MiB each.
+    assert e.graph_memory_bytes == 45 * MIB and e.drafter_graph_bytes == 3 * MIB
+    plan = plan_trace(sample_trace(wl.steps(), 200, seed=1), model.serving.dispatcher(e.capture_sizes))
+    samples = predicted_trace_step_ms(model, plan)
+    r = compare_list(model, "tuned", e, plan, samples, CaptureResult(42 * MIB), measured_estimate_bytes=42 * MIB)
+    assert (r.predicted_graph_bytes, r.drafter_graph_bytes) == (42 * MIB, 3 * MIB) and r.memory_error == 0
+    assert r.predicted_estimate_bytes == 42 * MIB and r.estimate_error == 0
+    assert r.drafter_estimate_bytes == e.graph_estimate_bytes - 42 * MIB == 3 * MIB  # V2 counts them in full
+    b = model.budget
+    assert r.kv_available_bytes == b.kv_available_bytes(45 * MIB)
+    assert r.capture_headroom_bytes == b.capture_headroom_bytes(45 * MIB, 45 * MIB)
+    assert r.predicted_drafter_step_ms == pytest.approx(e.drafter_step_ms) and e.drafter_step_ms > 0
+    assert r.predicted_trace_step_ms == pytest.approx(float(np.mean(samples)))  # the target's steps alone
+    # A deployment whose KV requirement the target's graphs alone would leave, but not with the drafter's.
+    model.budget = dataclasses.replace(b, required_kv_bytes=b.kv_available_bytes(44 * MIB))
+    tight = compare_list(model, "tuned", e, plan, samples, CaptureResult(42 * MIB), measured_estimate_bytes=42 * MIB)
+    assert not tight.fits and any("would refuse to start" in w for w in tight.warnings)
+    record = build_record(model, {"device_name": FIXTURE_DEVICE}, [], {"tuned": r}, seed=0)
+    assert any("drafter is not replayed" in n for n in record["notes"])
+    assert record["tuned"]["drafter_graph_bytes"] == 3 * MIB

@@ -71,12 +71,20 @@ class DrafterCost:
         self.pw_de = memory_curve(piecewise, "capture_delta_bytes")
         if self.piecewise_ms is None:
             self.pw_sa, self.pw_de = self.full_sa, self.full_de
-        if self.graphs(list(range(1, 9))) and self.full_ms is None:
-            raise ValueError(f"{name}: no drafter_full rows with status ok (the drafter's graphs were not measured; a "
-                             f"CPU profile?)")
-        if self.piecewise_ms is None and any(g.mode == "PIECEWISE" for g in self.graphs(list(range(1, 9)))):
+        # Which graph modes the drafter captures for lists of the profile's widths (the runner's rules).
+        modes = {g.mode for g in self.graphs(profile.widths())}
+        if "FULL" in modes and self.full_ms is None:
+            raise ValueError(f"{name}: no drafter_full rows with status ok (the drafter's FULL graphs were not "
+                             f"measured; a CPU profile?)")
+        if "PIECEWISE" in modes and self.piecewise_ms is None:
+            if self.full_ms is None:
+                raise ValueError(f"{name}: no drafter_piecewise (or drafter_full) rows with status ok (the drafter's "
+                                 f"PIECEWISE graphs were not measured; a CPU profile?)")
             notes.append(f"no drafter_piecewise rows in {name}: the drafter's PIECEWISE graphs are costed at its "
                          f"eager latency, their memory taken from its full rows")
+        if self.k > 1 and method in EAGLE_METHODS + ("draft_model",):
+            notes.append("the drafter's N-token decode passes are costed from its rows at width N, measured as steps "
+                         "of q tokens per request: their attention over N one-token requests is under-counted")
         if method == "dflash":
             notes.append("DFlash's eager context-KV precompute (the target's hidden states into the drafter's KV "
                          "cache) is not measured and not costed; it is the same under every list on V2")

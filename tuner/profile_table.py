@@ -58,7 +58,8 @@ decode step (both kept under `activation_peaks`); `compiled`: measured through t
 Profiles from `cgtune profile` since the PIECEWISE rows also carry (older ones lack them): `capture_order`
 ("piecewise-then-full": FULL deltas were read with every PIECEWISE graph in the pool; absent: FULL graphs only),
 `non_kv_cache_bytes` (vLLM's non-KV memory, breakdown in `non_kv`), `compile_s`, `eager_kernels_per_layer`
-and `noisy_widths`."""
+and `noisy_widths`; with a draft model also `drafter` ({method, shape, weights_bytes, kv_layers, runner,
+graph_modes, ...}: its weights are then inside `non_kv_cache_bytes`)."""
 
 
 class ProfileError(ValueError):

@@ -140,14 +140,16 @@ def dispatch_counts(plan: Sequence[PlannedStep]) -> dict[str, int]:
 def predicted_trace_step_ms(model: CostModel, plan: Sequence[PlannedStep]) -> list[float]:
     """The cost model's latency for each planned step (same dispatch, same widths), so measured and predicted
     means are compared on the very steps replayed and sampling noise drops out of the comparison."""
-    cache: dict[tuple[str, int], float] = {}
+    cache: dict[tuple[str, int, int], float] = {}
     out = []
     for p in plan:
-        ms = cache.get(p.key)
+        key = p.key + (p.num_tokens,)
+        ms = cache.get(key)
         if ms is None:
+            # A graph step replays the padded body, then the logits of its real tokens (as vLLM, and as replayed).
             ms = float(model.eager_ms(p.num_tokens)) if p.runtime_mode == "NONE" else \
-                float(model.graph_latency_ms(p.run_width, p.runtime_mode))
-            cache[p.key] = ms
+                float(model.graph_body_ms(p.run_width, p.runtime_mode) + model.logits_at(p.num_tokens))
+            cache[key] = ms
         out.append(ms)
     return out
 
@@ -178,13 +180,16 @@ class ReplayBackend(Protocol):
     device_name: str
     """Device the numbers come from."""
     graphs_supported: bool
-    """Whether `capture` really captures (False on a CPU: FULL steps then run the body eagerly at the padded width)."""
+    """Whether `capture` really captures (False on a CPU: graph steps then run the body eagerly at the padded width,
+    PIECEWISE ones split at attention)."""
     max_num_tokens: int | None
     """Widest step the backend can run (its static buffers and KV cache); wider trace steps are left out."""
 
     def metadata(self) -> dict[str, Any]: ...
 
     def capture(self, graphs: Sequence[tuple[str, int]]) -> CaptureResult: ...
+
+    def measure_estimate(self, graphs: Sequence[tuple[str, int]], runner: str) -> int | None: ...
 
     def time_steps(self, plan: Sequence[PlannedStep]) -> list[float]: ...
 
@@ -193,8 +198,10 @@ class ReplayBackend(Protocol):
 
 class TorchBackend:
     """The decode model of `cgtune profile` (built once) with its capture, memory and timing helpers: capture
-    a list's graphs into one pool in the given order, time each planned step with the profile's clock (CUDA events
-    around each step, one synchronize per chunk, so the host runs ahead as in serving), release the graphs."""
+    a list's graphs into one pool in the given order (FULL graphs whole, PIECEWISE ones split at every attention
+    call as the profile's piecewise rows were), time each planned step with the profile's clock (CUDA events
+    around each step, one synchronize per chunk, so the host runs ahead as in serving), release the graphs. The
+    target only: a drafter's graphs and passes are the cost model's prediction, not replayed (see compare_list)."""
 
     def __init__(self, model: DecodeModel, clock: Clock | None = None, *, chunk_steps: int = 512,
                  warmup_eager: int = 32) -> None:
@@ -214,8 +221,11 @@ class TorchBackend:
         self._primed = False
 
     def metadata(self) -> dict[str, Any]:
-        return dict(self._meta, graphs=("torch.cuda.CUDAGraph, one shared pool" if self.graphs_supported else
-                                        "none: FULL steps run the body eagerly at the padded width"),
+        return dict(self._meta, graphs=("torch.cuda.CUDAGraph, one shared pool; PIECEWISE graphs split at every "
+                                        "attention call, attention eager between the pieces"
+                                        if self.graphs_supported else
+                                        "none: graph steps run the body eagerly at the padded width (PIECEWISE ones "
+                                        "split at attention)"),
                     attention_kernel=self.model.attention_kernel, clock=type(self.runner.clock).__name__,
                     compiled=bool(getattr(self.model, "_compiled", False)))
 
@@ -240,9 +250,8 @@ class TorchBackend:
         oom = None
         try:
             for mode, width in graphs:
-                # vLLM warms each size eagerly before capturing it (lazy init, library heuristics).
-                runner.eager(width)
-                self._graphs[(mode, width)] = runner.capture(width, pool)
+                self._warm(mode, width)
+                self._graphs[(mode, width)] = self._capture_graph(mode, width, pool)
         except Exception as exc:
             if not _graphs.is_oom(exc):
                 raise
@@ -258,27 +267,93 @@ class TorchBackend:
         return CaptureResult(free_delta_bytes(before, after), nvml_delta_bytes(before, after), reserved,
                              time.perf_counter() - t0, None, len(self._graphs))
 
+    def measure_estimate(self, graphs: Sequence[tuple[str, int]], runner: str) -> int | None:
+        """vLLM's graph-memory estimate measured the way its runner takes it, in throwaway pools: V2 captures every
+        PIECEWISE graph and the two largest FULL graphs in the real order and extrapolates the FULL ones; V1 captures
+        each mode's two largest graphs into a scratch pool (`tuner.vllm.memory`). None without graphs here or when a
+        sample capture runs out of memory."""
+        from tuner.measure import graphs as _graphs
+        from tuner.measure.memory import free_delta_bytes
+        from tuner.vllm.memory import GraphCost, estimate_bytes
+
+        if not self.graphs_supported or not graphs:
+            return None if not self.graphs_supported else 0
+        if self._graphs:
+            raise RuntimeError("measure_estimate() called while a list's graphs are live; release() first")
+        runner_ = self.runner
+        if not self._primed:
+            self._prime(min(w for _, w in graphs))
+        fulls = [g for g in graphs if g[0] == "FULL"]
+        if runner == "v2":
+            sequences = [[g for g in graphs if g[0] != "FULL" or g in fulls[:2]]]
+        else:
+            sequences = [[g for g in graphs if g[0] == mode][:2] for mode in ("PIECEWISE", "FULL")]
+        measured: dict[tuple[str, int], tuple[float, float]] = {}
+        try:
+            for seq in sequences:
+                if not seq:
+                    continue
+                pool, held = runner_.new_pool(), []
+                for i, (mode, width) in enumerate(seq):
+                    self._warm(mode, width)
+                    runner_.release()
+                    before = runner_.memory()
+                    held.append(self._capture_graph(mode, width, pool))
+                    runner_.release()
+                    delta = free_delta_bytes(before, runner_.memory())
+                    if delta is None:
+                        return None
+                    measured[(mode, width)] = (float(delta), float(delta))  # first: alone; later: its delta
+                held.clear()
+                runner_.release(collect=True)
+        except Exception as exc:
+            if not _graphs.is_oom(exc):
+                raise
+            runner_.release(collect=True)
+            return None
+        costs = [GraphCost("target", m, w, *measured.get((m, w), (0.0, 0.0))) for m, w in graphs]
+        return int(round(estimate_bytes(costs, runner)))
+
     def _prime(self, width: int) -> None:
-        """An eager step and a throwaway capture before the first measured list, so one-time allocations (cuBLAS
-        handles and workspaces, the capture stream's) fall outside every list's reading, not into the first list's;
-        the profile's deltas were likewise read after its activation-peak step and first capture."""
-        self.runner.eager(width)
-        self.runner.capture(width, self.runner.new_pool())  # dropped at once; its pool goes at the next release
+        """An eager step and throwaway captures (FULL, and PIECEWISE with its split warm-up) before the first measured
+        list, so one-time allocations (cuBLAS handles and workspaces, the capture stream's, the compiled pieces'
+        kernels) fall outside every list's reading, not into the first list's; the profile's deltas were likewise
+        read after its compilation, activation-peak step and first captures."""
+        self._warm("PIECEWISE", width)
+        # Dropped at once; their pools go at the next release.
+        self._capture_graph("FULL", width, self.runner.new_pool())
+        self._capture_graph("PIECEWISE", width, self.runner.new_pool())
         self._primed = True
+
+    def _warm(self, mode: str, width: int) -> None:
+        """vLLM's eager run of a size before capturing it (lazy init, library heuristics, compiling a new shape);
+        for PIECEWISE the split step too, whose pieces are what gets captured."""
+        self.runner.eager(width)
+        if mode == "PIECEWISE":
+            self.runner.split_eager(width)
+
+    def _capture_graph(self, mode: str, width: int, pool: Any) -> Any:
+        """The graph of `mode` at `width` into `pool`: FULL the whole body, PIECEWISE one graph per piece between
+        attention calls (`StepRunner.capture_piecewise`, as the profile's piecewise rows)."""
+        if mode == "PIECEWISE":
+            return self.runner.capture_piecewise(width, pool)
+        return self.runner.capture(width, pool)
 
     def _step_fn(self, p: PlannedStep) -> Callable[[], object]:
         m = self.model
         t = p.num_tokens
-        if p.runtime_mode == "FULL" and self.graphs_supported:
-            g = self._graphs[("FULL", p.run_width)].graph
-            # vLLM replays the padded body, then computes logits eagerly for the real tokens only.
-            return lambda: (g.replay(), m.logits(m.hidden_out[:t]))[1]
+        w = p.run_width
         if p.runtime_mode == "NONE":
             return lambda: m.step(t)
-        # PIECEWISE (and FULL without graphs on a CPU): the body eagerly at the padded width. cgtune does not build
-        # vLLM's piecewise split (see tuner.measure.profile.PIECEWISE_NOTE), and the cost model costs these steps
-        # as the eager step at the padded width; the stand-in graph is still captured so its memory counts.
-        w = p.run_width
+        if self.graphs_supported:
+            # vLLM replays the padded body (PIECEWISE: the pieces, attention eager between them), then computes
+            # logits eagerly for the real tokens only.
+            g = self._graphs[(p.runtime_mode, w)]
+            replay = g.graph.replay if p.runtime_mode == "FULL" else g.replay  # FULL: one call less per step
+            return lambda: (replay(), m.logits(m.hidden_out[:t]))[1]
+        # No graphs here (a CPU): the body eagerly at the padded width, PIECEWISE steps split at attention.
+        if p.runtime_mode == "PIECEWISE":
+            return lambda: m.logits(m.split_step(w)[:t])
         return lambda: m.logits(m.forward_hidden(w)[:t])
 
     def time_steps(self, plan: Sequence[PlannedStep]) -> list[float]:
@@ -286,8 +361,8 @@ class TorchBackend:
         # Untimed runs first (allocator growth, cuBLAS heuristics): every graph width, and eager steps from the
         # widest down, at most WARMUP_EAGER of them (mixed steps take nearly every width; warming all would double
         # the trace's eager time).
-        eager = sorted((k for k in fns if k[0] != "FULL"), key=lambda k: -k[1])
-        for k in [k for k in fns if k[0] == "FULL"] + eager[:self.warmup_eager]:
+        eager = sorted((k for k in fns if k[0] == "NONE"), key=lambda k: -k[1])
+        for k in [k for k in fns if k[0] != "NONE"] + eager[:self.warmup_eager]:
             fns[k]()
         order = [fns[p.key + (p.num_tokens,)] for p in plan]
         out: list[float] = []
@@ -340,7 +415,7 @@ class ListValidation:
     num_graphs: int
     """Graphs vLLM captures for it (mixed + FULL decode)."""
     predicted_graph_bytes: int
-    """Cost model: graph memory."""
+    """Cost model: graph memory of the graphs captured here (the target's; a drafter's are `drafter_graph_bytes`)."""
     measured_graph_bytes: int | None
     """Device: free-memory delta around capturing every graph into one pool (None: not measurable, or OOM)."""
     predicted_step_ms: float
@@ -356,7 +431,7 @@ class ListValidation:
     tokens_per_s: float
     """Device: real tokens per second over the trace."""
     kv_available_bytes: int | None
-    """KV cache left with the measured graph memory (safety margin included when the prediction was exceeded)."""
+    """KV cache vLLM sizes with the measured estimate (the predicted one when it could not be measured)."""
     required_kv_bytes: int
     """KV the deployment needs."""
     dispatch: dict[str, int]
@@ -373,8 +448,21 @@ class ListValidation:
     """Memory not given back after releasing this list's graphs."""
     oom: str | None = None
     """Capture ran out of memory on the device (the list does not fit)."""
+    predicted_estimate_bytes: int = 0
+    """Cost model: vLLM's graph-memory estimate for the runner, of the graphs captured here (the target's)."""
+    measured_estimate_bytes: int | None = None
+    """Device: the estimate taken as the runner takes it (its samples in throwaway pools); None: not measured."""
+    capture_headroom_bytes: int | None = None
+    """estimate + total - requested - measured pool (safety margin included): < 0, the real capture runs out."""
     warnings: list[str] = field(default_factory=list)
     """What a user must not miss."""
+    drafter_graph_bytes: int = 0
+    """Cost model: the drafter's graphs' share of the pool; not captured here, so added to the measured pool for
+    the fit check (`predicted_graph_bytes` and `measured_graph_bytes` are the target's alone)."""
+    drafter_estimate_bytes: int = 0
+    """Cost model: the drafter's share of vLLM's estimate, added to the measured estimate for the fit check."""
+    predicted_drafter_step_ms: float = 0.0
+    """Cost model: the drafter's passes' share of `predicted_step_ms`; not replayed, so not in the trace comparison."""
 
     @property
     def memory_error(self) -> float | None:
@@ -384,15 +472,24 @@ class ListValidation:
         return self.predicted_graph_bytes / self.measured_graph_bytes - 1.0
 
     @property
+    def estimate_error(self) -> float | None:
+        """predicted estimate / measured estimate - 1."""
+        if self.measured_estimate_bytes is None or self.measured_estimate_bytes <= 0:
+            return None
+        return self.predicted_estimate_bytes / self.measured_estimate_bytes - 1.0
+
+    @property
     def latency_error(self) -> float:
         """predicted (same trace) / measured - 1."""
         return self.predicted_trace_step_ms / self.measured_step_ms - 1.0 if self.measured_step_ms > 0 else math.inf
 
     @property
     def fits(self) -> bool:
-        """The device could capture it and the KV cache keeps what is required with the measured memory."""
-        return self.oom is None and self.kv_available_bytes is not None and \
-            self.kv_available_bytes >= self.required_kv_bytes
+        """The device could capture it, vLLM's estimate leaves the required KV cache, and the measured pool fits
+        beside it."""
+        return (self.oom is None and self.kv_available_bytes is not None
+                and self.kv_available_bytes >= self.required_kv_bytes
+                and self.capture_headroom_bytes is not None and self.capture_headroom_bytes >= 0)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -410,8 +507,12 @@ class ListValidation:
             "p50_step_ms": self.p50_step_ms,
             "p99_step_ms": self.p99_step_ms,
             "tokens_per_s": self.tokens_per_s,
+            "predicted_estimate_bytes": self.predicted_estimate_bytes,
+            "measured_estimate_bytes": self.measured_estimate_bytes,
+            "estimate_error": self.estimate_error,
             "kv_available_bytes": self.kv_available_bytes,
             "required_kv_bytes": self.required_kv_bytes,
+            "capture_headroom_bytes": self.capture_headroom_bytes,
             "fits": self.fits,
             "oom": self.oom,
             "capture_s": self.capture_s,
@@ -419,14 +520,34 @@ class ListValidation:
             "dispatch": dict(self.dispatch),
             "by_graph": list(self.by_graph),
             "warnings": list(self.warnings),
+            "drafter_graph_bytes": self.drafter_graph_bytes,
+            "drafter_estimate_bytes": self.drafter_estimate_bytes,
+            "predicted_drafter_step_ms": self.predicted_drafter_step_ms,
         }
+
+
+def target_memory(model: CostModel, evaluation: Evaluation) -> tuple[int, int]:
+    """(pool, vLLM's estimate) the cost model predicts for the list's TARGET graphs alone: what validation captures.
+    The drafter's share is the rest of `evaluation`'s (0 without a draft model)."""
+    from tuner.vllm.memory import estimate_bytes, pool_bytes
+
+    costs = [g for g in model.graph_costs(evaluation.capture_sizes) if g.owner == "target"]
+    pool = int(round(pool_bytes(costs)))
+    if model.serving.engine != "vllm":  # SGLang and TensorRT-LLM make no estimate: it is the real pool
+        return pool, pool
+    return pool, int(round(estimate_bytes(costs, model.runner)))
 
 
 def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequence[PlannedStep],
                  samples_ms: Sequence[float], capture: CaptureResult, *, residual_bytes: int | None = None,
-                 margin: float = MEMORY_MARGIN) -> ListValidation:
-    """Put a list's measurements next to the model's predictions, decide whether it fits, and say loudly when
-    the measured pool exceeds the prediction by more than `margin`."""
+                 margin: float = MEMORY_MARGIN, measured_estimate_bytes: int | None = None) -> ListValidation:
+    """Put a list's measurements next to the model's predictions, decide whether it fits vLLM's two conditions
+    with the measured numbers (its estimate leaves the required KV cache; the measured pool fits beside it), and
+    say loudly when the measured pool exceeds the prediction by more than `margin`.
+
+    Only the target's graphs are captured and replayed: predictions are compared on the target's graphs alone,
+    and for the fit check the drafter's predicted graph memory is added to the measured pool and its share of
+    vLLM's estimate to the measured estimate (nothing of it was measured here)."""
     stats = step_statistics(samples_ms, plan) if samples_ms else {
         "measured_step_ms": math.nan, "p50_step_ms": math.nan, "p99_step_ms": math.nan, "tokens_per_s": math.nan}
     predicted = predicted_trace_step_ms(model, plan) if plan else []
@@ -441,34 +562,51 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
                              "measured_ms": float(np.mean([samples_ms[i] for i in idx]))})
     warnings: list[str] = []
     measured = capture.free_delta_bytes
-    kv_available = None
+    b = model.budget
+    predicted_pool, predicted_estimate = target_memory(model, evaluation)
+    drafter_pool = int(evaluation.graph_memory_bytes) - predicted_pool
+    drafter_estimate = int(evaluation.graph_estimate_bytes) - predicted_estimate
+    estimate = (measured_estimate_bytes + drafter_estimate if measured_estimate_bytes is not None
+                else evaluation.graph_estimate_bytes)
+    kv_available = headroom = None
     if capture.oom is not None:
         warnings.append(f"{name}: capture ran out of memory on the device ({capture.oom}); this list does not fit "
                         f"and is never emitted")
     elif measured is not None:
         charged = measured
-        if measured > evaluation.graph_memory_bytes * (1 + margin):
+        if measured > predicted_pool * (1 + margin):
             charged = int(measured * (1 + margin))
             warnings.append(
                 f"{name}: MEASURED GRAPH MEMORY {measured / GIB:.3f} GiB EXCEEDS THE PREDICTION "
-                f"{evaluation.graph_memory_bytes / GIB:.3f} GiB by "
-                f"{measured / max(1, evaluation.graph_memory_bytes) - 1:.1%} "
+                f"{predicted_pool / GIB:.3f} GiB by "
+                f"{measured / max(1, predicted_pool) - 1:.1%} "
                 f"(margin {margin:.0%}): the fit check charges {charged / GIB:.3f} GiB")
-        kv_available = model.budget.kv_available_bytes(charged)
-        if kv_available < model.budget.required_kv_bytes:
-            warnings.append(f"{name}: with the measured graph memory the KV cache gets {kv_available / GIB:.2f} GiB < "
-                            f"required {model.budget.required_kv_bytes / GIB:.2f} GiB: this list does not fit and is "
-                            f"never emitted")
+        charged += drafter_pool  # the drafter's graphs, not captured here, at their predicted memory
+        kv_available, headroom = model.memory_conditions(charged, estimate, evaluation.runs_as)
+        if kv_available < b.required_kv_bytes:
+            warnings.append(f"{name}: vLLM's graph-memory estimate ({estimate / GIB:.3f} GiB) leaves a KV cache of "
+                            f"{kv_available / GIB:.2f} GiB < required {b.required_kv_bytes / GIB:.2f} GiB: vLLM "
+                            f"would refuse to start; this list is never emitted")
+        if headroom < 0:
+            warnings.append(f"{name}: the measured pool ({charged / GIB:.3f} GiB) exceeds vLLM's estimate plus the "
+                            f"memory it does not request by {-headroom / GIB:.3f} GiB: the capture would run out of "
+                            f"memory; this list is never emitted")
+    if measured_estimate_bytes is not None and measured_estimate_bytes > 0:
+        err = predicted_estimate / measured_estimate_bytes - 1
+        if abs(err) > MEMORY_GOAL:
+            warnings.append(f"{name}: predicted vLLM estimate {predicted_estimate / GIB:.3f} GiB is "
+                            f"{err:+.1%} off the measured {measured_estimate_bytes / GIB:.3f} GiB (goal "
+                            f"{MEMORY_GOAL:.0%})")
     return ListValidation(
         name=name,
         capture_sizes=tuple(evaluation.capture_sizes),
         num_graphs=len(model.graphs(evaluation.capture_sizes)),
-        predicted_graph_bytes=int(evaluation.graph_memory_bytes),
+        predicted_graph_bytes=predicted_pool,
         measured_graph_bytes=measured,
         predicted_step_ms=float(evaluation.expected_step_ms),
         predicted_trace_step_ms=float(np.mean(predicted)) if predicted else math.nan,
         kv_available_bytes=kv_available,
-        required_kv_bytes=model.budget.required_kv_bytes,
+        required_kv_bytes=b.required_kv_bytes,
         dispatch=dispatch_counts(plan),
         by_graph=by_graph,
         nvml_graph_bytes=capture.nvml_delta_bytes,
@@ -476,7 +614,13 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
         capture_s=capture.capture_s,
         residual_bytes=residual_bytes,
         oom=capture.oom,
+        predicted_estimate_bytes=predicted_estimate,
+        measured_estimate_bytes=measured_estimate_bytes,
+        capture_headroom_bytes=headroom,
         warnings=warnings,
+        drafter_graph_bytes=drafter_pool,
+        drafter_estimate_bytes=drafter_estimate,
+        predicted_drafter_step_ms=float(evaluation.drafter_step_ms),
         **stats,
     )
 
@@ -512,6 +656,12 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
         plan = plan_trace(trace, dispatcher)
         if progress:
             progress(f"{name}: capturing {len(graphs)} graphs, max {sizes[-1] if sizes else 0}")
+        estimate = None
+        measure_estimate = getattr(backend, "measure_estimate", None)
+        if measure_estimate is not None and model.serving.engine == "vllm":  # only vLLM sizes KV from an estimate
+            if progress:
+                progress(f"{name}: measuring vLLM's {model.runner.upper()} graph-memory estimate")
+            estimate = measure_estimate(graphs, model.runner)
         capture = backend.capture(graphs)
         samples: list[float] = []
         if capture.oom is None:
@@ -520,7 +670,8 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
             samples = backend.time_steps(plan)
         residual = backend.release()
         out[name] = by_sizes[sizes] = compare_list(model, name, evaluation, plan, samples, capture,
-                                                   residual_bytes=residual, margin=margin)
+                                                   residual_bytes=residual, margin=margin,
+                                                   measured_estimate_bytes=estimate)
         for w in out[name].warnings:
             log.warning(w)
     return trace, out, info
@@ -568,6 +719,13 @@ def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence
         "warnings": [w for r in results.values() for w in r.warnings],
         "notes": list(notes),
     }
+    if model.drafter is not None:
+        record["notes"].append(
+            f"the {model.drafter.method} drafter is not replayed: only the target's graphs are captured and its steps "
+            f"timed, so the memory and latency errors are the target's; the drafter's passes are in the model's "
+            f"predicted_step_ms (its share: predicted_drafter_step_ms) but not in predicted_trace_step_ms, and for the "
+            f"fit check its predicted graph memory (drafter_graph_bytes) is added to the measured pool and its share "
+            f"of vLLM's estimate (drafter_estimate_bytes) to the measured estimate")
     if meta.get("device_name") != backend_meta.get("device_name"):
         record["warnings"].append(f"profile measured on {meta.get('device_name')!r}, validated on "
                                   f"{backend_meta.get('device_name')!r}: latency predictions are for another device")
@@ -814,8 +972,10 @@ def _record_trials(study: Any, model: CostModel, results: dict[str, ListValidati
         if name != "default" and r.capture_sizes == default_sizes:
             continue  # the default's measurement stands for both; one trial is enough
         evaluation = model.evaluate(r.capture_sizes)
-        measured_gib = (r.measured_graph_bytes or 0) / GIB
-        shortfall = 1.0 if r.kv_available_bytes is None else (r.required_kv_bytes - r.kv_available_bytes) / GIB
+        # The drafter's graphs are not captured in validation: their predicted bytes keep this comparable.
+        measured_gib = ((r.measured_graph_bytes or 0) + r.drafter_graph_bytes) / GIB
+        shortfall = 1.0 if r.kv_available_bytes is None or r.capture_headroom_bytes is None else max(
+            (r.required_kv_bytes - r.kv_available_bytes) / GIB, -r.capture_headroom_bytes / GIB)
         attrs = {
             "source": "gpu-validation",
             "device_name": device_name,
@@ -824,7 +984,9 @@ def _record_trials(study: Any, model: CostModel, results: dict[str, ListValidati
             "evaluation": {"capture_sizes": list(r.capture_sizes),
                            "expected_step_ms": evaluation.expected_step_ms,
                            "graph_memory_bytes": evaluation.graph_memory_bytes,
+                           "vllm_graph_estimate_bytes": evaluation.graph_estimate_bytes,
                            "kv_available_bytes": evaluation.kv_available_bytes,
+                           "capture_headroom_bytes": evaluation.capture_headroom_bytes,
                            "infeasible_reason": evaluation.why_infeasible},
             "measured": {k: v for k, v in r.as_dict().items() if k not in ("by_graph", "capture_sizes")},
         }

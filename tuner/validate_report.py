@@ -82,9 +82,11 @@ def render_section(record: dict[str, Any], *, plots_dir: str = "plots") -> str:
     lines.append(f"Emitted list: **{emitted}**." if emitted
                  else "**No list is emitted by this validation** (see the notes and warnings below).")
     lines += ["", "Step predicted above is the model's mean over the replayed steps; its expectation over the whole "
-              "distribution is in validation.json (`predicted_step_ms`). PIECEWISE steps run the model body eagerly at "
-              "the padded width (cgtune does not build vLLM's piecewise split), as the cost model assumes; their "
-              "stand-in graphs are captured so their memory counts."]
+              "distribution is in validation.json (`predicted_step_ms`). PIECEWISE steps replay the step split at "
+              "every attention call (each piece a graph, attention eager between them), as the profile's piecewise "
+              "rows were measured; FULL steps replay the whole body; both then compute logits for the real tokens. "
+              "Only the target is replayed: a drafter's passes are in the model's prediction of a step, not in this "
+              "table, and its predicted graph memory is added to the measured pool for the fit check."]
     warnings = record.get("warnings") or []
     if warnings:
         lines += ["", "**Warnings**", ""] + [f"- **{w}**" for w in warnings]

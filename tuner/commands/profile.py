@@ -11,7 +11,7 @@ from pathlib import Path
 from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
 
-__all__ = ["ProfileCommand", "summary_table"]
+__all__ = ["ProfileCommand", "drafter_table", "summary_table"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ def summary_table(rows: list, *, max_lines: int = 30) -> str:
 
     by_width: dict[int, dict[str, object]] = {}
     for r in rows:
-        by_width.setdefault(r.num_tokens, {})[r.mode] = r
+        if not r.mode.startswith("drafter_"):  # the drafter's rows have their own table (drafter_table)
+            by_width.setdefault(r.num_tokens, {})[r.mode] = r
     widths = thin_widths(list(by_width), max_lines) if by_width else []
     header = (f"{'tokens':>7} {'eager ms':>11} {'piecewise ms':>12} {'full ms':>11} {'logits ms':>10} "
               f"{'eager/full':>10} {'pw delta MiB':>12} {'full delta MiB':>14} {'full alone MiB':>14}")
@@ -68,6 +69,34 @@ def summary_table(rows: list, *, max_lines: int = 30) -> str:
     return "\n".join(lines)
 
 
+def drafter_table(rows: list, *, max_lines: int = 12) -> str:
+    """The drafter's rows per width (evenly sampled beyond `max_lines` widths): its eager pass and its graph replays,
+    and each graph mode's delta in the shared pool."""
+    from tuner.measure.profile import thin_widths
+
+    by_width: dict[int, dict[str, object]] = {}
+    for r in rows:
+        if r.mode.startswith("drafter_"):
+            by_width.setdefault(r.num_tokens, {})[r.mode.removeprefix("drafter_")] = r
+    widths = thin_widths(list(by_width), max_lines) if by_width else []
+    lines = [f"{'drafter':>7} {'eager ms':>11} {'piecewise ms':>12} {'full ms':>11} {'pw delta MiB':>12} "
+             f"{'full delta MiB':>14}"]
+
+    def lat(row: object) -> str:
+        if row is None:
+            return "-"
+        return f"{row.latency_ms:.3f}" if row.status == "ok" else row.status
+
+    for w in widths:
+        got = by_width[w]
+        lines.append(f"{w:>7} {lat(got.get('eager')):>11} {lat(got.get('piecewise')):>12} {lat(got.get('full')):>11} "
+                     f"{_mib(getattr(got.get('piecewise'), 'capture_delta_bytes', None)):>12} "
+                     f"{_mib(getattr(got.get('full'), 'capture_delta_bytes', None)):>14}")
+    if len(widths) < len(by_width):
+        lines.append(f"({len(widths)} of {len(by_width)} drafter widths shown; all are in the CSV)")
+    return "\n".join(lines)
+
+
 class ProfileCommand(Command):
     help = "measure eager vs CUDA-graph (PIECEWISE, FULL) latency and graph memory per batch width on this device"
     description = (
@@ -80,6 +109,10 @@ class ProfileCommand(Command):
         "first, one shared pool: capture_delta_bytes) and take alone (standalone_bytes); and once, vLLM's\n"
         "non-KV memory. Writes OUT/<name>.csv and OUT/<name>.json after every width; rerunning the same\n"
         "command resumes an interrupted sweep.\n\n"
+        "A workload with a draft model (speculative.drafter) gets the drafter built beside the target and its\n"
+        "rows (drafter_eager, and drafter_piecewise / drafter_full in the graph modes its runner captures it in)\n"
+        "at the sweep's widths plus, for methods whose later passes run N tokens, the candidate widths up to\n"
+        "max_num_seqs; its graphs enter the shared pool in vLLM's order (after the target's on V2).\n\n"
         "Candidates: vLLM's default grid, every uniform decode width n*q, the FULL-decode rounded widths and\n"
         "a stride grid above the 512/1024 ceiling up to min(max_num_batched_tokens, q*max_num_seqs).\n"
         "On a CPU (--device cpu) only eager and logits are measured; graph rows say `unsupported`.\n\n"
@@ -158,6 +191,7 @@ class ProfileCommand(Command):
             keep = {capture_ceiling(s.gpu_capability), s.defaults().max_size,
                     min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)}
             widths = thin_widths(widths, args.max_widths, keep=keep)
+        plan = _drafter_plan(workload, widths, explicit=args.sizes is not None, max_widths=args.max_widths)
 
         warmup, rep, min_reps = _BUDGETS[args.device]
         options = SweepOptions(
@@ -168,7 +202,7 @@ class ProfileCommand(Command):
             standalone=not args.no_standalone,
         )
         if args.dry_run:
-            return self._dry_run(args, workload, name, widths, options, compiled_step)
+            return self._dry_run(args, workload, name, widths, options, compiled_step, plan)
 
         import torch
 
@@ -176,7 +210,7 @@ class ProfileCommand(Command):
             raise UsageError("--device cuda: no CUDA device is visible (pass --device cpu to measure the eager "
                              "path on the CPU)")
         if args.device == "cpu":
-            self._check_cpu_memory(workload, max(widths))
+            self._check_cpu_memory(workload, max(widths + list(plan.widths if plan else ())))
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         try:
@@ -184,12 +218,21 @@ class ProfileCommand(Command):
                 result = profile_workload(
                     workload, args.out, widths=widths, device=args.device, compile=compiled_step, options=options,
                     name=name, command=_command_line(args), resume=not args.fresh, seed=args.seed,
-                    progress=not args.no_progress,
+                    progress=not args.no_progress, drafter_widths=list(plan.widths) if plan else None,
                 )
         except KeyboardInterrupt:
             raise KeyboardInterrupt(_interrupted(args, name, len(widths))) from None
         meta = result.metadata
         print(summary_table(result.rows))
+        drafter = meta.get("drafter")
+        if drafter:
+            print(drafter_table(result.rows))
+            layers = drafter["shape"]["num_layers"]
+            print(f"drafter: {drafter['method']} ({layers} layer{'s' * (layers != 1)}, runner {drafter['runner']}, "
+                  f"graphs {'/'.join(m.upper() for m in drafter['graph_modes']) or 'none: eager only'}) | "
+                  f"{len(result.drafter_measured)} widths measured this run, {len(drafter.get('widths_done', []))} "
+                  f"in the table | its own weights {_mib(drafter['weights_bytes'])} MiB (in the non-KV memory), "
+                  f"KV layers {drafter['kv_layers']}")
         done = len(meta["widths_done"])
         state = "complete" if result.complete else f"stopped early: {done} of {len(widths)} widths, rerun to resume"
         print(f"{meta['device_name']} | {len(result.measured)} widths measured this run, {done} in the table "
@@ -200,18 +243,21 @@ class ProfileCommand(Command):
               f"{'-' if kernels is None else f'{kernels:g}'} CUDA kernels per layer (vLLM's Llama layer: about 10-12)")
         noisy = meta.get("noisy_widths") or []
         listed = ", ".join(map(str, noisy[:8])) + (", ..." if len(noisy) > 8 else "")
-        print(f"noisy: {len(noisy)} of {done} widths have a timing with IQR/median > 5%" +
+        in_table = len(set(meta["widths_done"]) | set((drafter or {}).get("widths_done", [])))
+        print(f"noisy: {len(noisy)} of {in_table} widths have a timing with IQR/median > 5%" +
               (f" ({listed}); their medians are less certain than their digits" if noisy else ""))
         print(f"wrote {result.csv_path} and {result.csv_path.with_suffix('.json')}")
         return 0
 
     @staticmethod
     def _dry_run(args: argparse.Namespace, workload: object, name: str, widths: list[int], options: object,
-                 compiled_step: bool) -> int:
-        """The widths a run would measure and an estimate of its time; nothing measured, nothing written."""
+                 compiled_step: bool, plan: object) -> int:
+        """The widths a run would measure (the drafter's too) and an estimate of its time; nothing measured,
+        nothing written."""
         from tuner.measure.profile import estimate_sweep_s
 
-        done = _widths_done(args.out / f"{name}.csv", workload) if not args.fresh else set()
+        done, drafter_done = (_widths_done(args.out / f"{name}.csv", workload, plan) if not args.fresh
+                              else (set(), set()))
         todo = [w for w in widths if w not in done]
         shown = " ".join(map(str, widths))
         print(f"{workload.name}: {len(widths)} widths on {args.device} "
@@ -220,8 +266,20 @@ class ProfileCommand(Command):
             print(f"{len(widths) - len(todo)} of them are already in {args.out / f'{name}.csv'} and would be "
                   f"resumed, not re-measured")
         graphs = args.device == "cuda"
+        drafter_todo = [w for w in plan.widths if w not in drafter_done] if plan else []
+        if plan:
+            modes = "/".join(m.upper() for m in plan.graph_modes) or "none (eager only)"
+            extra = (f"; {len(plan.request_widths)} of them ({' '.join(map(str, plan.request_widths))}) are request "
+                     f"counts its N-token passes pad to" if plan.request_widths else "")
+            layers = plan.shape.num_layers
+            print(f"drafter ({plan.method}, {layers} layer{'s' * (layers != 1)}, runner {plan.runner}, graphs {modes}"
+                  f"{'' if graphs else ': unsupported on cpu'}): {len(plan.widths)} widths: "
+                  f"{' '.join(map(str, plan.widths))}{extra}")
+            if drafter_done:
+                print(f"{len(plan.widths) - len(drafter_todo)} drafter widths are already in the table")
         seconds, how = estimate_sweep_s(len(todo), options, graphs=graphs,
-                                        num_layers=workload.model.shape.num_layers)
+                                        num_layers=workload.model.shape.num_layers, drafter=plan,
+                                        drafter_widths=len(drafter_todo))
         print(f"estimated sweep: at least {seconds:.0f} s ({how})")
         print("dry run: nothing measured, nothing written")
         return 0
@@ -237,8 +295,9 @@ class ProfileCommand(Command):
         s = workload.serving
         shard = ShardShape.for_rank(m.shape, m.tensor_parallel_size)
         requests = -(-max_tokens // s.decode_query_len)
-        kv = m.kv_bytes_per_token() * requests * (workload.traffic.mean_context_len + s.decode_query_len)
-        need = m.weight_bytes() + kv
+        # The drafter's KV layers and weights too: its cache is as wide as the target's at most.
+        kv = workload.kv_bytes_per_token() * requests * (workload.traffic.mean_context_len + s.decode_query_len)
+        need = m.weight_bytes() + workload.drafter_weight_bytes() + kv
         try:
             have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError):
@@ -249,22 +308,38 @@ class ProfileCommand(Command):
                              f"{have / 2**30:.1f} GiB; profile it on a GPU")
 
 
-def _widths_done(csv_path: Path, workload: object) -> set[int]:
-    """Widths an earlier run of this workload finished in `csv_path` (empty if none or unreadable)."""
+def _widths_done(csv_path: Path, workload: object, plan: object = None) -> tuple[set[int], set[int]]:
+    """Widths an earlier run of this workload finished in `csv_path`, the target's and the drafter's (empty if
+    none or unreadable)."""
     from tuner.measure.profile import SWEEP_MODES
     from tuner.profile_table import ProfileError, read_profile
 
     try:
         profile = read_profile(csv_path)
     except ProfileError:
-        return set()
+        return set(), set()
     recorded = profile.metadata.get("workload")
     if not isinstance(recorded, dict) or recorded.get("hash") != workload.content_hash:
-        return set()
+        return set(), set()
     modes: dict[int, set[str]] = {}
     for r in profile.rows:
         modes.setdefault(r.num_tokens, set()).add(r.mode)
-    return {w for w, ms in modes.items() if ms >= set(SWEEP_MODES)}
+    drafter_modes = set(plan.row_modes) if plan else None
+    return ({w for w, ms in modes.items() if ms >= set(SWEEP_MODES)},
+            {w for w, ms in modes.items() if drafter_modes and ms >= drafter_modes})
+
+
+def _drafter_plan(workload: object, widths: list[int], *, explicit: bool, max_widths: int | None) -> object:
+    """The drafter's plan for a sweep of `widths` (None without a draft model): with `--sizes` exactly those widths;
+    else the sweep's plus the request counts its N-token passes pad to, thinned to `--max-widths` like the sweep."""
+    from tuner.measure.drafter import drafter_plan
+    from tuner.measure.profile import thin_widths
+
+    plan = drafter_plan(workload, widths, widths=widths if explicit else None)
+    if plan is None or explicit or max_widths is None or len(plan.request_widths) <= max_widths:
+        return plan
+    return drafter_plan(workload, widths, widths=sorted(set(widths) | set(thin_widths(plan.request_widths,
+                                                                                        max_widths))))
 
 
 def _interrupted(args: argparse.Namespace, name: str, requested: int) -> str:

@@ -1,6 +1,8 @@
-"""Everything that touches a device: the decode model, timing, memory readings, graph capture, the sweep."""
+"""Everything that touches a device: the decode model (and the drafter's), timing, memory readings, graph capture,
+the sweep."""
 
 from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape, attention_kernel
+from tuner.measure.drafter import DRAFTER_NOTE, DrafterPlan, build_drafter, drafter_plan, pool_sequence
 from tuner.measure.graphs import CapturedGraph, capture, is_oom, new_pool, release_memory, weak_ref
 from tuner.measure.kernels import count_cpu_ops, count_cuda_kernels, cuda_kernels_per_layer
 from tuner.measure.memory import (
@@ -30,12 +32,14 @@ from tuner.measure.timing import Clock, CudaEventClock, FakeClock, Measurement, 
 
 __all__ = [
     "CAPTURE_ORDER",
+    "DRAFTER_NOTE",
     "DTYPES",
     "PIECEWISE_NOTE",
     "CapturedGraph",
     "Clock",
     "CudaEventClock",
     "DecodeModel",
+    "DrafterPlan",
     "FakeClock",
     "Measurement",
     "MemorySnapshot",
@@ -48,6 +52,7 @@ __all__ = [
     "SweepOptions",
     "WallClock",
     "attention_kernel",
+    "build_drafter",
     "build_model",
     "candidate_widths",
     "capture",
@@ -57,6 +62,7 @@ __all__ = [
     "count_cuda_kernels",
     "cuda_kernels_per_layer",
     "device_metadata",
+    "drafter_plan",
     "estimate_sweep_s",
     "free_delta_bytes",
     "is_oom",
@@ -64,6 +70,7 @@ __all__ = [
     "new_pool",
     "non_kv_memory",
     "nvml_delta_bytes",
+    "pool_sequence",
     "profile_workload",
     "release_memory",
     "snapshot",

@@ -140,7 +140,8 @@ class DecodeModel:
     `split_step` runs the same step split at every attention call, as vLLM's piecewise backend splits its
     compiled graph; the sweep captures each piece as a CUDA graph (PIECEWISE). With `allocate_kv_cache=False`
     the KV cache is allocated later by `allocate_kv_cache()`, so vLLM's memory profiling, which runs before
-    vLLM allocates its KV cache, can be measured without it.
+    vLLM allocates its KV cache, can be measured without it. A speculative drafter is a DecodeModel of the
+    drafter's shape given the target's embedding and LM head (`shared_embed`, `shared_lm_head`) where it shares them.
     """
 
     def __init__(
@@ -154,6 +155,8 @@ class DecodeModel:
         device: torch.device | str = "cpu",
         seed: int = 0,
         allocate_kv_cache: bool = True,
+        shared_embed: torch.Tensor | None = None,
+        shared_lm_head: torch.Tensor | None = None,
     ) -> None:
         if max_num_tokens < 1:
             raise ValueError(f"{max_num_tokens=} must be >= 1")
@@ -178,13 +181,25 @@ class DecodeModel:
             # 1/sqrt(fan_in) keeps activations O(1) through the layers, so bf16 stays finite and comparable.
             return t.normal_(0.0, 1.0 / math.sqrt(fan_in), generator=gen)
 
+        for what, tensor in (("shared_embed", shared_embed), ("shared_lm_head", shared_lm_head)):
+            if tensor is not None and (tuple(tensor.shape) != (s.vocab_size, s.hidden_size) or tensor.dtype != dtype
+                                       or tensor.device.type != self.device.type):
+                raise ValueError(f"{what}: {tuple(tensor.shape)} {tensor.dtype} on {tensor.device} must be "
+                                 f"({s.vocab_size}, {s.hidden_size}) {dtype} on {self.device}")
         with torch.no_grad():
-            self.embed = make((s.vocab_size, s.hidden_size), 1)
+            # A drafter that shares the target's embedding or LM head holds the target's tensor, not a copy: vLLM
+            # deletes the duplicate after loading, so the memory is the target's alone.
+            self.embed = make((s.vocab_size, s.hidden_size), 1) if shared_embed is None else shared_embed
             self.max_requests = -(-max_num_tokens // decode_query_len)
             cache_len = context_len + decode_query_len
             self.layers = [_Layer(s, make) for _ in range(s.num_layers)]
             self.final_norm = make((s.hidden_size,), None)
-            self.lm_head = self.embed if s.tie_word_embeddings else make((s.vocab_size, s.hidden_size), s.hidden_size)
+            if s.tie_word_embeddings:
+                self.lm_head = self.embed
+            else:
+                self.lm_head = (make((s.vocab_size, s.hidden_size), s.hidden_size) if shared_lm_head is None
+                                else shared_lm_head)
+            self._shared = tuple(t for t in (shared_embed, shared_lm_head) if t is not None)
 
             inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim))
             angles = torch.outer(torch.arange(cache_len, dtype=torch.float32), inv_freq)
@@ -225,11 +240,14 @@ class DecodeModel:
 
     # ------------------------------------------------------------------ sizes
     def weights(self) -> list[torch.Tensor]:
+        """Parameters this model holds itself (a tensor shared with another model, given as `shared_embed` or
+        `shared_lm_head`, is that model's)."""
         ws = [self.embed, self.final_norm] + [w for layer in self.layers for w in layer.weights()]
-        return ws if self.shard.tie_word_embeddings else ws + [self.lm_head]
+        ws = ws if self.shard.tie_word_embeddings else ws + [self.lm_head]
+        return [w for w in ws if not any(w is t for t in self._shared)]
 
     def weight_bytes(self) -> int:
-        """Bytes of parameters this rank holds."""
+        """Bytes of parameters this rank holds (shared tensors excluded)."""
         return sum(w.numel() * w.element_size() for w in self.weights())
 
     def kv_cache_bytes(self) -> int:

@@ -20,6 +20,7 @@ from tuner import candidates as _candidates
 from tuner.measure import graphs as _graphs
 from tuner.measure import piecewise as _piecewise
 from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape
+from tuner.measure.drafter import DrafterPlan, build_drafter, drafter_plan, pool_sequence
 from tuner.measure.kernels import cuda_kernels_per_layer
 from tuner.measure.memory import (
     MemorySnapshot,
@@ -245,31 +246,46 @@ class ProfileResult:
     """Widths measured by this run (resumed widths excluded)."""
     complete: bool = True
     """False when `max_seconds` stopped the sweep early."""
+    drafter_measured: list[int] = field(default_factory=list)
+    """Widths of the drafter's rows measured by this run (resumed widths excluded)."""
 
 
-def estimate_sweep_s(num_widths: int, options: SweepOptions, *, graphs: bool, num_layers: int) -> tuple[float, str]:
+def estimate_sweep_s(num_widths: int, options: SweepOptions, *, graphs: bool, num_layers: int,
+                     drafter: DrafterPlan | None = None, drafter_widths: int = 0) -> tuple[float, str]:
     """Seconds a sweep of `num_widths` new widths takes at least, and how that is reckoned: every timed mode
     (eager and logits; with graphs also piecewise and full) spends its warm-up and repetition budgets, and every
     graph capture (num_layers + 1 pieces and one full graph per width, twice with standalone captures) is counted
-    at ASSUMED_CAPTURE_S. Steps slower than rep_ms / min_reps, warm-up steps, compilation and model set-up come
+    at ASSUMED_CAPTURE_S; with a `drafter`, its `drafter_widths` new widths likewise (its eager pass, and with
+    graphs its graph modes). Steps slower than rep_ms / min_reps, warm-up steps, compilation and model set-up come
     on top: an estimate, not a measurement."""
+    budget_s = (options.warmup_ms + options.rep_ms) / 1e3
+    copies = 2 if options.standalone else 1
     modes = 4 if graphs else 2
-    timing_s = num_widths * modes * (options.warmup_ms + options.rep_ms) / 1e3
-    captures = num_widths * (num_layers + 2) * (2 if options.standalone else 1) if graphs else 0
+    timed = num_widths * modes
+    captures = num_widths * (num_layers + 2) * copies if graphs else 0
+    how = f"{num_widths} widths x {modes} timed modes"
+    if drafter is not None and drafter_widths:
+        drafter_modes = drafter.graph_modes if graphs else ()
+        timed += drafter_widths * (1 + len(drafter_modes))
+        per_width = sum(drafter.shape.num_layers + 1 if m == "piecewise" else 1 for m in drafter_modes)
+        captures += drafter_widths * per_width * copies
+        how += f" + {drafter_widths} drafter widths x {1 + len(drafter_modes)}"
+    timing_s = timed * budget_s
     capture_s = captures * ASSUMED_CAPTURE_S
-    how = (f"{num_widths} widths x {modes} timed modes x {options.warmup_ms:g}+{options.rep_ms:g} ms budgets = "
-           f"{timing_s:.0f} s")
-    if graphs:
+    how += f" x {options.warmup_ms:g}+{options.rep_ms:g} ms budgets = {timing_s:.0f} s"
+    if captures:
         how += f", + {captures} graph captures at an assumed {ASSUMED_CAPTURE_S * 1e3:g} ms = {capture_s:.0f} s"
     how += "; compilation, set-up and steps slower than their budget come on top"
     return timing_s + capture_s, how
 
 
-def _resume(out_dir: Path, name: str, meta: dict[str, Any]) -> tuple[dict[int, list[ProfileRow]], dict[str, Any]]:
-    """Rows of widths finished by an earlier run of the same measurement; ValueError if it measured another."""
+def _resume(out_dir: Path, name: str, meta: dict[str, Any], drafter_modes: Sequence[str] = ()
+            ) -> tuple[dict[int, list[ProfileRow]], dict[int, list[ProfileRow]], dict[str, Any]]:
+    """Rows of the target's widths and of the drafter's (`drafter_modes`: the row modes a finished drafter width has)
+    finished by an earlier run of the same measurement, and its metadata; ValueError if it measured another."""
     csv_path = out_dir / f"{name}.csv"
     if not csv_path.exists():
-        return {}, {}
+        return {}, {}, {}
     try:
         old = read_profile(csv_path)
     except ProfileError as exc:
@@ -283,10 +299,13 @@ def _resume(out_dir: Path, name: str, meta: dict[str, Any]) -> tuple[dict[int, l
             raise ValueError(f"{csv_path}: was measured with {key}={then!r}, this run has {now!r}; "
                              "pass --fresh to overwrite or choose another --out")
     by_width: dict[int, list[ProfileRow]] = {}
+    drafter_by_width: dict[int, list[ProfileRow]] = {}
     for row in old.rows:
-        by_width.setdefault(row.num_tokens, []).append(row)
+        (drafter_by_width if row.mode.startswith(_DRAFTER) else by_width).setdefault(row.num_tokens, []).append(row)
     done = {w: rows for w, rows in by_width.items() if {r.mode for r in rows} >= set(SWEEP_MODES)}
-    return done, old.metadata
+    drafter_done = ({w: rows for w, rows in drafter_by_width.items() if {r.mode for r in rows} >= set(drafter_modes)}
+                    if drafter_modes else {})
+    return done, drafter_done, old.metadata
 
 
 def profile_workload(
@@ -303,16 +322,25 @@ def profile_workload(
     seed: int = 0,
     progress: bool = True,
     runner_factory: Callable[[DecodeModel], StepRunner] = StepRunner,
+    drafter_widths: Sequence[int] | None = None,
 ) -> ProfileResult:
     """Measure `widths` (default: `candidate_widths`) of the workload on `device` and write
     `out_dir/<name>.csv` and `.json` after every width. `compile` (default: unless the workload sets
     `serving.enforce_eager`) runs the model through torch.compile, compiled once before the first width.
 
-    Before the widths: vLLM's non-KV memory (its profiling step), the eager step's kernels per layer, the
-    activation peaks. Then vLLM's capture order into one shared pool: every PIECEWISE step largest first, then
-    every FULL graph largest first, each width also captured alone in a fresh pool (`options.standalone`); then,
-    largest first, eager, PIECEWISE replay, FULL replay and the LM head alone timed back to back with every graph
-    resident. An out-of-memory width is marked `oom` in that mode and the sweep goes on with smaller ones."""
+    A workload with a draft model gets its drafter built beside the target (`tuner.measure.drafter`: random
+    weights, its own KV cache, the target's embedding and LM head where vLLM shares them), measured at
+    `drafter_widths` (default: `drafter_plan`'s) in the graph modes its runner captures it in; `runner_factory`
+    makes the drafter's runner too, device actions (pools, memory readings) go through the target's.
+
+    Before the widths: vLLM's non-KV memory (its profiling step; the drafter's weights and pass included, as
+    vLLM loads and profiles it in the same block), the eager step's kernels per layer, the activation peaks.
+    Then vLLM's capture order into one shared pool: every PIECEWISE step largest first, then every FULL graph
+    largest first, the drafter's graphs after them (V2) or each beside the target's PIECEWISE step of its width
+    (V1), each width also captured alone in a fresh pool (`options.standalone`); then, largest first, eager,
+    PIECEWISE replay, FULL replay and the LM head alone timed back to back with every graph resident, and the
+    drafter's rows of the same width after them. An out-of-memory width is marked `oom` in that mode and the
+    sweep goes on with smaller ones."""
     options = options or SweepOptions()
     out_dir = Path(out_dir)
     name = name or workload.name
@@ -321,6 +349,8 @@ def profile_workload(
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("no CUDA device is visible; pass --device cpu to measure the eager path on the CPU")
     requested = validate_sizes(widths, workload) if widths is not None else candidate_widths(workload)
+    plan = drafter_plan(workload, requested,
+                        widths=None if drafter_widths is None else validate_sizes(drafter_widths, workload))
     started = time.perf_counter()
     meta: dict[str, Any] = {
         **device_metadata(dev),
@@ -335,24 +365,42 @@ def profile_workload(
         "command": command,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    done, old_meta = _resume(out_dir, name, meta) if resume else ({}, {})
+    done, drafter_done, old_meta = _resume(out_dir, name, meta, plan.row_modes if plan else ()) if resume else \
+        ({}, {}, {})
     dropped = sorted(set(old_meta.get("widths_requested") or done) - set(requested))
+    if plan is not None and not dropped:
+        old_drafter = old_meta.get("drafter") if isinstance(old_meta.get("drafter"), dict) else {}
+        dropped = sorted(set(old_drafter.get("widths_requested") or drafter_done) - set(plan.widths))
     if dropped:
         # Capture deltas only add up within one width list; resuming may add widths, never drop them.
         raise ValueError(f"{out_dir / name}.csv: was measured with widths this run does not ask for "
                          f"({', '.join(map(str, dropped[:5]))}{', ...' if len(dropped) > 5 else ''}); "
                          "pass --fresh to overwrite or choose another --out/--name")
     pending = [w for w in sorted(requested, reverse=True) if w not in done]
+    drafter_pending = [w for w in sorted(plan.widths, reverse=True) if w not in drafter_done] if plan else []
 
     # vLLM's memory profiling starts from a snapshot taken once CUDA is up and before the weights exist (after a
     # collection, so garbage freed later cannot make the reading smaller).
     _graphs.release_memory(dev, collect=True)
     baseline = snapshot(dev)
     model = build_model(workload, max(requested), dev, seed=seed, allocate_kv_cache=False)
+    # vLLM loads the drafter in the same memory-profiled block as the target, so its weights are non-KV memory.
+    drafter = None if plan is None else build_drafter(workload, plan, model, max(plan.widths), seed=seed + 2,
+                                                      allocate_kv_cache=False)
     runner = runner_factory(model)
-    kv_taken = _allocate_kv_cache(runner, model)
-    compile_s = _compile(runner, requested) if compile else None
+    drafter_runner = None if drafter is None else runner_factory(drafter)
+    kv_taken = _allocate_kv_cache(runner, model, drafter)
+    compile_s = None
+    if compile:
+        model.compile()
+        compile_s = _compile(runner, requested)
+        if drafter_runner is not None and drafter is not None:
+            drafter.compile()
+            compile_s += _compile(drafter_runner, plan.widths, pieces="piecewise" in plan.graph_modes,
+                                  what="drafter's pass")
     measurements: dict[str, Any] = dict(old_meta.get("measurements", {}))
+    old_drafter_meta = old_meta.get("drafter") if isinstance(old_meta.get("drafter"), dict) else {}
+    drafter_measurements: dict[str, Any] = dict(old_drafter_meta.get("measurements", {})) if plan else {}
     meta.update(
         weights_bytes=model.weight_bytes(),
         kv_cache_bytes=model.kv_cache_bytes(),
@@ -370,43 +418,58 @@ def profile_workload(
         widths_requested=requested,
         first_created_at=old_meta.get("first_created_at", old_meta.get("created_at", meta["created_at"])),
     )
-    meta.update(_non_kv(runner, workload, baseline, kv_taken))
+    if plan is not None:
+        meta["drafter"] = plan.metadata(drafter)
+    meta.update(_non_kv(runner, workload, baseline, kv_taken, drafter))
     meta.update(_activation_peaks(runner, workload, max(requested)))
     if dev.type == "cuda":
         meta["free_memory_bytes"] = runner.memory().free_bytes
 
     rows: dict[int, list[ProfileRow]] = dict(done)
+    drafter_rows: dict[int, list[ProfileRow]] = dict(drafter_done)
     previous_sweep_s = float(old_meta.get("sweep_s") or 0.0)
     csv_path = out_dir / f"{name}.csv"
 
     def write(complete: bool) -> Path:
-        if not rows:  # stopped before the first width: an empty table is not a profile
+        if not rows and not drafter_rows:  # stopped before the first width: an empty table is not a profile
             return csv_path
+        if plan is not None:
+            meta["drafter"].update(measurements=drafter_measurements, widths_done=sorted(drafter_rows))
+        noisy = set(_noisy_widths(measurements, rows)) | set(_noisy_widths(drafter_measurements, drafter_rows))
         meta.update(measurements=measurements, widths_done=sorted(rows), complete=complete,
-                    noisy_widths=_noisy_widths(measurements, rows),
-                    sweep_s=previous_sweep_s + (time.perf_counter() - started))
-        return write_profile(out_dir, name, [r for rs in rows.values() for r in rs], meta)
+                    noisy_widths=sorted(noisy), sweep_s=previous_sweep_s + (time.perf_counter() - started))
+        return write_profile(out_dir, name, [r for table in (rows, drafter_rows) for rs in table.values() for r in rs],
+                             meta)
 
-    sweep = _Sweep(runner, options, started, oom_floor={})
+    sweep = _Sweep(runner, options, started, oom_floor={}, drafter_runner=drafter_runner, plan=plan)
     measured: list[int] = []
+    drafter_measured: list[int] = []
     complete = True
     try:
-        if runner.graphs_supported and pending:
-            pending = sweep.capture_all(pending, done)
-            complete = len(pending) == len([w for w in requested if w not in done])
-        bar = _progress(len(pending), name, enabled=progress)
+        drafter_graphs = bool(drafter_pending and plan and plan.graph_modes)
+        if runner.graphs_supported and (pending or drafter_graphs):
+            asked = len(pending) + len(drafter_pending)
+            pending, drafter_pending = sweep.capture_all(pending, done, drafter_pending, drafter_done)
+            complete = len(pending) + len(drafter_pending) == asked
+        order = sorted(set(pending) | set(drafter_pending), reverse=True)
+        bar = _progress(len(order), name, enabled=progress)
         try:
-            for w in pending:
+            for w in order:
                 # With graphs, `capture_all` already kept only the widths the time allows: their graphs are made.
                 over = options.max_seconds is not None and time.perf_counter() - started > options.max_seconds
                 if over and not runner.graphs_supported:
                     complete = False
                     log.warning("stopped after %.0f s with %d of %d widths left; rerun the same command to resume",
-                                time.perf_counter() - started, len(pending) - len(measured), len(requested))
+                                time.perf_counter() - started, len(order) - len(set(measured) | set(drafter_measured)),
+                                len(set(requested) | set(plan.widths if plan else ())))
                     break
                 bar.set_postfix_str(f"{w} tokens")
-                rows[w], measurements[str(w)] = sweep.time_width(w)
-                measured.append(w)
+                if w in pending:
+                    rows[w], measurements[str(w)] = sweep.time_width(w)
+                    measured.append(w)
+                if w in drafter_pending:
+                    drafter_rows[w], drafter_measurements[str(w)] = sweep.time_drafter_width(w)
+                    drafter_measured.append(w)
                 write(complete=False)
                 bar.update(1)
         finally:
@@ -418,13 +481,15 @@ def profile_workload(
             kernels["num_tokens"] = kernel_width
             meta.update(eager_kernels_per_layer=kernels["per_layer"], eager_kernels=kernels)
     finally:
-        complete = complete and len(measured) == len(pending)
+        complete = complete and len(measured) == len(pending) and len(drafter_measured) == len(drafter_pending)
         csv_path = write(complete=complete)
         sweep.graphs.clear()
         sweep.restored.clear()
         runner.release()
-    all_rows = sorted((r for rs in rows.values() for r in rs), key=lambda r: (r.num_tokens, MODES.index(r.mode)))
-    return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete)
+    all_rows = sorted((r for table in (rows, drafter_rows) for rs in table.values() for r in rs),
+                      key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+    return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete,
+                         drafter_measured=drafter_measured)
 
 
 def _noisy_widths(measurements: dict[str, Any], rows: dict[int, list[ProfileRow]]) -> list[int]:
@@ -434,56 +499,73 @@ def _noisy_widths(measurements: dict[str, Any], rows: dict[int, list[ProfileRow]
     return sorted(noisy & set(rows))
 
 
-def _allocate_kv_cache(runner: StepRunner, model: DecodeModel) -> int | None:
-    """Allocate the static KV cache; returns the device memory that took (its free-memory drop, None off CUDA),
-    which vLLM's non-KV memory must not include: vLLM allocates its KV cache after profiling."""
+def _allocate_kv_cache(runner: StepRunner, model: DecodeModel, drafter: DecodeModel | None = None) -> int | None:
+    """Allocate the static KV cache (the target's and the drafter's); returns the device memory that took (its
+    free-memory drop, None off CUDA), which vLLM's non-KV memory must not include: vLLM allocates its KV cache
+    after profiling."""
     runner.release()
     before = runner.memory()
     model.allocate_kv_cache()
+    if drafter is not None:
+        drafter.allocate_kv_cache()
     after = runner.memory()
     return free_delta_bytes(before, after)
 
 
-def _compile(runner: StepRunner, widths: Sequence[int]) -> float:
+def _compile(runner: StepRunner, widths: Sequence[int], *, pieces: bool = True, what: str = "step") -> float:
     """Compile once, before the first width, as vLLM compiles before it captures: the widest step, the PIECEWISE
     pieces too where graphs will be captured, and width 1 if measured (the token count is unbacked, so no
     compilation of its own is expected; a torch that specialized it would pay for it here, not inside a width).
     Returns the seconds spent (compilation and one run of each). An out-of-memory run is left to the sweep, which
     marks that width."""
-    log.info("compiling the step%s with torch.compile", " and its PIECEWISE pieces" if runner.graphs_supported else "")
+    pieces = pieces and runner.graphs_supported
+    log.info("compiling the %s%s with torch.compile", what, " and its PIECEWISE pieces" if pieces else "")
     t0 = time.perf_counter()
     for w in sorted({max(widths)} | ({1} & set(widths)), reverse=True):
         _attempt(runner, lambda: runner.eager(w))
-        if runner.graphs_supported:
+        if pieces:
             _attempt(runner, lambda: runner.split_eager(w))
     runner.release()
     return round(time.perf_counter() - t0, 3)
 
 
-def _non_kv(runner: StepRunner, workload: Workload, baseline: MemorySnapshot, kv_taken: int | None
-            ) -> dict[str, Any]:
+def _non_kv(runner: StepRunner, workload: Workload, baseline: MemorySnapshot, kv_taken: int | None,
+            drafter: DecodeModel | None = None) -> dict[str, Any]:
     """vLLM's non-KV memory (`non_kv_cache_bytes`, breakdown in `non_kv`): the drop in free device memory from the
     baseline (CUDA up, no weights) to after vLLM's profiling step, max_num_batched_tokens over max_num_seqs
     requests, plus its transient peak headroom. The KV cache, allocated in between (the decode steps compiled
-    before need it), is excluded by subtracting its own free-memory drop. None off CUDA."""
+    before need it), is excluded by subtracting its own free-memory drop. A drafter's weights and buffers count
+    (vLLM loads it in the same block), and its pass over the same tokens runs in the profiling step after the
+    target's (vLLM's profile run drafts too). None off CUDA."""
     s = workload.serving
     tokens, requests = s.max_num_batched_tokens, min(s.max_num_seqs, s.max_num_batched_tokens)
-    ok, reading, message = _attempt(runner, lambda: runner.profile_memory(
-        lambda: runner.model.profile_run(tokens, requests)))
+
+    def profile_step() -> None:
+        runner.model.profile_run(tokens, requests)
+        if drafter is not None:
+            drafter.profile_run(tokens, requests)
+
+    ok, reading, message = _attempt(runner, lambda: runner.profile_memory(profile_step))
     if message:
         log.warning("vLLM's profiling step ran out of memory; non_kv_cache_bytes left empty: %s", message)
     runner.release(collect=True)  # as vLLM collects and empties the cache before its after-profiling reading
     after = runner.memory()
-    model = runner.model
+    models = [runner.model] + ([drafter] if drafter is not None else [])
     breakdown = None
     if ok and reading is not None:
         breakdown = non_kv_memory(baseline, after, kv_cache_bytes=kv_taken, peak_allocated_bytes=reading[0],
-                                  allocated_after_bytes=reading[1], weights_bytes=model.weight_bytes(),
-                                  persistent_buffers_bytes=model.persistent_buffer_bytes())
+                                  allocated_after_bytes=reading[1],
+                                  weights_bytes=sum(m.weight_bytes() for m in models),
+                                  persistent_buffers_bytes=sum(m.persistent_buffer_bytes() for m in models))
     if breakdown is not None:
         breakdown.update(profile_run_tokens=tokens, profile_run_requests=requests,
                          kv_cache="allocated before the profiling step (compiled decode steps need it); its own "
                                   "free-memory drop is subtracted")
+        if drafter is not None:
+            breakdown.update(drafter_weights_bytes=drafter.weight_bytes(),
+                             drafter="the drafter's own weights and buffers are in weights_bytes and "
+                                     "persistent_buffers_bytes (shared embedding/LM head counted once); its pass "
+                                     "over the same tokens ran in the profiling step")
     return {"non_kv_cache_bytes": breakdown["non_kv_cache_bytes"] if breakdown else None, "non_kv": breakdown}
 
 
@@ -541,13 +623,24 @@ def _attempt(runner: StepRunner, fn: Callable[[], Any]) -> tuple[bool, Any, str 
 
 
 _GRAPH_MODES = ("piecewise", "full")  # vLLM's capture order
+_DRAFTER = "drafter_"  # the prefix of the drafter's row modes
+
+
+def _base(mode: str) -> str:
+    """What a mode runs, whoever's model it is: `piecewise` for `drafter_piecewise`."""
+    return mode.removeprefix(_DRAFTER)
 
 
 class _Sweep:
-    """One run's captures and timings: the graphs it holds, what each capture read, where memory ran out."""
+    """One run's captures and timings: the graphs it holds, what each capture read, where memory ran out. Modes are
+    the profile's row modes; `drafter_*` ones run on the drafter's runner, device actions (pools, memory readings,
+    releases) always go through the target's."""
 
-    def __init__(self, runner: StepRunner, options: SweepOptions, started: float, oom_floor: dict[str, int]) -> None:
+    def __init__(self, runner: StepRunner, options: SweepOptions, started: float, oom_floor: dict[str, int], *,
+                 drafter_runner: StepRunner | None = None, plan: DrafterPlan | None = None) -> None:
         self.runner = runner
+        self.drafter_runner = drafter_runner
+        self.plan = plan
         self.options = options
         self.started = started
         self.oom_floor = oom_floor
@@ -558,88 +651,121 @@ class _Sweep:
         """Graphs of widths an earlier run finished, re-captured (untimed) so the pool looks as in one sweep."""
         self.details: dict[int, dict[str, Any]] = {}
         """width -> readings for the metadata's `measurements`."""
+        self.drafter_details: dict[int, dict[str, Any]] = {}
+        """width -> the drafter's readings, for the metadata's `drafter.measurements`."""
         self.captures: dict[tuple[str, int], dict[str, Any]] = {}
         """(mode, width) -> capture_delta_bytes, standalone_bytes, capture_s of a capture (or its attempt)."""
         self.seconds: dict[int, float] = {}
         """width -> seconds spent capturing it (warm-ups included)."""
 
+    def _runner(self, mode: str) -> StepRunner:
+        if mode.startswith(_DRAFTER):
+            assert self.drafter_runner is not None
+            return self.drafter_runner
+        return self.runner
+
+    def _detail(self, mode: str, w: int) -> dict[str, Any]:
+        return (self.drafter_details if mode.startswith(_DRAFTER) else self.details).setdefault(w, {})
+
     def _out_of_time(self, captured: int) -> bool:
         """Whether capturing one more width would leave `max_seconds` too short to finish the `captured` ones and
         it: each still needs its FULL captures (counted at its PIECEWISE capture time, which has more graphs) and
-        four timed modes at their budgets."""
+        four timed modes at their budgets; with a drafter also its timed modes, and on V2 (where its graphs come
+        after all the target's) its captures, assumed to take the target's time scaled by its share of layers."""
         limit = self.options.max_seconds
         if limit is None:
             return False
         per_capture_s = sum(self.seconds.values()) / max(1, len(self.seconds))
-        per_width_s = per_capture_s + 4 * (self.options.warmup_ms + self.options.rep_ms) / 1e3
+        timed_modes = 4
+        if self.plan is not None:
+            timed_modes += len(self.plan.row_modes)
+            if self.plan.graph_modes and self.plan.runner == "v2":
+                per_capture_s *= 1 + self.plan.shape.num_layers / max(1, len(self.runner.model.layers))
+        per_width_s = per_capture_s + timed_modes * (self.options.warmup_ms + self.options.rep_ms) / 1e3
         elapsed = time.perf_counter() - self.started
         return elapsed + per_capture_s + (captured + 1) * per_width_s > limit
 
     def _oom(self, mode: str, w: int, message: str | None) -> None:
         self.oom_floor[mode] = min(self.oom_floor.get(mode, w), w)
-        self.details.setdefault(w, {})[f"{mode}_oom"] = message
+        self._detail(mode, w)[f"{_base(mode)}_oom"] = message
 
     def _blocked(self, mode: str, w: int) -> bool:
         return w >= self.oom_floor.get(mode, math.inf)
 
-    def capture_all(self, pending: list[int], done: dict[int, list[ProfileRow]]) -> list[int]:
-        """Every pending width's graphs in vLLM's order, into one shared pool: all PIECEWISE largest first, then
-        all FULL largest first; widths an earlier run finished are re-captured (untimed) in their places. Returns
-        the pending widths to time: all of them, or the widths captured before `max_seconds` ran out."""
+    def capture_all(self, pending: list[int], done: dict[int, list[ProfileRow]], drafter_pending: Sequence[int] = (),
+                    drafter_done: dict[int, list[ProfileRow]] | None = None) -> tuple[list[int], list[int]]:
+        """Every pending width's graphs in vLLM's order, into one shared pool (`pool_sequence`): the target's PIECEWISE
+        largest first, then its FULL largest first, and the drafter's after all of them (V2) or each right after the
+        target's PIECEWISE graph of its width (V1); graphs of widths an earlier run finished are re-captured (untimed)
+        in their places. Returns the target and drafter widths to time: all pending ones, or, when `max_seconds` runs
+        out while the target's PIECEWISE graphs are captured, those above the width it ran out at."""
         runner = self.runner
+        drafter_done = drafter_done or {}
+        plan = self.plan
+        drafter_modes = plan.graph_modes if plan is not None and self._drafter_graphs_supported() else ()
+        drafter_widths = set(drafter_done) | set(drafter_pending) if drafter_modes else set()
+        sequence = pool_sequence(plan.runner if plan is not None else "v2", set(done) | set(pending), _GRAPH_MODES,
+                                 drafter_widths, drafter_modes)
         pool = runner.new_pool()
-        order = sorted(set(done) | set(pending), reverse=True)
-        if done:
-            log.info("resuming: %d widths already measured; re-capturing their graphs into the shared pool", len(done))
-        for mode in _GRAPH_MODES:
-            log.info("capturing the %s graphs of %d widths, largest first, into the shared pool", mode.upper(),
-                     len(pending))
-            captured: list[int] = []
-            for w in order:
-                if w in done:
-                    if any(r.mode == mode and r.status == "ok" for r in done[w]):
-                        ok, graph, _ = _attempt(runner, lambda: self._warm_and_capture(mode, w, pool))
-                        if ok:
-                            self.restored.append(graph)
-                    continue
-                if w not in pending:
-                    continue
-                if mode == "piecewise" and captured and self._out_of_time(len(captured)):
-                    log.warning("max_seconds would run out: timing the %d widths whose PIECEWISE graphs are captured, "
-                                "the other %d are left for a rerun", len(captured), len(pending) - len(captured))
-                    pending = captured
-                    break
-                t0 = time.perf_counter()
-                self._capture(mode, w, pool)
-                self.seconds[w] = self.seconds.get(w, 0.0) + time.perf_counter() - t0
+        if done or drafter_done:
+            log.info("resuming: %d widths already measured; re-capturing their graphs into the shared pool",
+                     len(set(done) | set(drafter_done)))
+        log.info("capturing the graphs of %d widths%s in vLLM's order into the shared pool", len(pending),
+                 f" and of the drafter's {len(drafter_pending)}" if drafter_modes else "")
+        kept, kept_drafter = set(pending), set(drafter_pending)
+        captured: list[int] = []
+        for owner, base, w in sequence:
+            mode = base if owner == "target" else _DRAFTER + base
+            finished = done if owner == "target" else drafter_done
+            if w in finished:
+                if any(r.mode == mode and r.status == "ok" for r in finished[w]):
+                    ok, graph, _ = _attempt(runner, lambda: self._warm_and_capture(mode, w, pool))
+                    if ok:
+                        self.restored.append(graph)
+                continue
+            if w not in (kept if owner == "target" else kept_drafter):
+                continue
+            if owner == "target" and mode == "piecewise" and captured and self._out_of_time(len(captured)):
+                log.warning("max_seconds would run out: timing the %d widths whose PIECEWISE graphs are captured, "
+                            "the other %d are left for a rerun", len(captured), len(pending) - len(captured))
+                kept = set(captured)
+                kept_drafter = {x for x in kept_drafter if x > w}  # the drafter's widths above the cut, as the target's
+                continue
+            t0 = time.perf_counter()
+            self._capture(mode, w, pool)
+            self.seconds[w] = self.seconds.get(w, 0.0) + time.perf_counter() - t0
+            if owner == "target" and mode == "piecewise":
                 captured.append(w)
-        return pending
+        return [w for w in pending if w in kept], [w for w in drafter_pending if w in kept_drafter]
+
+    def _drafter_graphs_supported(self) -> bool:
+        return self.drafter_runner is not None and self.drafter_runner.graphs_supported
 
     def _warm_and_capture(self, mode: str, w: int, pool: Any) -> Any:
         # vLLM runs each size eagerly before capturing it (lazy initialisation, library heuristics, compilation of
         # a new shape), outside the capture.
-        runner = self.runner
-        runner.eager(w)
-        if mode == "piecewise":
-            runner.split_eager(w)
-            return runner.capture_piecewise(w, pool)
-        return runner.capture(w, pool)
+        r = self._runner(mode)
+        r.eager(w)
+        if _base(mode) == "piecewise":
+            r.split_eager(w)
+            return r.capture_piecewise(w, pool)
+        return r.capture(w, pool)
 
     def _capture(self, mode: str, w: int, shared_pool: Any) -> None:
         """Width `w` in `mode`: alone in a fresh pool (standalone_bytes), then into the shared pool (the delta)."""
-        runner = self.runner
-        detail = self.details.setdefault(w, {})
+        runner, r, base = self.runner, self._runner(mode), _base(mode)
+        eager_mode = "drafter_eager" if mode.startswith(_DRAFTER) else "eager"
+        detail = self._detail(mode, w)
         info: dict[str, Any] = {}
         self.captures[(mode, w)] = info
-        if self._blocked("eager", w) or self._blocked(mode, w):
+        if self._blocked(eager_mode, w) or self._blocked(mode, w):
             return
-        ok, _, message = _attempt(runner, lambda: (runner.eager(w), runner.split_eager(w) if mode == "piecewise"
-                                                   else None))
+        ok, _, message = _attempt(runner, lambda: (r.eager(w), r.split_eager(w) if base == "piecewise" else None))
         if not ok:  # the step itself does not fit: no graph of it can
-            self._oom("eager", w, message)
+            self._oom(eager_mode, w, message)
             return
-        capture = runner.capture_piecewise if mode == "piecewise" else runner.capture
-        key = "capture" if mode == "full" else "piecewise_capture"
+        capture = r.capture_piecewise if base == "piecewise" else r.capture
+        key = "capture" if base == "full" else "piecewise_capture"
         if self.options.standalone:
             runner.release()
             before = runner.memory()
@@ -648,11 +774,11 @@ class _Sweep:
                 runner.release()  # blocks attention cached between PIECEWISE captures are not graph memory
                 after = runner.memory()
                 info["standalone_bytes"] = free_delta_bytes(before, after)
-                detail["standalone" if mode == "full" else "piecewise_standalone"] = {
+                detail["standalone" if base == "full" else "piecewise_standalone"] = {
                     "free_delta_bytes": info["standalone_bytes"], "nvml_delta_bytes": nvml_delta_bytes(before, after)}
                 del alone  # frees the graph and, at the next release, its private pool
             else:
-                detail[f"{mode}_standalone_oom"] = message
+                detail[f"{base}_standalone_oom"] = message
         runner.release()
         before = runner.memory()
         ok, graph, message = _attempt(runner, lambda: capture(w, shared_pool))
@@ -670,43 +796,66 @@ class _Sweep:
             else after.reserved_bytes - before.reserved_bytes,
         }
 
+    def _timed(self, mode: str, w: int, fn: Callable[[], object]) -> Measurement | None:
+        """`fn` timed with the budgets (None when `mode` is out of memory at `w`, or runs out of it now)."""
+        if self._blocked(mode, w):
+            return None
+        o = self.options
+        ok, m, message = _attempt(self.runner, lambda: measure(
+            fn, self._runner(mode).clock, warmup_ms=o.warmup_ms, rep_ms=o.rep_ms, min_reps=o.min_reps,
+            max_reps=o.max_reps))
+        if not ok:
+            self._oom(mode, w, message)
+            return None
+        self._detail(mode, w)[_base(mode)] = _summary(m)
+        return m
+
+    def _graph_rows(self, w: int, modes: Sequence[str]) -> list[ProfileRow]:
+        """The rows of `w` in each graph mode: its replay (+ logits) timed with its memory readings, `oom` without a
+        graph, `unsupported` where graphs cannot be captured."""
+        rows = []
+        for mode in modes:
+            r = self._runner(mode)
+            if not r.graphs_supported:
+                rows.append(ProfileRow(w, mode, "unsupported"))
+                self._detail(mode, w)[f"{_base(mode)}_unsupported"] = r.unsupported_reason
+                continue
+            info = self.captures.get((mode, w), {})
+            memory = dict(capture_delta_bytes=info.get("capture_delta_bytes"),
+                          standalone_bytes=info.get("standalone_bytes"), capture_s=info.get("capture_s"))
+            graph = self.graphs.get((mode, w))
+            m = None if graph is None else self._timed(mode, w, lambda g=graph, r=r: r.replay(g))
+            rows.append(ProfileRow(w, mode, "oom", **memory) if m is None else
+                        ProfileRow(w, mode, "ok", latency_ms=m.median_ms, latency_iqr_ms=m.iqr_ms, **memory))
+        return rows
+
     def time_width(self, w: int) -> tuple[list[ProfileRow], dict[str, Any]]:
         """Rows for one width, timed back to back so drift between them stays small: eager (body + logits),
         PIECEWISE and FULL replay (+ logits), and the LM head alone."""
         runner = self.runner
         detail = self.details.setdefault(w, {})
         t0 = time.perf_counter()
-
-        def timed(mode: str, fn: Callable[[], object]) -> Measurement | None:
-            if self._blocked(mode, w):
-                return None
-            ok, m, message = _attempt(runner, lambda: measure(
-                fn, runner.clock, warmup_ms=self.options.warmup_ms, rep_ms=self.options.rep_ms,
-                min_reps=self.options.min_reps, max_reps=self.options.max_reps))
-            if not ok:
-                self._oom(mode, w, message)
-                return None
-            detail[mode] = _summary(m)
-            return m
-
         rows = []
-        eager = None if self._blocked("eager", w) else timed("eager", lambda: runner.eager(w))
+        eager = None if self._blocked("eager", w) else self._timed("eager", w, lambda: runner.eager(w))
         rows.append(ProfileRow(w, "eager", "oom") if eager is None else
                     ProfileRow(w, "eager", "ok", latency_ms=eager.median_ms, latency_iqr_ms=eager.iqr_ms))
-        for mode in _GRAPH_MODES:
-            if not runner.graphs_supported:
-                rows.append(ProfileRow(w, mode, "unsupported"))
-                detail[f"{mode}_unsupported"] = runner.unsupported_reason
-                continue
-            info = self.captures.get((mode, w), {})
-            memory = dict(capture_delta_bytes=info.get("capture_delta_bytes"),
-                          standalone_bytes=info.get("standalone_bytes"), capture_s=info.get("capture_s"))
-            graph = self.graphs.get((mode, w))
-            m = None if graph is None else timed(mode, lambda g=graph: runner.replay(g))
-            rows.append(ProfileRow(w, mode, "oom", **memory) if m is None else
-                        ProfileRow(w, mode, "ok", latency_ms=m.median_ms, latency_iqr_ms=m.iqr_ms, **memory))
-        logits = timed("logits", lambda: runner.logits(w))
+        rows += self._graph_rows(w, _GRAPH_MODES)
+        logits = self._timed("logits", w, lambda: runner.logits(w))
         rows.append(ProfileRow(w, "logits", "oom") if logits is None else
                     ProfileRow(w, "logits", "ok", latency_ms=logits.median_ms, latency_iqr_ms=logits.iqr_ms))
         detail["seconds"] = round(self.seconds.get(w, 0.0) + time.perf_counter() - t0, 4)
+        return rows, detail
+
+    def time_drafter_width(self, w: int) -> tuple[list[ProfileRow], dict[str, Any]]:
+        """The drafter's rows for one width, back to back: its eager pass (body + its logits), and its replay
+        (+ logits) in each graph mode the runner captures it in."""
+        assert self.plan is not None and self.drafter_runner is not None
+        r = self.drafter_runner
+        detail = self.drafter_details.setdefault(w, {})
+        t0 = time.perf_counter()
+        eager = self._timed("drafter_eager", w, lambda: r.eager(w))
+        rows = [ProfileRow(w, "drafter_eager", "oom") if eager is None else
+                ProfileRow(w, "drafter_eager", "ok", latency_ms=eager.median_ms, latency_iqr_ms=eager.iqr_ms)]
+        rows += self._graph_rows(w, [_DRAFTER + m for m in self.plan.graph_modes])
+        detail["seconds"] = round(time.perf_counter() - t0, 4)
         return rows, detail

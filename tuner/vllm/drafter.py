@@ -25,6 +25,7 @@ __all__ = [
     "drafter_kv_bytes_per_token",
     "drafter_kv_layers",
     "drafter_passes",
+    "drafter_shares",
     "drafter_weight_bytes",
     "eager_drafter_passes",
     "v1_only",
@@ -553,6 +554,32 @@ def _embedding_bytes(shape: ModelShape, dtype: str, tensor_parallel_size: int) -
     return -(-shape.vocab_size // tensor_parallel_size) * shape.hidden_size * DTYPE_BYTES[dtype]
 
 
+def drafter_shares(
+    method: str, drafter: ModelShape, target: ModelShape, *, shares_embedding: bool | None = None,
+    shares_lm_head: bool | None = None,
+) -> tuple[bool, bool]:
+    """Whether the drafter uses the target's (embedding, LM head), vLLM's default where None (see
+    `drafter_weight_bytes`); ValueError for a sharing vLLM does not do."""
+    _check_method(method)
+    if method in MODEL_FREE_METHODS:
+        return False, False
+    same_shape = (drafter.vocab_size, drafter.hidden_size) == (target.vocab_size, target.hidden_size)
+    if method == "draft_model":
+        if shares_embedding or shares_lm_head:
+            raise ValueError("method='draft_model' never shares the target's embedding or LM head")
+        shares_embedding = shares_lm_head = False
+    default = True if method == "mtp" else same_shape
+    shares_embedding = default if shares_embedding is None else shares_embedding
+    shares_lm_head = default if shares_lm_head is None else shares_lm_head
+    if (shares_embedding or shares_lm_head) and not same_shape:
+        raise ValueError(
+            f"sharing the target's embedding/LM head needs the drafter's vocab_size x hidden_size "
+            f"({drafter.vocab_size} x {drafter.hidden_size}) to equal the target's ({target.vocab_size} x "
+            f"{target.hidden_size})"
+        )
+    return shares_embedding, shares_lm_head
+
+
 def drafter_weight_bytes(
     method: str,
     drafter: ModelShape,
@@ -576,20 +603,8 @@ def drafter_weight_bytes(
         raise ValueError(f"tensor_parallel_size={tensor_parallel_size} must be >= 1")
     if method in MODEL_FREE_METHODS:
         return 0
-    same_shape = (drafter.vocab_size, drafter.hidden_size) == (target.vocab_size, target.hidden_size)
-    if method == "draft_model":
-        if shares_embedding or shares_lm_head:
-            raise ValueError("method='draft_model' never shares the target's embedding or LM head")
-        shares_embedding = shares_lm_head = False
-    default = True if method == "mtp" else same_shape
-    shares_embedding = default if shares_embedding is None else shares_embedding
-    shares_lm_head = default if shares_lm_head is None else shares_lm_head
-    if (shares_embedding or shares_lm_head) and not same_shape:
-        raise ValueError(
-            f"sharing the target's embedding/LM head needs the drafter's vocab_size x hidden_size "
-            f"({drafter.vocab_size} x {drafter.hidden_size}) to equal the target's ({target.vocab_size} x "
-            f"{target.hidden_size})"
-        )
+    shares_embedding, shares_lm_head = drafter_shares(method, drafter, target, shares_embedding=shares_embedding,
+                                                      shares_lm_head=shares_lm_head)
     total = drafter.weight_bytes(dtype, tensor_parallel_size)
     embedding = _embedding_bytes(drafter, dtype, tensor_parallel_size)
     if shares_embedding:
