@@ -852,7 +852,7 @@ def _remove_vllm_files(run: Path) -> None:
 
 
 def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str | Path, *, command: str = "",
-              memory_buckets: int = 2048) -> Path:
+              memory_buckets: int = 2048, allow_mismatch: bool = False) -> Path:
     """An optuna-free `cgtune search`: the exact solver's optimum as the tuned list, written as a run directory
     (vLLM files, search.json, summary.json, report.md), so a GPU machine without optuna can validate a fresh profile."""
     from tuner.model import ModelError
@@ -861,7 +861,7 @@ def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str |
     from tuner.workload import WorkloadError, load_workload
 
     try:
-        model = CostModel.from_files(profile_csv, load_workload(workload_path))
+        model = CostModel.from_files(profile_csv, load_workload(workload_path), allow_mismatch=allow_mismatch)
         exact = exact_solve(model, memory_buckets=memory_buckets)
     except (ModelError, SearchError, WorkloadError) as exc:
         raise ValidationError(str(exc).splitlines()[0]) from None

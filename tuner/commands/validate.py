@@ -53,10 +53,6 @@ class ValidateCommand(Command):
         run = args.run_dir
         if (args.workload is None) != (args.profile is None):
             raise UsageError("--workload and --profile go together (they write RUN_DIR from the exact solver)")
-        if args.profile is not None and args.allow_mismatch:
-            # exact_run builds its cost model without the setting (tuner/validate.py); say how to get there instead.
-            raise UsageError("--allow-mismatch: not with --workload/--profile; write RUN_DIR with `cgtune search "
-                             "WORKLOAD --profile CSV --out RUN_DIR --allow-mismatch` first, then validate RUN_DIR")
         if args.profile is not None:
             from tuner.commands.common import check_out_dir
 
@@ -68,8 +64,9 @@ class ValidateCommand(Command):
             load_workload_arg(args.workload)  # a bad workload is a one-line usage error, before anything is written
             try:
                 require_cuda()  # before writing RUN_DIR: a failed command leaves nothing behind
-                exact_run(args.workload, args.profile, run, command=shlex.join(
-                    ["cgtune", "validate", str(run), "--workload", str(args.workload), "--profile", str(args.profile)]))
+                exact_run(args.workload, args.profile, run, allow_mismatch=args.allow_mismatch, command=shlex.join(
+                    ["cgtune", "validate", str(run), "--workload", str(args.workload), "--profile", str(args.profile)]
+                    + (["--allow-mismatch"] if args.allow_mismatch else [])))
             except ValidationError as exc:
                 raise UsageError(str(exc)) from None
             print(f"validate: wrote {run}/ from the exact solver on {args.profile}")
