@@ -38,14 +38,23 @@ def test_widest_list_covers_the_widest_decode_batch_like_pr_50488():
     assert set(serving.defaults().sizes) <= set(sizes)
 
 
-def test_sglang_style_list_is_its_batch_grid_times_q():
-    serving = load_workload(ROOT / "workloads/dflash-llama-3.1-8b.yaml").serving
-    sizes = sglang_sizes(serving)
-    assert sizes[:6] == (17, 34, 68, 136, 204, 272)  # batch sizes 1, 2, 4, 8, 12, 16
-    assert sizes[-1] == 128 * 17
-    # They live beside the search (tuner.compare); the report imports them.
+def test_sglang_row_is_sglangs_own_default_for_the_same_config():
+    serving = load_workload(ROOT / "workloads/dflash-llama-3.1-8b.yaml").serving  # 128 seqs x q 17
+    # SGLang 0.5.23 with --max-running-requests 128 and speculative decoding (17 draft tokens): max_bs 256 on a
+    # 143771-MiB GPU, capped at 128, and its SPECULATIVE grid 1..8, 10..32 step 2, 40..64 step 4, 72..128 step 8.
+    expected = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 129, 8)]
+    assert sglang_sizes(serving, gpu_memory_mib=143771) == tuple(b * 17 for b in expected)
+    # An unknown GPU gives SGLang's max_bs 160, also capped at 128: the same list.
+    assert sglang_sizes(serving) == sglang_sizes(serving, gpu_memory_mib=143771)
+    # A 24-GiB GPU: max_bs 48 (tp 1), so batches of 49..128 requests get no graph; 48 ends the list.
+    small = sglang_sizes(serving, gpu_memory_mib=24 * 1024)
+    assert small[-1] == 48 * 17 and len(small) == 8 + 12 + 3  # 1..8, 10..32 step 2, 40, 44, 48
+    # Without speculation SGLang's plain grid: 1, 2, 4, 8, 12, 16, 24, ... (q = 1).
+    plain = load_workload(ROOT / "workloads/baseline-llama-3.1-8b.yaml").serving
+    assert sglang_sizes(plain, gpu_memory_mib=143771)[:7] == (1, 2, 4, 8, 12, 16, 24)
+    # They live beside the search (tuner.compare); the report imports them; the row reads the profile's device.
     assert compare.sglang_sizes is sglang_sizes and compare.widest_sizes is widest_sizes
-    assert compare.PEER_LISTS["sglang"] is sglang_sizes
+    assert compare.PEER_LISTS["sglang"] is compare.sglang_default_sizes
 
 
 def test_summary_holds_the_issue_keys_and_files_render(tmp_path):

@@ -704,3 +704,18 @@ def test_a_drafters_graphs_are_predicted_not_captured_and_count_in_the_fit_check
     record = build_record(model, {"device_name": FIXTURE_DEVICE}, [], {"tuned": r}, seed=0)
     assert any("drafter is not replayed" in n for n in record["notes"])
     assert record["tuned"]["drafter_graph_bytes"] == 3 * MIB
+
+
+def test_an_engine_runs_files_go_when_no_measured_list_fits(tmp_path):
+    from tuner.engines import ENGINE_FILES
+
+    wl = handmade_workload(engine="trtllm", max_num_seqs=12, max_num_batched_tokens=32, traffic=MIXED_TRAFFIC,
+                           enable_padding=True)
+    model = CostModel.from_files(handmade_profile(tmp_path / "profile", wl, list(range(1, 33)),
+                                                  standalone_bytes=lambda w: 2 * w * MIB), wl)
+    run = tmp_path / "run"
+    write_run(run, model, _search(model), command="pytest", plots=False)
+    assert all((run / name).is_file() for name in ENGINE_FILES["trtllm"])
+    record = validate_run(run, num_steps=100, backend=ScriptedBackend(model, oom_above=0))
+    assert record["emitted"] is None and "trtllm files were removed" in " ".join(record["notes"])
+    assert not any((run / name).exists() for name in ENGINE_FILES["trtllm"])

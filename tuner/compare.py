@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tuner import sglang, trtllm
+from tuner.engines import ENGINE_LABELS, engine_runs_as_requests
 from tuner.model import CostModel, Evaluation
 from tuner.vllm.defaults import default_capture_sizes, request_count_grid
 from tuner.workload import ServingConfig
@@ -23,8 +25,10 @@ __all__ = [
     "WidthChange",
     "comparison",
     "kv_tokens",
+    "list_label",
     "max_concurrency",
     "off_peak",
+    "sglang_default_sizes",
     "sglang_sizes",
     "what_changed",
     "widest_sizes",
@@ -35,16 +39,32 @@ LABELS = {
     "tuned": "tuned",
     "exact": "exact optimum",
     "widest": "widest capture (PR 50488)",
-    "sglang": "SGLang-style",
+    "sglang": "SGLang default (same config, as a vLLM list)",
     "ideal": "ideal (every width, memory ignored)",
 }
-"""How each list of the comparison is named in reports."""
+"""How each list of the comparison is named in reports of a vLLM workload (`list_label` for every engine)."""
+
+MIB = 1 << 20
+
+
+def list_label(name: str, engine: str = "vllm") -> str:
+    """A comparison list's name in reports and plots: for SGLang and TensorRT-LLM workloads the default and widest
+    lists are that engine's."""
+    if engine != "vllm":
+        cap = "max_running_requests" if engine == "sglang" else "max_batch_size"
+        if name == "default":
+            return f"{ENGINE_LABELS[engine]} default"
+        if name == "widest":
+            return f"widest ({ENGINE_LABELS[engine]}'s grid up to {cap})"
+    return LABELS.get(name, name)
 
 
 def widest_sizes(serving: ServingConfig) -> tuple[int, ...]:
     """PR 50488's behaviour: the default grid with the ceiling lifted to the widest uniform decode batch
     (max_num_seqs x q), so every decode batch has a graph."""
     q = serving.decode_query_len
+    if serving.engine_settings is not None:
+        return _engine_widest_sizes(serving)
     top = min(serving.max_num_seqs * q, serving.max_num_batched_tokens)
     grid = default_capture_sizes(serving.max_num_seqs, serving.num_speculative_tokens,
                                  serving.max_num_batched_tokens, max_cudagraph_capture_size=top).sizes
@@ -52,18 +72,48 @@ def widest_sizes(serving: ServingConfig) -> tuple[int, ...]:
     return tuple(sorted(set(grid) | decode | {top}))
 
 
-def sglang_sizes(serving: ServingConfig) -> tuple[int, ...]:
-    """An SGLang-STYLE list, not SGLang's own default: SGLang's batch-size grid (1, 2, 4, 8, 12, 16..256 step 8,
-    272..496 step 16, 512.. step 32) up to max_num_seqs, plus max_num_seqs, each times q tokens (SGLang captures by
-    batch size)."""
-    mns, q = serving.max_num_seqs, serving.decode_query_len
-    grid = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range(512, mns + 1, 32)]
-    return tuple(sorted({b * q for b in grid + [mns] if b <= mns and b * q <= serving.max_num_batched_tokens}))
+def _engine_widest_sizes(serving: ServingConfig) -> tuple[int, ...]:
+    """SGLang's or TensorRT-LLM's own generator run up to the workload's request cap (what setting
+    --cuda-graph-max-bs-decode / cuda_graph_config.max_batch_size to it captures), as the engine filters it, in
+    token widths: every decode batch gets a graph."""
+    e = serving.engine_settings
+    assert e is not None
+    if e.engine == "sglang":
+        written = sglang.default_decode_batch_sizes(serving.max_num_seqs,
+                                                    speculative=e.speculative_algorithm is not None)
+    else:
+        written = trtllm.default_batch_sizes(serving.max_num_seqs, enable_padding=e.enable_padding)
+    runs = engine_runs_as_requests(e, written, max_num_seqs=serving.max_num_seqs,
+                                   max_num_batched_tokens=serving.max_num_batched_tokens)
+    return tuple(b * e.tokens_per_request for b in runs)
 
 
-PEER_LISTS: dict[str, Callable[[ServingConfig], tuple[int, ...]]] = {"sglang": sglang_sizes}
-"""Other engines' lists, evaluated as vLLM capture lists under the same model: the seam where an engine's real
-default (e.g. `tuner.sglang`'s rulebook) replaces a style approximation; the key names the row (see LABELS)."""
+def sglang_sizes(serving: ServingConfig, *, gpu_memory_mib: float | None = None,
+                 tensor_parallel_size: int = 1) -> tuple[int, ...]:
+    """SGLang 0.5.23's OWN default decode list for the equivalent configuration, in token widths: max_running_requests
+    = max_num_seqs, speculative decoding with speculative_num_draft_tokens = q when q > 1 (its speculative grid), max_bs
+    from SGLang's GPU-memory table (`gpu_memory_mib`; None: SGLang's unknown-GPU 160) capped at the request cap, then
+    its capture filter against the request pool (`tuner.sglang.resolve_decode_graphs`); each batch size times q (SGLang
+    captures by batch size), widths above max_num_batched_tokens dropped as vLLM drops them."""
+    q = serving.decode_query_len
+    # Any speculative algorithm selects the speculative grid; EAGLE's verify graphs hold num_draft_tokens = q tokens.
+    graphs = sglang.resolve_decode_graphs(
+        gpu_memory_mib=gpu_memory_mib, tp_size=tensor_parallel_size, max_running_requests=serving.max_num_seqs,
+        speculative_algorithm="EAGLE" if q > 1 else None, speculative_num_draft_tokens=q if q > 1 else None)
+    return tuple(b * q for b in graphs.batch_sizes if b * q <= serving.max_num_batched_tokens)
+
+
+def sglang_default_sizes(model: CostModel) -> tuple[int, ...]:
+    """`sglang_sizes` for a cost model's workload on its profile's device: SGLang reads nvidia-smi's memory.total,
+    the profile records torch's total device memory (a few hundred MiB apart, the same row of SGLang's table)."""
+    return sglang_sizes(model.serving, gpu_memory_mib=model.budget.total_memory_bytes / MIB,
+                        tensor_parallel_size=model.workload.model.tensor_parallel_size)
+
+
+PEER_LISTS: dict[str, Callable[[CostModel], tuple[int, ...]]] = {"sglang": sglang_default_sizes}
+"""Other engines' real default lists for a vLLM workload's configuration, evaluated as vLLM capture lists under the
+same model (a comparison of lists: vLLM's dispatch and memory rule, not the other engine's); the key names the row
+(see LABELS). Engine workloads have no peer rows: their default row is the engine's own."""
 
 
 def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
@@ -74,8 +124,9 @@ def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
         "exact": search.exact.best,
         "widest": model.evaluate(widest_sizes(model.serving)),
     }
-    for name, sizes in PEER_LISTS.items():
-        table[name] = model.evaluate(sizes(model.serving))
+    if model.serving.engine == "vllm":
+        for name, sizes in PEER_LISTS.items():
+            table[name] = model.evaluate(sizes(model))
     table["ideal"] = model.ideal()
     return table
 

@@ -12,20 +12,42 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import sglang, trtllm
+from tuner.sglang import emit as sglang_emit
+from tuner.trtllm import emit as trtllm_emit
+from tuner.vllm import emit as vllm_emit
 
 __all__ = [
     "ENGINES",
+    "ENGINE_FILES",
+    "ENGINE_LABELS",
     "EngineDispatcher",
     "EngineSettings",
     "SglangKvRule",
     "TrtllmKvRule",
+    "TRTLLM_NEEDS_SPECULATIVE_MODEL",
     "engine_default_requests",
     "engine_runs_as_requests",
+    "render_engine_files",
     "requests_of",
 ]
 
 ENGINES = ("vllm", "sglang", "trtllm")
 """Engines whose CUDA-graph batch sizes cgtune tunes."""
+
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+"""How reports and commands name each engine."""
+
+ENGINE_FILES: dict[str, tuple[str, ...]] = {
+    "vllm": (vllm_emit.COMPILATION_CONFIG_FILE, vllm_emit.SERVE_YAML_FILE, vllm_emit.FLAGS_FILE),
+    "sglang": (sglang_emit.FLAGS_FILE, sglang_emit.CUDA_GRAPH_CONFIG_FILE),
+    "trtllm": (trtllm_emit.EXTRA_OPTIONS_FILE,),
+}
+"""The files a run directory holds for each engine's tuned list (a run writes its engine's and no other's)."""
+
+TRTLLM_NEEDS_SPECULATIVE_MODEL = ("Eagle", "Eagle3", "DraftTarget")
+"""TensorRT-LLM decoding types whose config refuses to load without `speculative_model` (llmapi/llm_args.py
+`EagleDecodingConfig.validate_speculative_model`: "Draft model must be provided for EAGLE"), a path cgtune does not
+know."""
 
 MIB = 1 << 20
 
@@ -50,6 +72,9 @@ class EngineSettings:
     """TensorRT-LLM cuda_graph_config.enable_padding (its default false: only exactly captured sizes replay)."""
     free_gpu_memory_fraction: float = trtllm.DEFAULT_FREE_GPU_MEMORY_FRACTION
     """TensorRT-LLM kv_cache_config.free_gpu_memory_fraction."""
+    decoding_type: str | None = None
+    """TensorRT-LLM speculative_config.decoding_type (Eagle, Eagle3, MTP, NGram, DraftTarget); None without
+    speculation."""
 
 
 def requests_of(sizes: Sequence[int], tokens_per_request: int) -> list[int]:
@@ -83,6 +108,29 @@ def engine_runs_as_requests(settings: EngineSettings, batch_sizes: Sequence[int]
         return sglang.captured_batch_sizes(batch_sizes, pool, captured_req_width=settings.tokens_per_request)
     return trtllm.filter_cuda_graph_batch_sizes(sorted(set(batch_sizes)), max_num_seqs, max_num_batched_tokens,
                                                 settings.tokens_per_request, settings.enable_padding)
+
+
+def render_engine_files(settings: EngineSettings, batch_sizes: Sequence[int], *, max_num_seqs: int,
+                        max_num_batched_tokens: int,
+                        provenance: vllm_emit.Provenance | None = None) -> dict[str, str]:
+    """File name -> text of the engine's files for a list of batch sizes (requests), each checked by the engine's
+    emitter first (an EmitError ValueError, one line, for a list the engine would change or reject): SGLang's flag
+    file and `--cuda-graph-config` JSON with `--max-running-requests` pinned to the workload's (unset, speculative
+    decoding would set 48); TensorRT-LLM's extra_llm_api_options YAML with padding as the workload says."""
+    if settings.engine == "sglang":
+        return sglang.render_files(batch_sizes, max_running_requests=max_num_seqs,
+                                   tokens_per_request=settings.tokens_per_request, provenance=provenance)
+    draft = settings.tokens_per_request - 1
+    speculative = None
+    if draft > 0:
+        if settings.decoding_type is None:
+            raise trtllm.EmitError(f"speculative_config.decoding_type: None with max_draft_len={draft} (name "
+                                   f"speculative.method)")
+        speculative = {"decoding_type": settings.decoding_type, "max_draft_len": draft}
+    return trtllm.render_files(batch_sizes, max_batch_size=max_num_seqs, max_num_tokens=max_num_batched_tokens,
+                               enable_padding=settings.enable_padding,
+                               free_gpu_memory_fraction=settings.free_gpu_memory_fraction,
+                               speculative_config=speculative, provenance=provenance)
 
 
 def _sglang_mrr(settings: EngineSettings, max_num_seqs: int) -> int:

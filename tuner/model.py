@@ -280,7 +280,7 @@ class CostModel:
         self.decode_mode = probe.decode_mode
         self.separate_decode = probe.separate_decode
         self.v1_rewrite = v1_rewrite_applies(self.runner, self.cudagraph_mode, self.q)
-        if self.cudagraph_mode != s.cudagraph_mode and not s.enforce_eager:
+        if self.cudagraph_mode != s.cudagraph_mode and not s.enforce_eager and s.engine == "vllm":
             self.notes.append(f"the {self.runner.upper()} runner uses cudagraph_mode {self.cudagraph_mode} here "
                               f"(dynamic speculative decoding drops its full graphs), not {s.cudagraph_mode}")
 

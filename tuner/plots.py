@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.compare import LABELS
+from tuner.compare import list_label
 from tuner.model import GIB, crossover_width
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: st
     from matplotlib.transforms import blended_transform_factory
 
     widths, uniform, probs, _ = model.step_arrays()
+    engine = model.serving.engine
     has_mixed = bool(np.any(~uniform))
     has_decode = bool(np.any(uniform))
     panels = int(has_decode) + int(has_mixed)
@@ -144,10 +145,11 @@ def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: st
             sizes = [s for s in table[name].runs_as if s <= right]
             if sizes:
                 ax.plot(sizes, [y] * len(sizes), "|", color=color, ms=12, mew=2, transform=rug,
-                        label=f"{LABELS[name]} graphs (as run)")
+                        label=f"{list_label(name, engine)} graphs (as run)")
             if table[name].runs_as and table[name].runs_as[-1] <= right:
                 covered = table[name].runs_as[-1]
-                ax.axvline(covered, color=color, ls="--", lw=1, label=f"{LABELS[name]} covers up to {covered}")
+                ax.axvline(covered, color=color, ls="--", lw=1,
+                           label=f"{list_label(name, engine)} covers up to {covered}")
         ax.set_xlim(0, right)
         ax.set_xlabel("decode step width (tokens)")
         ax.set_ylabel("probability")
@@ -160,10 +162,12 @@ def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: st
         step = max(1, -(-(hi - lo + 1) // 50))  # whole tokens per bin: no bin holds more widths than another
         ax.hist(w, bins=np.arange(lo, hi + step + 1, step) - 0.5, weights=p, color="tab:orange", alpha=0.7,
                 label=f"mixed steps ({p.sum():.1%} of steps)")
-        for name, color, _ in lists:
+        # SGLang's and TensorRT-LLM's decode graphs serve no mixed step: no coverage line on this axis.
+        for name, color, _ in lists if engine == "vllm" else ():
             if table[name].runs_as:
                 covered = table[name].runs_as[-1]
-                ax.axvline(covered, color=color, ls="--", lw=1, label=f"{LABELS[name]} covers up to {covered}")
+                ax.axvline(covered, color=color, ls="--", lw=1,
+                           label=f"{list_label(name, engine)} covers up to {covered}")
         ax.set_xlabel("mixed step width (tokens)")
         ax.set_ylabel("probability" + (f" per {step} tokens" if step > 1 else ""))
         if not has_decode:
@@ -191,9 +195,15 @@ def _plot_pareto(model: CostModel, search: SearchResult, table: dict[str, Evalua
         e = table[name]
         # The tuned list on top: it often sits on the exact optimum's point.
         ax.plot(charged(e), e.expected_step_ms, marker, ms=14 if name == "tuned" else 10,
-                zorder=5 if name == "tuned" else 3, alpha=1.0 if name == "tuned" else 0.8, label=LABELS.get(name, name))
-    budget = (b.estimate_budget_bytes if estimate else b.slack_bytes) / unit
-    what = "largest estimate that leaves the required KV" if estimate else "memory vLLM does not request"
+                zorder=5 if name == "tuned" else 3, alpha=1.0 if name == "tuned" else 0.8,
+                label=list_label(name, model.serving.engine))
+    if model.serving.engine != "vllm":  # the engine's own rule: the most real pool the tuned list's max allows
+        runs = table["tuned"].runs_as
+        budget = max(0, b.real_budget_bytes(-(-runs[-1] // model.q) if runs else 0)) / unit
+        what = "most graph memory the engine's KV rule allows"
+    else:
+        budget = (b.estimate_budget_bytes if estimate else b.slack_bytes) / unit
+        what = "largest estimate that leaves the required KV" if estimate else "memory vLLM does not request"
     shown = max([charged(e) for e in front] + [charged(table[n]) for n in names])
     if budget <= 2 * shown:
         ax.axvline(budget, color="grey", ls=":", label=f"{what}: {budget:.3f} {unit_name}")

@@ -12,16 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from tuner import __version__
+from tuner import engine_report
 from tuner.compare import (
     LABELS,
     comparison,
     kv_tokens,
+    list_label,
     max_concurrency,
     off_peak,
     sglang_sizes,
     what_changed,
     widest_sizes,
 )
+from tuner.engines import ENGINE_FILES, render_engine_files
 from tuner.model import GIB, CostModel, Evaluation, crossover_width
 from tuner.plots import PLOTS, log_axis, memory_unit, profile_provenance, render_plots
 from tuner.search import SearchResult
@@ -107,6 +110,12 @@ def _noise(model: CostModel) -> dict[str, Any]:
 
 
 def _figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
+    if model.serving.engine != "vllm":  # the list in the engine's unit too; the engine makes no estimate
+        return {**_vllm_figures(model, e), **engine_report.figures(model, e)}
+    return _vllm_figures(model, e)
+
+
+def _vllm_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
     return {
         "capture_sizes": list(e.capture_sizes),
         "runs_as": list(e.runs_as),
@@ -144,20 +153,22 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "capture_sizes": list(search.chosen.capture_sizes),
         "runs_as": list(search.chosen.runs_as),
         "source": search.source,
+        "engine": model.serving.engine,
         "model_runner": model.runner,
         "model_runner_requested": model.serving.model_runner,
         "runner_reason": model.serving.runner_reason,
         "cudagraph_mode": model.cudagraph_mode,
         "total_memory_bytes": b.total_memory_bytes,
-        "gpu_memory_utilization": b.gpu_memory_utilization,
         "requested_bytes": b.requested_bytes,
         "non_kv_cache_bytes": b.non_kv_cache_bytes,
         "estimate_cudagraph_memory": b.estimate_enabled,
-        "estimate_budget_bytes": b.estimate_budget_bytes,
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "max_model_len": model.serving.max_model_len,
-        "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
-        "vllm_log_lines": vllm_log_lines(model, t),
+        # vLLM's estimate, log lines and gpu_memory_utilization exist for vLLM only; an engine has its own block.
+        **({"gpu_memory_utilization": b.gpu_memory_utilization, "estimate_budget_bytes": b.estimate_budget_bytes,
+            "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
+            "vllm_log_lines": vllm_log_lines(model, t)} if model.serving.engine == "vllm"
+           else engine_report.engine_summary(model, table)),
         "what_changed": {
             "added": list(changed.added), "removed": list(changed.removed), "default_max": changed.default_max,
             "above_default_max": [{"num_tokens": c.num_tokens, "vllm_graph_estimate_bytes": c.estimate_bytes,
@@ -245,7 +256,7 @@ def _provenance_lines(model: CostModel) -> list[str]:
         f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), q = {model.q}, max_num_seqs "
         f"{s.max_num_seqs}, max_model_len {s.max_model_len}",
         f"- vLLM 0.33, model runner **{model.runner.upper()}** ({s.runner_reason}); cudagraph_mode "
-        f"{model.cudagraph_mode}",
+        f"{model.cudagraph_mode}" if s.engine == "vllm" else engine_report.provenance_line(model),
     ]
 
 
@@ -281,6 +292,8 @@ def _noise_line(model: CostModel) -> str:
 
 def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> list[str]:
     d, t = table["default"], table["tuned"]
+    if model.serving.engine != "vllm":
+        return engine_report.decision_lines(model, table, search.source) + _source_lines(search) + [""]
     lines = [f"Tuned list ({search.source}): `{list(t.capture_sizes)}`", ""]
     if t.runs_as != t.capture_sizes:
         lines += [f"**It runs as a different list**: the {model.runner.upper()} runner rewrites an explicit list when "
@@ -300,17 +313,7 @@ def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Eva
         lines.append(f"vLLM's default does not fit this budget ({d.why_infeasible}); the tuned list does"
                      + ("." if t.feasible else " not either."))
     lines += _drafter_lines(model, d, t)
-    gap = search.gap
-    if search.source == "study" and gap is not None:
-        lines.append(f"The optuna study's best is within {gap:.2%} of the exact optimum.")
-    elif search.source == "exact":
-        if gap is None:
-            why = "no study trial was feasible."
-        elif gap > 0.01:
-            why = f"the study's best was not within 1% of it ({gap:.2%} slower)."
-        else:
-            why = f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory."
-        lines.append("**The exact solver's answer is used**: " + why)
+    lines += _source_lines(search)
     u = keep_default_kv_utilization(model, d, t)
     now = model.budget.gpu_memory_utilization
     lines += ["", "What vLLM will log when it starts with the tuned list (predicted; vLLM counts whole KV blocks, so "
@@ -327,6 +330,22 @@ def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Eva
         lines.append(f"gpu_memory_utilization **{u:.4f}** (now {now}) gives the tuned list the KV cache the default "
                      f"list gets ({_mem(model, d.kv_available_bytes)}).")
     return lines
+
+
+def _source_lines(search: SearchResult) -> list[str]:
+    """How the tuned list was found: the study's best within 1% of the exact optimum, or the exact answer, and why."""
+    gap = search.gap
+    if search.source == "study" and gap is not None:
+        return [f"The optuna study's best is within {gap:.2%} of the exact optimum."]
+    if search.source == "exact":
+        if gap is None:
+            why = "no study trial was feasible."
+        elif gap > 0.01:
+            why = f"the study's best was not within 1% of it ({gap:.2%} slower)."
+        else:
+            why = f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory."
+        return ["**The exact solver's answer is used**: " + why]
+    return []
 
 
 def _drafter_lines(model: CostModel, d: Evaluation, t: Evaluation) -> list[str]:
@@ -350,6 +369,8 @@ def _drafter_lines(model: CostModel, d: Evaluation, t: Evaluation) -> list[str]:
 
 
 def _what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+    if model.serving.engine != "vllm":
+        return engine_report.what_changed_lines(model, table)
     d, t = table["default"], table["tuned"]
     c = what_changed(model, d, t)
     lines = ["## What changed against vLLM's default", ""]
@@ -387,7 +408,8 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
         "## Off-peak traffic",
         "",
         f"Under off-peak decode traffic alone (uniform over 1..{model.serving.max_num_seqs} requests), the expected "
-        f"step is {p.tuned_step_ms:.4f} ms with the tuned list vs {p.default_step_ms:.4f} ms with vLLM's default "
+        f"step is {p.tuned_step_ms:.4f} ms with the tuned list vs {p.default_step_ms:.4f} ms with "
+        f"{engine_report.default_name(model)} "
         f"({change:+.1%}).",
     ]
 
@@ -399,7 +421,8 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
                    f" A one-request decode step ({p.one_request_width} token{'s' if p.one_request_width > 1 else ''}) "
                    f"{pads(p.tuned_pads_to)} under the tuned "
                    f"list and {pads(p.default_pads_to)} under the default.")
-        lines += ["", f"**Warning: the tuned list is slower than vLLM's default off-peak.**{padding} "
+        lines += ["", f"**Warning: the tuned list is slower than {engine_report.default_name(model)} off-peak.**"
+                      f"{padding} "
                       f"`cgtune tune --off-peak-weight W` mixes a share W of this traffic into the objective, to buy "
                       f"robustness explicitly."]
     weight = model.off_peak_weight
@@ -410,6 +433,8 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
 
 
 def _side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+    if model.serving.engine != "vllm":
+        return engine_report.side_by_side_lines(model, table)
     u = memory_unit(model)[1]
     lines = [
         "## Side by side (same profile, same memory rule)",
@@ -451,7 +476,8 @@ def _exact_line(search: SearchResult) -> str:
 def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
                     command: str = "", plots_dir: str = "plots") -> str:
     """report.md text."""
-    lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model), *_kv_rule_lines(model),
+    rule = _kv_rule_lines(model) if model.serving.engine == "vllm" else engine_report.memory_rule_lines(model, table)
+    lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model), *rule,
              _noise_line(model), f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""),
              "", "## Decision", "", *_decision_lines(model, search, table), ""]
     cross = crossover_width(model.profile)
@@ -473,10 +499,18 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
         "## Lists",
         "",
     ]
-    for name, e in table.items():
-        if name != "ideal":
-            lines.append(f"- {LABELS.get(name, name)}: {_fmt_sizes(e.capture_sizes)}"
-                         + ("" if e.runs_as == e.capture_sizes else f" (runs as {_fmt_sizes(e.runs_as)})"))
+    if model.serving.engine != "vllm":
+        lines += engine_report.list_lines(model, table)
+    else:
+        for name, e in table.items():
+            if name != "ideal":
+                lines.append(f"- {LABELS.get(name, name)}: {_fmt_sizes(e.capture_sizes)}"
+                             + ("" if e.runs_as == e.capture_sizes else f" (runs as {_fmt_sizes(e.runs_as)})"))
+    if "sglang" in table:
+        lines.append("- The SGLang row is SGLang 0.5.23's own default for this configuration (max_running_requests = "
+                     "max_num_seqs, speculative_num_draft_tokens = q, max_bs from its GPU-memory table for the "
+                     "profile's device), each batch size times q tokens and evaluated as a vLLM list under vLLM's "
+                     "dispatch and memory rule: a comparison of lists, not of engines.")
     # The memory unit is stated once, in the Search section; the search's own note says it again.
     notes = [n for n in search.notes if not n.startswith("the exact solver counted memory in")]
     if notes:
@@ -489,7 +523,8 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
                 "Latency vs graph memory (Pareto front)"]
     lines += [f"![{c}]({plots_dir}/{p})" for c, p in zip(captions, PLOTS)]
     lines += ["", "Files: `compilation_config.json` (`vllm serve --compilation-config`), `vllm-serve.yaml` "
-              "(`vllm serve --config`), `vllm-flags.txt`, `summary.json`.", ""]
+              "(`vllm serve --config`), `vllm-flags.txt`, `summary.json`." if model.serving.engine == "vllm" else
+              engine_report.files_line(model), ""]
     return "\n".join(lines)
 
 
@@ -500,9 +535,10 @@ def summary_json(data: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- run directory
 RUN_FILES = ("profile.csv", "profile.json", "workload.yaml", "search.json", "summary.json", "report.md")
 """Files a run directory holds besides the vLLM files and plots/ (and study.db with the default storage)."""
-RUN_OUTPUTS = ("compilation_config.json", "vllm-serve.yaml", "vllm-flags.txt", "search.json", "summary.json",
+RUN_OUTPUTS = (*(name for files in ENGINE_FILES.values() for name in files), "search.json", "summary.json",
                "report.md")
-"""Files every write_run renders again (report.md only with report=True): one left from an earlier run is stale."""
+"""Files every write_run renders again (report.md only with report=True; only its own engine's list files): one left
+from an earlier run is stale."""
 
 
 def _copy_inputs(staging: Path, model: CostModel) -> None:
@@ -553,15 +589,21 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
             __version__, data["profile"] or "?", str(data["device_name"]),
             f"{model.workload.name} ({model.workload.content_hash})", now,
             {"source": search.source, "expected_step_ms": f"{search.chosen.expected_step_ms:.4f} "
-             f"(vLLM default {search.default.expected_step_ms:.4f}) under the cgtune cost model"},
+             f"({list_label('default', s.engine)} {search.default.expected_step_ms:.4f}) under the cgtune cost model",
+             **engine_report.provenance_notes(model)},
         )
-        files = render_files(
-            search.chosen.capture_sizes, model=model.workload.model.checkpoint, cudagraph_mode=model.cudagraph_mode,
-            max_num_seqs=s.max_num_seqs, num_speculative_tokens=s.num_speculative_tokens,
-            max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len,
-            gpu_memory_utilization=s.gpu_memory_utilization,
-            tensor_parallel_size=model.workload.model.tensor_parallel_size, provenance=provenance,
-        )
+        if s.engine_settings is not None:  # the engine's own files, its list in requests (EmitError: one line)
+            files = render_engine_files(s.engine_settings, s.engine_requests(search.chosen.capture_sizes),
+                                        max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+                                        provenance=provenance)
+        else:
+            files = render_files(
+                search.chosen.capture_sizes, model=model.workload.model.checkpoint,
+                cudagraph_mode=model.cudagraph_mode, max_num_seqs=s.max_num_seqs,
+                num_speculative_tokens=s.num_speculative_tokens, max_num_batched_tokens=s.max_num_batched_tokens,
+                max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
+                tensor_parallel_size=model.workload.model.tensor_parallel_size, provenance=provenance,
+            )
         files["search.json"] = json.dumps(search.to_dict(), indent=2) + "\n"
         files["summary.json"] = summary_json(data)
         validation: dict[str, Any] | None = None

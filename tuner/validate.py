@@ -821,12 +821,13 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
         fallback = choose_measured(results)
         if not emit:
             emitted = None
-            notes.append("--no-emit: the vLLM files still hold the tuned list, which does NOT fit by measured memory"
+            notes.append(f"--no-emit: the {model.serving.engine} files still hold the tuned list, which does NOT fit by "
+                         f"measured memory"
                          + (f"; '{fallback.name}' would have been emitted" if fallback is not None else ""))
         elif fallback is None:
             emitted = None
-            _remove_vllm_files(run)
-            notes.append("no validated list fits by measured memory: the vLLM files were removed")
+            _remove_engine_files(run, model.serving.engine)
+            notes.append(f"no validated list fits by measured memory: the {model.serving.engine} files were removed")
         else:
             emitted = fallback.name
             note = (f"cgtune validate: the tuned list did not fit by measured graph memory; '{fallback.name}' "
@@ -844,10 +845,11 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     return record
 
 
-def _remove_vllm_files(run: Path) -> None:
-    from tuner.vllm.emit import COMPILATION_CONFIG_FILE, FLAGS_FILE, SERVE_YAML_FILE
+def _remove_engine_files(run: Path, engine: str) -> None:
+    """Remove the files the engine would load (nothing that does not fit may be left to deploy)."""
+    from tuner.engines import ENGINE_FILES
 
-    for name in (COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE):
+    for name in ENGINE_FILES[engine]:
         (run / name).unlink(missing_ok=True)
 
 
@@ -937,8 +939,8 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     chosen_search: SearchResult | None
     if best is None:
         chosen_search, emitted = None, None
-        notes.append("no validated list fits by measured memory: the vLLM files were removed")
-        _remove_vllm_files(Path(run_dir))
+        notes.append(f"no validated list fits by measured memory: the {model.serving.engine} files were removed")
+        _remove_engine_files(Path(run_dir), model.serving.engine)
         log.warning("NO VALIDATED LIST FITS ON THE DEVICE: nothing is emitted")
     else:
         emitted = best.name

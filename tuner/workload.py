@@ -295,7 +295,11 @@ class ServingConfig:
             runs = engine_runs_as_requests(e, written, max_num_seqs=self.max_num_seqs,
                                            max_num_batched_tokens=self.max_num_batched_tokens)
             top = runs[-1] if runs else 0
-            eager = [n * q for n in range(top + 1, self.max_num_seqs + 1)]
+            if e.engine == "trtllm" and not e.enable_padding:  # without padding only exact sizes replay
+                captured = set(runs)
+                eager = [n * q for n in range(1, self.max_num_seqs + 1) if n not in captured]
+            else:
+                eager = [n * q for n in range(top + 1, self.max_num_seqs + 1)]
             return CaptureDefaults([b * q for b in written], max(written) * q if written else 0, eager)
         return default_capture_sizes(
             self.max_num_seqs,
@@ -641,6 +645,9 @@ _VLLM_ONLY = ("gpu_memory_utilization", "cudagraph_mode", "performance_mode", "m
 # vLLM's speculative methods as SGLang names its algorithms.
 _SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "dflash": "DFLASH", "ngram": "NGRAM",
                       "draft_model": "STANDALONE"}
+# vLLM's speculative methods as TensorRT-LLM names its decoding types (llmapi/llm_args.py `decoding_type` literals).
+_TRTLLM_DECODING_TYPES = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram",
+                          "draft_model": "DraftTarget"}
 
 
 def _engine_aliases(r: _Reader, engine: str) -> None:
@@ -685,8 +692,17 @@ def _parse_engine_settings(r: _Reader, engine: str, spec_tokens: int,
             "sglang", tokens_per_request=draft if algorithm is not None else 1, speculative_algorithm=algorithm,
             mem_fraction_static=r.float("mem_fraction_static", None, minimum=0.0, maximum=1.0, exclusive_minimum=True),
             gpu_memory_mib=r.float("gpu_memory_mib", None, minimum=0.0, exclusive_minimum=True))
+    method = speculative.method if speculative else None
+    decoding_type = _TRTLLM_DECODING_TYPES.get(method) if method else None
+    if method is not None and decoding_type is None:
+        raise WorkloadError(f"speculative.method: {method!r} has no TensorRT-LLM decoding_type "
+                            f"({', '.join(_TRTLLM_DECODING_TYPES)})")
+    if spec_tokens and decoding_type is None:
+        raise WorkloadError(f"{r.at('max_draft_len')}: {spec_tokens} needs speculative.method with engine trtllm "
+                            f"(its speculative_config.decoding_type)")
     return EngineSettings(
-        "trtllm", tokens_per_request=1 + spec_tokens, enable_padding=r.bool("enable_padding", False),
+        "trtllm", tokens_per_request=1 + spec_tokens, decoding_type=decoding_type,
+        enable_padding=r.bool("enable_padding", False),
         free_gpu_memory_fraction=r.float("free_gpu_memory_fraction", 0.9, minimum=0.0, maximum=1.0,
                                          exclusive_minimum=True))
 

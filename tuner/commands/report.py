@@ -44,9 +44,18 @@ class ReportCommand(Command):
         if conflict is not None and not args.force:
             raise UsageError(f"run_dir: {conflict} (its files are mixed); pass --force to re-render every output "
                              f"from its workload.yaml and profile.csv")
+        from tuner.engines import ENGINE_FILES, ENGINE_LABELS
+
         written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}", copy_inputs=False)
-        print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, vLLM files")
+        engine = model.serving.engine
+        print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, "
+              f"{ENGINE_LABELS[engine]} files")
         sizes = search.chosen.capture_sizes
-        print(f"tuned list ({search.source}): {len(sizes)} graphs, max {sizes[-1] if sizes else 0} "
-              f"(all in {args.run_dir / 'compilation_config.json'})")
+        if engine == "vllm":
+            print(f"tuned list ({search.source}): {len(sizes)} graphs, max {sizes[-1] if sizes else 0} "
+                  f"(all in {args.run_dir / 'compilation_config.json'})")
+        else:
+            reqs = model.serving.engine_requests(sizes)
+            print(f"tuned list ({search.source}): {len(reqs)} graphs, max {reqs[-1] if reqs else 0} requests "
+                  f"({sizes[-1] if sizes else 0} tokens; all in {args.run_dir / ENGINE_FILES[engine][0]})")
         return 0
