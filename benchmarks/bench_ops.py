@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 from tuner.measure.decoder import DecodeModel, ShardShape  # noqa: E402
 from tuner.measure.kernels import count_cpu_ops  # noqa: E402
-from tuner.models import ModelShape  # noqa: E402
+from tuner.shapes import ModelShape  # noqa: E402
 
 __all__ = ["main", "ops_per_layer"]
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.model import CostModel
+from tuner.costmodel import CostModel
 from tuner.profile_table import ProfileRow, write_profile
 from tuner.search import SearchConfig, exact_solve, run_search
 from tuner.workload import load_workload

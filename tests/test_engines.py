@@ -16,7 +16,7 @@ from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: 
 from test_exact import assert_matches_brute_force  # noqa: E402
 
 from tuner.exact import brute_force, exact_solve  # noqa: E402
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 from tuner.workload import WorkloadError  # noqa: E402
 
 TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.2,

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profi
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
 from tuner.exact import brute_force, exact_solve  # noqa: E402
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 
 MODES = ["FULL_AND_PIECEWISE", "FULL", "FULL_DECODE_ONLY", "PIECEWISE"]
 

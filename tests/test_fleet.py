@@ -25,7 +25,7 @@ from tuner.fleet import (  # noqa: E402
     run_worker,
     study_status,
 )
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 from tuner.storage_url import hide_secret  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

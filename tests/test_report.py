@@ -22,7 +22,7 @@ from handmade_profiles import (  # noqa: E402
 
 from tuner import compare  # noqa: E402
 from tuner.exact import ExactResult, exact_solve  # noqa: E402
-from tuner.model import GIB, CostModel  # noqa: E402
+from tuner.costmodel import GIB, CostModel  # noqa: E402
 from tuner.report import PLOTS, SUMMARY_KEYS, comparison, load_run, sglang_sizes, summary, widest_sizes  # noqa: E402
 from tuner.report import log_axis, profile_provenance, render_markdown, write_run  # noqa: E402
 from tuner.search import SearchConfig, SearchResult, run_search  # noqa: E402

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profi
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
 from tuner.validate import (  # noqa: E402

@@ -16,7 +16,7 @@ from handmade_profiles import handmade_profile  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
 from tuner.measure.profile import build_model  # noqa: E402
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
 from tuner.validate import TorchBackend, plan_trace, sample_trace  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner.models import PRESETS, ModelShape
+from tuner.shapes import PRESETS, ModelShape
 from tuner.workload import WorkloadError, load_workload, parse_workload
 
 WORKLOADS = sorted((Path(__file__).parent.parent / "workloads").glob("*.yaml"))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from tuner import sglang, trtllm
 from tuner.engines import ENGINE_LABELS, engine_runs_as_requests
-from tuner.model import CostModel, Evaluation
+from tuner.costmodel import CostModel, Evaluation
 from tuner.vllm.defaults import default_capture_sizes, request_count_grid
 from tuner.workload import ServingConfig
 

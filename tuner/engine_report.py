@@ -10,7 +10,7 @@ from tuner.engines import ENGINE_FILES, ENGINE_LABELS, TRTLLM_NEEDS_SPECULATIVE_
 from tuner.plots import memory_unit
 
 if TYPE_CHECKING:
-    from tuner.model import CostModel, Evaluation
+    from tuner.costmodel import CostModel, Evaluation
 
 __all__ = [
     "decision_lines",

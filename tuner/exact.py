@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.model import GIB, CostModel, Evaluation
+from tuner.costmodel import GIB, CostModel, Evaluation
 from tuner.vllm.memory import MIB
 
 __all__ = ["ExactResult", "SearchError", "brute_force", "exact_solve", "pareto_front", "round_up"]
@@ -116,7 +116,7 @@ def _memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[_Me
     sa_full_r, d_full_r = model.graph_bytes("FULL", r) if sep else (zero, zero)
     windows = d_full_r if sep else zero
     # The drafter's graphs enter the pool after the target's larger ones: each costs its delta, per list member or
-    # per FULL window (tuner.drafter_model); V1 captures them inside the target's PIECEWISE samples.
+    # per FULL window (tuner.drafter_cost); V1 captures them inside the target's PIECEWISE samples.
     dr_member, dr_window = model.drafter.memory_terms(c, r, sep=sep) if model.drafter is not None else (zero, zero)
     real_member = d_mix + windows + dr_member + dr_window
     real_top = sa_top + (windows if sep and has_mixed else zero) + dr_member + dr_window

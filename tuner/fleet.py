@@ -24,7 +24,7 @@ from tuner.search import PLACEMENTS
 from tuner.storage_url import display_url, engine_url, hide_secret
 
 if TYPE_CHECKING:
-    from tuner.model import CostModel
+    from tuner.costmodel import CostModel
     from tuner.search import SearchResult
 
 __all__ = [
@@ -132,7 +132,7 @@ def _spec_files(workload_path: Path, profile_csv: Path) -> tuple[dict[str, str],
 @contextmanager
 def fleet_model(spec: FleetSpec) -> Iterator[CostModel]:
     """The study's cost model, rebuilt from the files the spec carries (in a temporary folder)."""
-    from tuner.model import CostModel
+    from tuner.costmodel import CostModel
     from tuner.workload import load_workload
 
     with tempfile.TemporaryDirectory(prefix="cgtune-fleet-") as tmp:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.compare import list_label
-from tuner.model import GIB, crossover_width
+from tuner.costmodel import GIB, crossover_width
 
 if TYPE_CHECKING:
-    from tuner.model import CostModel, Evaluation
+    from tuner.costmodel import CostModel, Evaluation
     from tuner.search import SearchResult
 
 __all__ = ["PLOTS", "log_axis", "memory_unit", "profile_provenance", "render_plots"]

@@ -25,7 +25,7 @@ from tuner.compare import (
     widest_sizes,
 )
 from tuner.engines import ENGINE_FILES, render_engine_files
-from tuner.model import GIB, CostModel, Evaluation, crossover_width
+from tuner.costmodel import GIB, CostModel, Evaluation, crossover_width
 from tuner.plots import PLOTS, log_axis, memory_unit, profile_provenance, render_plots
 from tuner.search import SearchResult
 from tuner.workload import Workload
@@ -752,7 +752,7 @@ def clear_run(run_dir: str | Path, *, keep: tuple[str | Path, ...] = ()) -> list
 def load_run(run_dir: str | Path, *, allow_mismatch: bool | None = None) -> tuple[CostModel, SearchResult]:
     """The cost model and search of a run directory (from its copied profile and workload), under the model
     settings its summary.json records (`recorded_model_settings`); `allow_mismatch` overrides the recorded one."""
-    from tuner.model import ModelError
+    from tuner.costmodel import ModelError
     from tuner.workload import load_workload
 
     run = Path(run_dir)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.exact import ExactResult, SearchError, brute_force, exact_solve, pareto_front, round_up
-from tuner.model import GIB, CostModel, Evaluation
+from tuner.costmodel import GIB, CostModel, Evaluation
 from tuner.storage_url import StorageError, display_url, engine_url, hide_secret
 
 if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only needs the exact solver

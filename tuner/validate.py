@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from tuner import __version__
-from tuner.model import GIB, CostModel, Evaluation
+from tuner.costmodel import GIB, CostModel, Evaluation
 from tuner.profile_table import atomic_write_text
 from tuner.vllm.dispatch import Dispatcher
 from tuner.workload import Step
@@ -798,7 +798,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     """`cgtune validate RUN_DIR`: validate default, tuned (and exact) of a run directory and write validation.json
     and the report section. When the tuned list does not fit by measurement, the fastest measured list that does
     is emitted instead (never one that does not fit); without any, the vLLM files are removed."""
-    from tuner.model import ModelError
+    from tuner.costmodel import ModelError
     from tuner.report import load_run
     from tuner.validate_report import update_report
     from tuner.workload import WorkloadError
@@ -857,7 +857,7 @@ def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str |
               memory_buckets: int = 2048, allow_mismatch: bool = False) -> Path:
     """An optuna-free `cgtune search`: the exact solver's optimum as the tuned list, written as a run directory
     (vLLM files, search.json, summary.json, report.md), so a GPU machine without optuna can validate a fresh profile."""
-    from tuner.model import ModelError
+    from tuner.costmodel import ModelError
     from tuner.report import write_run
     from tuner.search import SearchError, SearchResult, exact_solve
     from tuner.workload import WorkloadError, load_workload

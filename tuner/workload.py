@@ -15,7 +15,7 @@ import yaml
 
 from tuner.engines import ENGINES, EngineDispatcher, EngineSettings, engine_default_requests, engine_runs_as_requests
 from tuner.engines import requests_of
-from tuner.models import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
+from tuner.shapes import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
 from tuner.vllm.defaults import (
     CUDAGRAPH_MODES,
     PERFORMANCE_MODES,

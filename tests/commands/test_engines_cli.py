@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (
 from handmade_profiles import MIB, handmade_profile  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 from tuner.trtllm import captured_batch_sizes, resolve_cuda_graph_config  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
 

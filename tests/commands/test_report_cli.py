@@ -229,7 +229,7 @@ def test_printed_summary_shows_estimate_real_pool_and_kv_in_gib_and_tokens(input
 def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, capsys):
     from tuner.commands.search import _print_summary
     from tuner.exact import ExactResult
-    from tuner.model import CostModel
+    from tuner.costmodel import CostModel
     from tuner.search import SearchResult
 
     spec = handmade_spec(name="suffix-print", max_num_seqs=16, num_speculative_tokens=2, max_num_batched_tokens=64)

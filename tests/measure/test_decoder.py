@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tuner.measure.decoder import DecodeModel, ShardShape, attention_kernel
-from tuner.models import PRESETS, ModelShape
+from tuner.shapes import PRESETS, ModelShape
 
 TINY = PRESETS["tiny"]
 

@@ -383,7 +383,7 @@ def test_profile_command_writes_the_drafter_rows(tmp_path, capsys) -> None:
 
 def test_shared_tensor_of_another_shape_is_refused() -> None:
     from tuner.measure.decoder import DecodeModel, ShardShape
-    from tuner.models import PRESETS
+    from tuner.shapes import PRESETS
 
     shard = ShardShape.for_rank(PRESETS["tiny"])
     with pytest.raises(ValueError, match=r"shared_embed: \(7, 64\) torch.float32 on cpu must be \(256, 64\)"):

@@ -11,7 +11,7 @@ from tuner.measure.decoder import DecodeModel, ShardShape, attention_kernel
 from tuner.measure.graphs import capture, new_pool, release_memory
 from tuner.measure.piecewise import capture_piece, capture_piecewise
 from tuner.measure.profile import SweepOptions, candidate_widths, profile_workload
-from tuner.models import PRESETS, ModelShape
+from tuner.shapes import PRESETS, ModelShape
 from tuner.workload import parse_workload
 
 pytestmark = pytest.mark.gpu

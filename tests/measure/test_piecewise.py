@@ -11,7 +11,7 @@ from tuner.measure.decoder import DecodeModel, ShardShape, _rope
 from tuner.measure.graphs import weak_ref
 from tuner.measure.piecewise import Piece, PiecewiseGraph
 from tuner.measure.profile import StepRunner
-from tuner.models import PRESETS, ModelShape
+from tuner.shapes import PRESETS, ModelShape
 
 QWEN_LIKE = ModelShape(64, 3, 4, 2, 16, 128, 256, qk_norm=True)  # 3 layers: a middle piece; GQA; qk-norm
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner.models import ModelShape
+from tuner.shapes import ModelShape
 from tuner.vllm import Dispatcher
 from tuner.vllm.drafter import (
     MODEL_BASED_METHODS,

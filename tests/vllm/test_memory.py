@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py
 from handmade_profiles import MIB, handmade_workload  # noqa: E402
 
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 from tuner.profile_table import ProfileRow, write_profile  # noqa: E402
 from tuner.vllm.memory import GraphCost, KvRule, estimate_v1_bytes, estimate_v2_bytes, pool_bytes  # noqa: E402
 

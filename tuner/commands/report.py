@@ -30,7 +30,7 @@ class ReportCommand(Command):
                             "capability or compile setting (a note in the report; recorded for later re-renders)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.model import ModelError
+        from tuner.costmodel import ModelError
         from tuner.report import load_run, run_conflict, write_run
         from tuner.workload import WorkloadError
 

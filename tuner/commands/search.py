@@ -12,7 +12,7 @@ from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
 
 if TYPE_CHECKING:
-    from tuner.model import CostModel
+    from tuner.costmodel import CostModel
     from tuner.search import SearchInterrupted, SearchResult
     from tuner.workload import Workload
 
@@ -69,7 +69,7 @@ def model_from_args(profile_csv: Path, workload: Workload, args: argparse.Namesp
     """The cost model `search` and `tune` search with: the profile and workload under --allow-mismatch and
     --off-peak-weight; a profile whose decision widths are too often noisy is refused (one line) unless --allow-noisy.
     Raises ModelError (or UsageError) before anything is written."""
-    from tuner.model import CostModel
+    from tuner.costmodel import CostModel
 
     model = CostModel.from_files(profile_csv, workload, allow_mismatch=getattr(args, "allow_mismatch", False),
                                  off_peak_weight=getattr(args, "off_peak_weight", 0.0))
@@ -152,7 +152,7 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     """Fit, search, write the run directory and print a short summary; bad input raises before anything is
     written. `own_profile`: the profile is DIR's own sweep (`tune` without --profile), so a run in DIR on another
     profile of the same workload is this workload's earlier run, not a conflict."""
-    from tuner.model import ModelError
+    from tuner.costmodel import ModelError
     from tuner.report import write_run
     from tuner.search import SearchConfig, SearchError, SearchInterrupted, exact_solve, run_search
 

@@ -149,7 +149,7 @@ class TuneCommand(Command):
         and left it unfinished."""
         from tuner.commands.search import _check_out, _print_summary, model_from_args
         from tuner.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
-        from tuner.model import ModelError
+        from tuner.costmodel import ModelError
         from tuner.report import write_run
         from tuner.search import SearchError, exact_solve
         from tuner.storage_url import display_url

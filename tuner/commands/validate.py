@@ -96,7 +96,7 @@ class ValidateCommand(Command):
 def _record_allow_mismatch(run: Path) -> None:
     """Re-render RUN_DIR with allow_mismatch recorded in its summary.json (as `cgtune report --allow-mismatch`), so
     validation, which loads the run as recorded, uses the profile; nothing to do when its search recorded it."""
-    from tuner.model import ModelError
+    from tuner.costmodel import ModelError
     from tuner.report import load_run, recorded_model_settings, write_run
     from tuner.workload import WorkloadError
 

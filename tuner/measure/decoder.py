@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from tuner.models import ModelShape
+from tuner.shapes import ModelShape
 
 __all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from tuner import candidates as _candidates
 from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape
-from tuner.models import ModelShape
+from tuner.shapes import ModelShape
 from tuner.vllm.drafter import (
     EAGLE_METHODS,
     DrafterGraph,

@@ -7,7 +7,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tuner.models import DTYPE_BYTES, ModelShape
+from tuner.shapes import DTYPE_BYTES, ModelShape
 from tuner.vllm.defaults import CUDAGRAPH_MODES
 from tuner.vllm.dispatch import Dispatcher
 

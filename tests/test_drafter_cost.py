@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.model import CostModel  # noqa: E402
+from tuner.costmodel import CostModel  # noqa: E402
 from tuner.vllm.drafter import drafter_passes  # noqa: E402
 
 MIXED = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.3,
@@ -109,7 +109,7 @@ def test_drafter_weights_and_kv_layers_by_hand(tmp_path):
 
 
 def test_a_profile_without_drafter_rows_is_refused(tmp_path):
-    from tuner.model import ModelError
+    from tuner.costmodel import ModelError
 
     wl = handmade_workload(num_speculative_tokens=3, speculative={"method": "eagle"})
     plain = handmade_workload(num_speculative_tokens=3)
@@ -172,7 +172,7 @@ def test_the_report_says_the_drafters_graphs_were_the_reason(tmp_path):
 
 
 def test_a_v1_profile_needs_only_the_drafters_piecewise_rows(tmp_path):
-    from tuner.model import ModelError
+    from tuner.costmodel import ModelError
     from tuner.profile_table import read_profile, write_profile
 
     # V1 captures the drafter's graphs PIECEWISE only: a profile measured that way has no drafter_full rows.

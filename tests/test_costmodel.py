@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.model import GIB, CostModel, ModelError, crossover_width
+from tuner.costmodel import GIB, CostModel, ModelError, crossover_width
 from tuner.profile_table import read_profile
 
 

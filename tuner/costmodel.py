@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner.curve import Curve, memory_curve
-from tuner.drafter_model import DrafterCost
+from tuner.drafter_cost import DrafterCost
 from tuner.engines import SglangKvRule, TrtllmKvRule
 from tuner.profile_table import Profile, ProfileError, read_profile
 from tuner.vllm.dispatch import Dispatcher
