@@ -241,16 +241,16 @@ def test_a_list_the_v1_runner_rewrites_is_shown_beside_the_list_that_runs(tmp_pa
     md, data = render(model, hand_picked(model, tuned))
     runs = model.evaluate(tuned).runs_as
     assert runs == (3, 6, 9, 18, 24)
-    assert f"**It runs as a different list**: the V1 runner rewrites" in md and f"vLLM captures `{list(runs)}`" in md
+    assert "**It runs as a different list**: the V1 runner rewrites" in md and f"vLLM captures `{list(runs)}`" in md
     assert data["tuned"]["runs_as"] == list(runs) and data["runs_as"] == list(runs)
     assert data["model_runner"] == "v1" and data["model_runner_requested"] == "auto"
     assert "model runner **V1** (V1: vLLM 0.33 has no V2 support for speculative method 'suffix')" in md
-    assert f"| tuned | 6 | 24 | 5 graphs, max 24 |" in md
+    assert "| tuned | 6 | 24 | 5 graphs, max 24 |" in md
     # What changed compares the lists that run: V1 rewrites the default too (its 14 sizes up to 64 run as 10).
     assert model.evaluate(model.default_sizes).runs_as == (3, 6, 9, 12, 18, 24, 33, 42, 48, 57)
     assert data["what_changed"]["added"] == [] and data["what_changed"]["removed"] == [12, 33, 42, 48, 57]
     assert "Compared as the V1 runner captures the lists" in md
-    assert f"- tuned: 1, 2, 4, 8, 16, 24 (runs as 3, 6, 9, 18, 24)" in md
+    assert "- tuned: 1, 2, 4, 8, 16, 24 (runs as 3, 6, 9, 18, 24)" in md
 
 
 def _edit_metadata(path: Path, **changes) -> None:

@@ -15,7 +15,6 @@ from tuner.costmodel import CostModel  # noqa: E402
 from tuner.search import (  # noqa: E402
     SearchConfig,
     SearchError,
-    brute_force,
     exact_solve,
     list_from_params,
     run_search,

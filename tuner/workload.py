@@ -668,40 +668,42 @@ def _engine_aliases(r: _Reader, engine: str) -> None:
     r.data = data
 
 
+def _engine_method(r: _Reader, engine: str, spec_tokens: int, speculative: SpeculativeSpec | None) -> str | None:
+    """The engine's own name for the workload's speculative method (SGLang's algorithm, TensorRT-LLM's
+    decoding_type); None without speculation. Draft tokens need a method the engine has."""
+    names, what, tokens_key = {
+        "sglang": (_SGLANG_ALGORITHMS, "SGLang speculative algorithm", "num_speculative_tokens"),
+        "trtllm": (_TRTLLM_DECODING_TYPES, "TensorRT-LLM decoding_type", "max_draft_len"),
+    }[engine]
+    method = speculative.method if speculative else None
+    native = names.get(method) if method else None
+    if method is not None and native is None:
+        raise WorkloadError(f"speculative.method: {method!r} has no {what} ({', '.join(names)})")
+    if spec_tokens and native is None:
+        raise WorkloadError(f"{r.at(tokens_key)}: {spec_tokens} needs speculative.method with engine {engine} (its "
+                            f"{what})")
+    return native
+
+
 def _parse_engine_settings(r: _Reader, engine: str, spec_tokens: int,
                            speculative: SpeculativeSpec | None) -> EngineSettings | None:
     if engine == "vllm":
         return None
+    native = _engine_method(r, engine, spec_tokens, speculative)
     if engine == "sglang":
-        method = speculative.method if speculative else None
-        algorithm = _SGLANG_ALGORITHMS.get(method) if method else None
-        if method is not None and algorithm is None:
-            raise WorkloadError(f"speculative.method: {method!r} has no SGLang speculative algorithm "
-                                f"({', '.join(_SGLANG_ALGORITHMS)})")
-        if spec_tokens and algorithm is None:
-            raise WorkloadError(f"{r.at('num_speculative_tokens')}: {spec_tokens} needs speculative.method with "
-                                f"engine sglang")
         topk = r.int("speculative_eagle_topk", 1, minimum=1)
         draft = r.int("speculative_num_draft_tokens", None, minimum=1)
-        if algorithm is not None and draft is None:
+        if native is not None and draft is None:
             if topk > 1:
                 raise WorkloadError(f"{r.at('speculative_num_draft_tokens')}: missing (needed with "
                                     f"speculative_eagle_topk={topk})")
             draft = spec_tokens + 1  # SGLang forces num_draft_tokens = num_steps + 1 with topk 1
         return EngineSettings(
-            "sglang", tokens_per_request=draft if algorithm is not None else 1, speculative_algorithm=algorithm,
+            "sglang", tokens_per_request=draft if native is not None else 1, speculative_algorithm=native,
             mem_fraction_static=r.float("mem_fraction_static", None, minimum=0.0, maximum=1.0, exclusive_minimum=True),
             gpu_memory_mib=r.float("gpu_memory_mib", None, minimum=0.0, exclusive_minimum=True))
-    method = speculative.method if speculative else None
-    decoding_type = _TRTLLM_DECODING_TYPES.get(method) if method else None
-    if method is not None and decoding_type is None:
-        raise WorkloadError(f"speculative.method: {method!r} has no TensorRT-LLM decoding_type "
-                            f"({', '.join(_TRTLLM_DECODING_TYPES)})")
-    if spec_tokens and decoding_type is None:
-        raise WorkloadError(f"{r.at('max_draft_len')}: {spec_tokens} needs speculative.method with engine trtllm "
-                            f"(its speculative_config.decoding_type)")
     return EngineSettings(
-        "trtllm", tokens_per_request=1 + spec_tokens, decoding_type=decoding_type,
+        "trtllm", tokens_per_request=1 + spec_tokens, decoding_type=native,
         enable_padding=r.bool("enable_padding", False),
         free_gpu_memory_fraction=r.float("free_gpu_memory_fraction", 0.9, minimum=0.0, maximum=1.0,
                                          exclusive_minimum=True))

@@ -15,6 +15,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile  # noqa: E402
+from cli_runner import run  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
@@ -28,15 +29,6 @@ GIB = 1 << 30
 VLLM_FILES = ("compilation_config.json", "vllm-serve.yaml", "vllm-flags.txt")
 
 
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def profile_for(tmp_path: Path, workload_path: Path) -> Path:
     """A hand-made profile for a shipped Llama-3.1-8B workload: every multiple of q = 4 up to 1024 tokens (each decode
     batch of up to 256 requests) and mixed-step widths up to 8192; an H200-sized device, 15 GiB weights, 2 GiB
@@ -48,26 +40,24 @@ def profile_for(tmp_path: Path, workload_path: Path) -> Path:
                             eager_ms=lambda w: 6.0 + 0.01 * w, full_ms=lambda w: 2.0 + 0.01 * w)
 
 
-@pytest.fixture(scope="module")
-def sglang_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sglang")
-    profile = profile_for(tmp, SGLANG)
+def tuned_run(tmp: Path, workload: Path) -> tuple[Path, Path]:
+    """`cgtune tune` of a shipped engine workload on its hand-made profile: (run directory, profile)."""
+    profile = profile_for(tmp, workload)
     out = tmp / "run"
-    code = main(["tune", str(SGLANG), "--profile", str(profile), "--out", str(out), "--trials", "12",
+    code = main(["tune", str(workload), "--profile", str(profile), "--out", str(out), "--trials", "12",
                  "--no-progress"])
     assert code == 0
     return out, profile
+
+
+@pytest.fixture(scope="module")
+def sglang_run(tmp_path_factory):
+    return tuned_run(tmp_path_factory.mktemp("sglang"), SGLANG)
 
 
 @pytest.fixture(scope="module")
 def trtllm_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("trtllm")
-    profile = profile_for(tmp, TRTLLM)
-    out = tmp / "run"
-    code = main(["tune", str(TRTLLM), "--profile", str(profile), "--out", str(out), "--trials", "12",
-                 "--no-progress"])
-    assert code == 0
-    return out, profile
+    return tuned_run(tmp_path_factory.mktemp("trtllm"), TRTLLM)
 
 
 def test_sglang_tune_writes_sglang_files_with_the_tuned_list_in_requests(sglang_run):

@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
 from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
+from cli_runner import run  # noqa: E402
 
-from tuner.cli import main  # noqa: E402
 
 SPEC = handmade_spec(name="flags-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
                      traffic=mixed_traffic(24, 64))
@@ -21,15 +21,6 @@ PEAK = handmade_spec(name="peak-cli", max_num_seqs=32, max_num_batched_tokens=32
                      traffic={"requests": {"kind": "uniform", "min": 28, "max": 32}})
 """q = 1 and only 28..32-request decode steps: small widths matter off-peak alone. With 181 MiB of device memory the
 estimate leaves room for three sizes (a 2 MiB PIECEWISE and a 2 MiB FULL graph each)."""
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def edit_metadata(profile: Path, **changes) -> None:

@@ -15,8 +15,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
+from cli_runner import run  # noqa: E402
 
-from tuner.cli import main  # noqa: E402
 from tuner.report import PLOTS  # noqa: E402
 
 SPEC = handmade_spec(name="dir-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
@@ -39,15 +39,6 @@ def inputs(tmp_path):
 @pytest.fixture()
 def other(tmp_path):
     return _inputs(tmp_path / "other", OTHER)
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def search(capsys, wl, profile, out, *extra, command="search", trials=6):

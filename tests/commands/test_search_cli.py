@@ -12,8 +12,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
+from cli_runner import run  # noqa: E402
 
-from tuner.cli import main  # noqa: E402
 from tuner.report import PLOTS, SUMMARY_KEYS  # noqa: E402
 from tuner.vllm.defaults import default_capture_sizes  # noqa: E402
 
@@ -25,15 +25,6 @@ SPEC = handmade_spec(name="cli-hand", max_num_seqs=24, num_speculative_tokens=1,
 def inputs(tmp_path):
     return write_handmade_inputs(tmp_path, SPEC, list(range(1, 65)), total_memory_bytes=400 * MIB,
                                  standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_search_writes_vllm_files_that_parse_and_pass_vllm_rules(inputs, tmp_path, capsys):

@@ -11,8 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
 from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
+from cli_runner import run  # noqa: E402
 
-from tuner.cli import main  # noqa: E402
 
 SPEC = handmade_spec(name="tune-validate", max_num_seqs=12, num_speculative_tokens=1, max_num_batched_tokens=32,
                      traffic=mixed_traffic(12, 32))
@@ -23,15 +23,6 @@ def inputs(tmp_path):
     wl_path, profile, _ = write_handmade_inputs(tmp_path, SPEC, list(range(1, 33)),
                                                 standalone_bytes=lambda w: 2 * w * MIB)
     return wl_path, profile
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_without_cuda_validate_is_one_line_and_writes_nothing(inputs, tmp_path, capsys, monkeypatch):

@@ -13,7 +13,7 @@ from tuner.eager_share import EagerShare, drafter_eager_passes, eager_share, uni
 from tuner.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES, CaptureDefaults, capture_ceiling
 from tuner.vllm.defaults import default_capture_sizes, dense_speculative_schedule, validate_schedule
 from tuner.vllm.defaults import widest_decode_batch
-from tuner.vllm.drafter import EagerDrafterPasses
+from tuner.vllm.drafter import EagerDrafterPasses, spans
 from tuner.workload import ServingConfig, Workload
 
 _FLAGS = (
@@ -36,7 +36,7 @@ def _ranges(values: list[int]) -> str:
 def _schedule_runs(schedule: list[list[int]], max_num_seqs: int, k: int) -> str:
     """The K each batch size runs at, as vLLM expands the schedule (gaps and the tail carry the previous K, every K
     clamped to num_speculative_tokens): `K=3 for 1..16, K=1 for 17..256`, and which batch sizes were carried."""
-    def spans(values: list[int]) -> list[list[int]]:  # consecutive batch sizes with equal keys -> [first, last]
+    def runs(values: list[tuple[int, int]]) -> list[list[int]]:  # consecutive sizes, equal keys -> [first, last, key]
         out: list[list[int]] = []
         for n, key in values:
             if out and out[-1][2] == key and out[-1][1] == n - 1:
@@ -49,10 +49,10 @@ def _schedule_runs(schedule: list[list[int]], max_num_seqs: int, k: int) -> str:
         return f"{a}..{b}" if a != b else str(a)
 
     dense = dense_speculative_schedule(schedule, max_num_seqs, k)
-    text = ", ".join(f"K={kk} for {span(a, b)}" for a, b, kk in spans([(n, dense[n]) for n in
-                                                                        range(1, max_num_seqs + 1)]))
+    text = ", ".join(f"K={kk} for {span(a, b)}" for a, b, kk in runs([(n, dense[n]) for n in
+                                                                       range(1, max_num_seqs + 1)]))
     covered = {n for lo, hi, _ in validate_schedule(schedule) for n in range(lo, min(hi, max_num_seqs) + 1)}
-    carried = spans([(n, 0) for n in range(1, max_num_seqs + 1) if n not in covered])
+    carried = runs([(n, 0) for n in range(1, max_num_seqs + 1) if n not in covered])
     if carried:
         text += (f" (batch sizes {', '.join(span(a, b) for a, b, _ in carried)} are in no range: vLLM carries the "
                  f"K of the range before)")
@@ -205,16 +205,8 @@ def _size_lines(sizes: list[int] | tuple[int, ...], width: int, per_line: int = 
 
 
 def _spans(values: list[int] | tuple[int, ...]) -> str:
-    """`1..4, 7, 9..10` for [1, 2, 3, 4, 7, 9, 10] (consecutive runs)."""
-    parts: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.append(str(values[i]) if i == j else f"{values[i]}..{values[j]}")
-        i = j + 1
-    return ", ".join(parts) or "-"
+    """`1..4, 7, 9..10` for [1, 2, 3, 4, 7, 9, 10] (consecutive runs), `-` for none."""
+    return spans(values) or "-"
 
 
 def _widths(values: tuple[int, ...]) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "drafter_shares",
     "drafter_weight_bytes",
     "eager_drafter_passes",
+    "spans",
     "v1_only",
 ]
 
@@ -99,13 +100,13 @@ class EagerDrafterPasses:
     def describe(self, method: str, runner: str) -> str:
         """One line for `cgtune defaults`, e.g. `v2 eagle decode passes at N = 17..20 (17..20 tokens) run eager`."""
         return (
-            f"{runner} {method} {self.role} passes at N = {_ranges(self.request_counts)} "
-            f"({_ranges(self.widths)} tokens) run eager"
+            f"{runner} {method} {self.role} passes at N = {spans(self.request_counts)} "
+            f"({spans(self.widths)} tokens) run eager"
         )
 
 
-def _ranges(values: Sequence[int]) -> str:
-    """`1..4, 7, 9..10` for [1, 2, 3, 4, 7, 9, 10]."""
+def spans(values: Sequence[int]) -> str:
+    """`1..4, 7, 9..10` for [1, 2, 3, 4, 7, 9, 10] (consecutive runs; "" for none)."""
     parts: list[str] = []
     i = 0
     while i < len(values):
