@@ -20,7 +20,6 @@ from tuner.vllm.defaults import (
     CUDAGRAPH_MODES,
     PERFORMANCE_MODES,
     CaptureDefaults,
-    InvalidScheduleError,
     default_capture_sizes,
     dense_speculative_schedule,
 )
@@ -266,14 +265,11 @@ class ServingConfig:
 
     def decode_query_lens(self) -> list[int]:
         """Tokens per request in a decode step of n requests (index n; index 0 unused): 1 + K(n) with K from the
-        dynamic speculative schedule (vLLM's dense lookup; an invalid schedule is ignored, as vLLM does), else q."""
+        dynamic speculative schedule (vLLM's dense lookup; the schedule was validated on load), else q."""
         if self.speculative_schedule and self.num_speculative_tokens > 0:
-            try:
-                dense = dense_speculative_schedule(
-                    [list(e) for e in self.speculative_schedule], self.max_num_seqs, self.num_speculative_tokens)
-                return [1 + k for k in dense]
-            except InvalidScheduleError:
-                pass
+            dense = dense_speculative_schedule(
+                [list(e) for e in self.speculative_schedule], self.max_num_seqs, self.num_speculative_tokens)
+            return [1 + k for k in dense]
         return [self.decode_query_len] * (self.max_num_seqs + 1)
 
     def engine_requests(self, capture_sizes: list[int] | tuple[int, ...]) -> list[int]:
