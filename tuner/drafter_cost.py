@@ -116,14 +116,16 @@ class DrafterCost:
         order = capture_sequence(runner=self.runner, target_graphs=[(g.mode, g.num_tokens) for g in target],
                                  drafter=drafter)
         by_key = {(g.mode, g.num_tokens): g for g in target}
-        out = []
-        for owner, mode, width in order:
-            if owner == "target":
-                out.append(by_key[(mode, width)])
-            else:
-                sa, de = self._curves(mode)
-                out.append(GraphCost("drafter", mode, width, float(np.rint(sa(width))), float(np.rint(de(width)))))
-        return out
+        # The drafter's memory per (mode, width), read off its curves once per mode, all widths at a time.
+        drafter_bytes: dict[tuple[str, int], tuple[float, float]] = {}
+        for mode in {m for owner, m, _ in order if owner == "drafter"}:
+            widths = sorted({w for owner, m, w in order if owner == "drafter" and m == mode})
+            sa, de = self._curves(mode)
+            drafter_bytes.update(((mode, w), (float(a), float(d)))
+                                 for w, a, d in zip(widths, np.rint(sa(widths)), np.rint(de(widths))))
+        return [by_key[(mode, width)] if owner == "target" else GraphCost("drafter", mode, width,
+                                                                           *drafter_bytes[(mode, width)])
+                for owner, mode, width in order]
 
     # ------------------------------------------------------------------ latency
     def graph_ms(self, widths: np.ndarray | Sequence[int] | int, mode: str) -> np.ndarray:

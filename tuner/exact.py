@@ -411,15 +411,21 @@ class _Program:
 
         def relax(to: tuple[int, int], j: int, lo: int, hi: int, frm: tuple[int, int], cost: np.ndarray,
                   units: int, mask: np.ndarray | None = None) -> None:
-            """Chains in `frm` ending at positions lo..hi-1 (contiguous: positions are sorted) extended by j."""
+            """Chains in `frm` ending at positions lo..hi-1 (contiguous: positions are sorted; with `mask`, only
+            those it allows) extended by j."""
             if hi <= lo or units > B or units < 0:
                 return
-            cost = cost[lo:hi]
-            if mask is not None:
-                cost = np.where(mask[lo:hi], cost, inf)
             width = B + 1 - units
-            block = scratch[: hi - lo, :width]
-            np.add(value[frm[0], frm[1], lo:hi, :width], cost[:, None], out=block)
+            if mask is None:
+                rows = value[frm[0], frm[1], lo:hi, :width]
+                cost, where = cost[lo:hi], None
+            else:  # a gather of the allowed predecessors: a second-member check usually allows few
+                where = lo + np.flatnonzero(mask[lo:hi])
+                if not len(where):
+                    return
+                rows, cost = value[frm[0], frm[1], where, :width], cost[where]
+            block = scratch[: len(cost), :width]
+            np.add(rows, cost[:, None], out=block)
             arg = np.argmin(block, axis=0)
             best = block[arg, levels[:width]]
             cur = value[to[0], to[1], j, units:]
@@ -427,7 +433,7 @@ class _Program:
             cur[better] = best[better]
             bk = back[to[0], to[1], j, units:]
             bk[better, 0] = frm[0] * 2 + frm[1]
-            bk[better, 1] = lo + arg[better]
+            bk[better, 1] = (lo + arg[better]) if where is None else where[arg[better]]
             bk[better, 2] = levels[:width][better]
 
         for j in range(n):
@@ -541,8 +547,11 @@ class _Program:
         out = []
         if r_j <= x.decode_limit:
             out += [(0, first_same, k, 0, members, False), (0, 0, first_same, 0, members + normal, True)]
-        out += [(1, first_same, k, 1, members, False), (1, 0, first_same, 0, members + flag, False),
-                (1, first_beyond, first_same, 1, members + flag, False)]
+        if r_j > x.c[j] or r_j > x.decode_limit:
+            # A chain in state 1 at j can only close (j is the top of a window with no FULL graph) or grow beyond
+            # max_num_seqs requests; when j's window is its own width within the limit, neither can happen.
+            out += [(1, first_same, k, 1, members, False), (1, 0, first_same, 0, members + flag, False),
+                    (1, first_beyond, first_same, 1, members + flag, False)]
         return out
 
 

@@ -176,6 +176,7 @@ def _v2_manager_graphs(
     modes = Dispatcher(sizes, cudagraph_mode=cudagraph_mode, max_num_seqs=max_num_seqs)
     separate_full = modes.separate_decode and modes.decode_mode == "FULL"
     by_mode: dict[str, list[DrafterGraph]] = {"PIECEWISE": [], "FULL": []}
+    seen: set[DrafterGraph] = set()  # a set beside the list: hundreds of sizes make a list scan quadratic
     for s in sizes:
         if separate_full:
             for ql in decode_query_lens:
@@ -183,7 +184,8 @@ def _v2_manager_graphs(
                 if rounded > max_decode_tokens or rounded > sizes[-1] or rounded // ql > max_num_seqs:
                     continue
                 graph = DrafterGraph("FULL", rounded, role, uniform_query_len=ql)
-                if graph not in by_mode["FULL"]:
+                if graph not in seen:
+                    seen.add(graph)
                     by_mode["FULL"].append(graph)
         if modes.mixed_mode != "NONE":
             by_mode[modes.mixed_mode].append(DrafterGraph(modes.mixed_mode, s, role))

@@ -55,7 +55,8 @@ def estimate_v2_bytes(graphs: Sequence[GraphCost]) -> float:
     extrapolated as `first + (n - 1) * max(second, 1 MiB)`, everything else (PIECEWISE, drafter) counts at what
     it really took."""
     fulls = [i for i, g in enumerate(graphs) if g.owner == "target" and g.mode == "FULL"]
-    kept = [g for i, g in enumerate(graphs) if i not in fulls[2:]]
+    skipped = set(fulls[2:])
+    kept = [g for i, g in enumerate(graphs) if i not in skipped]
     if len(fulls) < 2:
         return pool_bytes(kept)
     # The second FULL sample is the delta it added in the throwaway pool (never the pool's first graph).
