@@ -463,8 +463,12 @@ class CostModel:
             # widest decode batch a size would only serve mixed steps, and its PIECEWISE graph would become the
             # estimate's first sample next to a smaller FULL one; the search stays at or below it (see exact.py).
             widths = [w for w in widths if w % self.q == 0]
+            note = f"the V1 runner rewrites lists when speculating: the search offers multiples of q = {self.q}"
             if self.separate_decode and self.mixed_mode != "NONE":
                 widths = [w for w in widths if w <= self.decode_limit]
+                note += f" up to the widest decode batch ({self.decode_limit} tokens; wider ones would serve mixed " \
+                        f"steps only)"
+            self.notes.append(note + ", lists V1 runs as written")
         return widths
 
     def _noisy_widths(self) -> list[int]:
