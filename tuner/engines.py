@@ -5,16 +5,15 @@ a graph of bs requests holds bs x tokens-per-request tokens."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tuner import sglang, trtllm
 from tuner.sglang import emit as sglang_emit
 from tuner.trtllm import emit as trtllm_emit
 from tuner.vllm import emit as vllm_emit
+from tuner.vllm.dispatch import Dispatch
 
 __all__ = [
     "ENGINES",
@@ -233,19 +232,29 @@ class TrtllmKvRule:
 
 
 class EngineDispatcher:
-    """SGLang's and TensorRT-LLM's decode-graph dispatch in token widths, shaped like tuner.vllm.dispatch.Dispatcher
-    (FULL decode graphs only; mixed and prefill steps run without them): a uniform decode step pads to the smallest
-    captured width at or above it, or, with `exact` (TensorRT-LLM without padding), replays only an exactly captured
-    width; every other step runs eager."""
+    """SGLang's and TensorRT-LLM's decode-graph dispatch (their rulebooks' `Dispatcher`, in requests) in token widths,
+    shaped like tuner.vllm.dispatch.Dispatcher (FULL decode graphs only; mixed and prefill steps run without them): a
+    uniform decode step of T tokens is a batch of ceil(T / tokens per request) requests, and replays the graph the
+    engine picks for that batch, or runs eager."""
 
     cudagraph_mode = "FULL_DECODE_ONLY"
     decode_mode = "FULL"
     mixed_mode = "NONE"
     separate_decode = True
 
-    def __init__(self, widths: Sequence[int], *, exact: bool = False) -> None:
-        self.capture_sizes = sorted(set(widths))
-        self.exact = exact
+    def __init__(self, settings: EngineSettings, batch_sizes: Sequence[int], *, max_num_seqs: int) -> None:
+        q = settings.tokens_per_request
+        self.q = q
+        self.rule: sglang.Dispatcher | trtllm.Dispatcher
+        if settings.engine == "sglang":
+            self.rule = sglang.Dispatcher(batch_sizes, tokens_per_request=q)
+        else:
+            self.rule = trtllm.Dispatcher(batch_sizes, draft_len=q - 1, enable_padding=settings.enable_padding,
+                                          max_batch_size=max_num_seqs)
+        self.exact = settings.engine == "trtllm" and not settings.enable_padding
+        """Only an exactly captured width replays (TensorRT-LLM without padding); the cost model's vectorised
+        dispatch reads it."""
+        self.capture_sizes = self.rule.graph_widths()
         self.decode_graph_sizes = list(self.capture_sizes)
         self.mixed_graph_sizes: list[int] = []
 
@@ -257,15 +266,11 @@ class EngineDispatcher:
         """Every graph the engine captures, largest first (one shared pool)."""
         return [("FULL", s) for s in reversed(self.capture_sizes)]
 
-    def dispatch(self, num_tokens: int, *, uniform_decode: bool = False) -> Any:
-        from tuner.vllm.dispatch import Dispatch
-
+    def dispatch(self, num_tokens: int, *, uniform_decode: bool = False) -> Dispatch:
         if num_tokens < 1:
             raise ValueError(f"num_tokens={num_tokens} must be >= 1")
-        if uniform_decode and self.capture_sizes:
-            if self.exact:
-                if num_tokens in self.capture_sizes:
-                    return Dispatch("FULL", num_tokens)
-            elif num_tokens <= self.max_size:
-                return Dispatch("FULL", self.capture_sizes[bisect.bisect_left(self.capture_sizes, num_tokens)])
+        if uniform_decode:
+            d = self.rule.dispatch(-(-num_tokens // self.q))
+            if not d.eager:
+                return Dispatch("FULL", d.num_tokens)
         return Dispatch("NONE", None)

@@ -290,12 +290,8 @@ class ServingConfig:
                                               gpu_memory_mib=gpu_memory_mib)
             runs = engine_runs_as_requests(e, written, max_num_seqs=self.max_num_seqs,
                                            max_num_batched_tokens=self.max_num_batched_tokens)
-            top = runs[-1] if runs else 0
-            if e.engine == "trtllm" and not e.enable_padding:  # without padding only exact sizes replay
-                captured = set(runs)
-                eager = [n * q for n in range(1, self.max_num_seqs + 1) if n not in captured]
-            else:
-                eager = [n * q for n in range(top + 1, self.max_num_seqs + 1)]
+            rule = EngineDispatcher(e, runs, max_num_seqs=self.max_num_seqs).rule
+            eager = [n * q for n in range(1, self.max_num_seqs + 1) if rule.dispatch(n).eager]
             return CaptureDefaults([b * q for b in written], max(written) * q if written else 0, eager)
         return default_capture_sizes(
             self.max_num_seqs,
@@ -313,8 +309,9 @@ class ServingConfig:
     def dispatcher(self, capture_sizes: list[int] | tuple[int, ...]) -> Dispatcher:
         """How the engine would dispatch steps with this capture list (the list as it runs)."""
         if self.engine_settings is not None:
-            return EngineDispatcher(self.runs_as(capture_sizes),  # type: ignore[return-value]
-                                    exact=self.engine == "trtllm" and not self.engine_settings.enable_padding)
+            q = self.decode_query_len
+            return EngineDispatcher(self.engine_settings,  # type: ignore[return-value]
+                                    [w // q for w in self.runs_as(capture_sizes)], max_num_seqs=self.max_num_seqs)
         return Dispatcher(
             self.runs_as(capture_sizes), cudagraph_mode=self.effective_cudagraph_mode,
             decode_query_len=self.decode_query_len, max_num_seqs=self.max_num_seqs,
