@@ -397,7 +397,7 @@ def test_unreadable_search_json_is_a_validation_error(tmp_path):
 def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     """Real timings on the tiny model, eagerly on the CPU (FULL steps run the body at the padded width): the
     accounting is exercised end to end; no graph memory exists here, so none is reported."""
-    from tuner.measure.profile import build_model
+    from tuner.measure.decoder import build_model
     from tuner.validate import TorchBackend
 
     run, model, search = _run_dir(tmp_path)
@@ -529,7 +529,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     from tuner.measure.graphs import CapturedGraph
     from tuner.measure.memory import MemorySnapshot
     from tuner.measure.piecewise import Piece
-    from tuner.measure.profile import build_model
+    from tuner.measure.decoder import build_model
     from tuner.validate import TorchBackend
 
     model = _model(tmp_path)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profi
 from handmade_profiles import handmade_profile  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.measure.profile import build_model  # noqa: E402
+from tuner.measure.decoder import build_model  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402

@@ -769,7 +769,7 @@ def require_cuda() -> str:
 
 def build_backend(model: CostModel, lists: dict[str, Evaluation], device: str) -> TorchBackend:
     """The workload's decode model built once, wide enough for every step and graph, compiled as the profile was."""
-    from tuner.measure.profile import build_model
+    from tuner.measure.decoder import build_model
 
     # As wide as every graph, and as the widest step the profile measured eagerly: the decoder models a wider
     # (mixed) step as more decode requests, whose KV cache would not fit (DFlash-like: 8192 tokens are 482

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from tuner.cli import main
+from tuner.measure.decoder import build_model
 from tuner.measure.drafter import build_drafter, drafter_plan, pool_sequence
 from tuner.measure.memory import MemorySnapshot
-from tuner.measure.profile import StepRunner, SweepOptions, build_model, estimate_sweep_s, profile_workload
+from tuner.measure.profile import StepRunner, SweepOptions, estimate_sweep_s, profile_workload
 from tuner.measure.timing import WallClock
 from tuner.profile_table import read_profile
 from tuner.workload import parse_workload

@@ -1,7 +1,7 @@
 """Everything that touches a device: the decode model (and the drafter's), timing, memory readings, graph capture,
 the sweep."""
 
-from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape, attention_kernel
+from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape, attention_kernel, build_model
 from tuner.measure.drafter import DRAFTER_NOTE, DrafterPlan, build_drafter, drafter_plan, pool_sequence
 from tuner.measure.graphs import CapturedGraph, capture, is_oom, new_pool, release_memory, weak_ref
 from tuner.measure.kernels import count_cpu_ops, count_cuda_kernels, cuda_kernels_per_layer
@@ -21,7 +21,6 @@ from tuner.measure.profile import (
     ProfileResult,
     StepRunner,
     SweepOptions,
-    build_model,
     candidate_widths,
     estimate_sweep_s,
     profile_workload,

@@ -7,6 +7,7 @@ import math
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,10 @@ from torch.nn.attention.bias import causal_lower_right
 
 from tuner.shapes import ModelShape
 
-__all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel"]
+if TYPE_CHECKING:
+    from tuner.workload import Workload
+
+__all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel", "build_model"]
 
 DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """Workload dtype names to torch dtypes."""
@@ -521,3 +525,23 @@ def _piece_last(s: ShardShape, h: torch.Tensor, o: torch.Tensor, post: tuple, fi
     h = _post_attention(s, h, o, *post)
     out.copy_(F.rms_norm(h, (s.hidden_size,), final_norm, s.rms_norm_eps))
     return (out,)
+
+
+def build_model(workload: Workload, max_num_tokens: int, device: torch.device | str, *, shape: ModelShape | None = None,
+                seed: int = 0, allocate_kv_cache: bool = True, shared_embed: torch.Tensor | None = None,
+                shared_lm_head: torch.Tensor | None = None) -> DecodeModel:
+    """A decode step of `shape` (the workload's model when None) for one rank of the workload, with a static KV
+    cache at its mean context length (allocated later by the caller when `allocate_kv_cache` is False)."""
+    m = workload.model
+    return DecodeModel(
+        ShardShape.for_rank(m.shape if shape is None else shape, m.tensor_parallel_size),
+        max_num_tokens=max_num_tokens,
+        decode_query_len=workload.serving.decode_query_len,
+        context_len=workload.traffic.mean_context_len,
+        dtype=DTYPES[m.dtype],
+        device=device,
+        seed=seed,
+        allocate_kv_cache=allocate_kv_cache,
+        shared_embed=shared_embed,
+        shared_lm_head=shared_lm_head,
+    )

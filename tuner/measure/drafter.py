@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import candidates as _candidates
-from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape
+from tuner.measure.decoder import DecodeModel, build_model
 from tuner.shapes import ModelShape
 from tuner.vllm.drafter import (
     EAGLE_METHODS,
@@ -159,19 +159,10 @@ def build_drafter(workload: Workload, plan: DrafterPlan, target: DecodeModel, ma
     """The drafter's stand-in for one rank, on the target's device: random weights of its shape, its own static KV
     cache (same requests, context length and q as the target's), and the target's embedding and LM-head tensors
     where the plan says it shares them (held once, as vLLM deletes the drafter's duplicate after loading)."""
-    m = workload.model
-    return DecodeModel(
-        ShardShape.for_rank(plan.shape, m.tensor_parallel_size),
-        max_num_tokens=max_num_tokens,
-        decode_query_len=workload.serving.decode_query_len,
-        context_len=workload.traffic.mean_context_len,
-        dtype=DTYPES[m.dtype],
-        device=target.device,
-        seed=seed,
-        allocate_kv_cache=allocate_kv_cache,
-        shared_embed=target.embed if plan.shares_embedding else None,
-        shared_lm_head=target.lm_head if plan.shares_lm_head else None,
-    )
+    return build_model(workload, max_num_tokens, target.device, shape=plan.shape, seed=seed,
+                       allocate_kv_cache=allocate_kv_cache,
+                       shared_embed=target.embed if plan.shares_embedding else None,
+                       shared_lm_head=target.lm_head if plan.shares_lm_head else None)
 
 
 def pool_sequence(runner: str, target_widths: Sequence[int], target_modes: Sequence[str],

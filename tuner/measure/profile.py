@@ -19,7 +19,7 @@ import torch
 from tuner import candidates as _candidates
 from tuner.measure import graphs as _graphs
 from tuner.measure import piecewise as _piecewise
-from tuner.measure.decoder import DTYPES, DecodeModel, ShardShape
+from tuner.measure.decoder import DecodeModel, build_model
 from tuner.measure.drafter import DrafterPlan, build_drafter, drafter_plan, pool_sequence
 from tuner.measure.kernels import cuda_kernels_per_layer
 from tuner.measure.memory import (
@@ -42,7 +42,6 @@ __all__ = [
     "ProfileResult",
     "StepRunner",
     "SweepOptions",
-    "build_model",
     "candidate_widths",
     "estimate_sweep_s",
     "profile_workload",
@@ -112,21 +111,6 @@ def validate_sizes(sizes: Iterable[int], workload: Workload) -> list[int]:
 
 
 # --------------------------------------------------------------------------- device actions
-def build_model(workload: Workload, max_num_tokens: int, device: torch.device | str, *, seed: int = 0,
-                allocate_kv_cache: bool = True) -> DecodeModel:
-    """The workload's decode step for one rank, with a static KV cache at its mean context length (allocated
-    later by the caller when `allocate_kv_cache` is False)."""
-    m = workload.model
-    return DecodeModel(
-        ShardShape.for_rank(m.shape, m.tensor_parallel_size),
-        max_num_tokens=max_num_tokens,
-        decode_query_len=workload.serving.decode_query_len,
-        context_len=workload.traffic.mean_context_len,
-        dtype=DTYPES[m.dtype],
-        device=device,
-        seed=seed,
-        allocate_kv_cache=allocate_kv_cache,
-    )
 
 
 class StepRunner:
