@@ -24,6 +24,7 @@ __all__ = [
     "WhatChanged",
     "WidthChange",
     "comparison",
+    "feasible_cell",
     "kv_tokens",
     "list_label",
     "max_concurrency",
@@ -135,6 +136,13 @@ def kv_tokens(model: CostModel, e: Evaluation) -> int:
     """Tokens the KV cache vLLM allocates for the list holds: KV bytes // KV bytes per token (0 when it would not
     start). vLLM counts whole KV blocks, so the figure it logs ("GPU KV cache size") can be a block lower."""
     return max(0, e.kv_available_bytes) // model.kv_bytes_per_token
+
+
+def feasible_cell(name: str, e: Evaluation) -> str:
+    """The side-by-side table's feasible column: yes, or why not; the ideal row ignores memory, so it says so."""
+    if name == "ideal":
+        return "memory ignored" + ("" if e.feasible else " (it would not fit)")
+    return "yes" if e.feasible else f"no: {e.why_infeasible}"
 
 
 def max_concurrency(model: CostModel, e: Evaluation) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tuner.compare import kv_tokens, list_label, max_concurrency, what_changed
+from tuner.compare import feasible_cell, kv_tokens, list_label, max_concurrency, what_changed
 from tuner.engines import ENGINE_FILES, ENGINE_LABELS, TRTLLM_NEEDS_SPECULATIVE_MODEL
 from tuner.plots import memory_unit
 
@@ -185,9 +185,7 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in table.items():
-        feasible = "yes" if e.feasible else f"no: {e.why_infeasible}"
-        if name == "ideal":
-            feasible = "memory ignored" + ("" if e.feasible else " (it would not fit)")
+        feasible = feasible_cell(name, e)
         top = e.capture_sizes[-1] if e.capture_sizes else 0
         runs = "same" if e.runs_as == e.capture_sizes else (
             f"{len(e.runs_as)} graphs, max {_top(model, e)} requests" if e.runs_as else "nothing")

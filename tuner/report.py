@@ -16,6 +16,7 @@ from tuner import engine_report
 from tuner.compare import (
     LABELS,
     comparison,
+    feasible_cell,
     kv_tokens,
     list_label,
     max_concurrency,
@@ -445,9 +446,7 @@ def _side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in table.items():
-        feasible = "yes" if e.feasible else f"no: {e.why_infeasible}"
-        if name == "ideal":
-            feasible = "memory ignored" + ("" if e.feasible else " (it would not fit)")
+        feasible = feasible_cell(name, e)
         runs = "same" if e.runs_as == e.capture_sizes else (
             f"{len(e.runs_as)} graphs, max {e.runs_as[-1]}" if e.runs_as else "nothing (refused)")
         lines.append(
