@@ -5,6 +5,8 @@ never measurements."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shlex
 import sys
@@ -44,8 +46,10 @@ def tuned_run(tmp: Path, workload: Path) -> tuple[Path, Path]:
     """`cgtune tune` of a shipped engine workload on its hand-made profile: (run directory, profile)."""
     profile = profile_for(tmp, workload)
     out = tmp / "run"
-    code = main(["tune", str(workload), "--profile", str(profile), "--out", str(out), "--trials", "12",
-                 "--no-progress"])
+    # Its progress lines go nowhere: a test that instantiates the fixture reads only its own command's output.
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(["tune", str(workload), "--profile", str(profile), "--out", str(out), "--trials", "12",
+                     "--no-progress"])
     assert code == 0
     return out, profile
 
