@@ -402,7 +402,9 @@ class DecodeModel:
             else:  # called directly: the custom op's dispatch would add host time per layer to eager steps
                 o = self._attention(i, q, k, v)
             h = _post_attention(s, h, o, *layer.post_attention())
-        out = self.hidden_out[:num_tokens]
+        # narrow, not a slice: a slice clamps its end, which gives the unbacked token count a second symbol that
+        # torch 2.11 (the GPU host's) cannot prove equal to the first at the copy.
+        out = self.hidden_out.narrow(0, 0, num_tokens)
         out.copy_(F.rms_norm(h, (s.hidden_size,), self.final_norm, eps))
         return out
 
@@ -523,6 +525,7 @@ def _piece_last(s: ShardShape, h: torch.Tensor, o: torch.Tensor, post: tuple, fi
                 out: torch.Tensor) -> tuple[torch.Tensor]:
     """The last layer after attention and the final norm, written into the static output."""
     h = _post_attention(s, h, o, *post)
+    torch._check(h.shape[0] == out.shape[0])  # one unbacked token count; torch 2.11 cannot prove it unaided
     out.copy_(F.rms_norm(h, (s.hidden_size,), final_norm, s.rms_norm_eps))
     return (out,)
 

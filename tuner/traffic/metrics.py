@@ -11,8 +11,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 __all__ = [
     "ITERATION_TOKENS",
     "LabelKey",
@@ -112,8 +110,15 @@ def _fetch(url: str, timeout_s: float) -> str:
 
 
 # --------------------------------------------------------------------------- parsing
+def _parser():  # imported when parsing: every command's module loads at start, and a GPU host may lack the package
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return text_string_to_metric_families
+
+
 def _first_bad_line(text: str) -> str:
     """Locate the line the parser rejects, so the error can show it (the parser itself says no line)."""
+    text_string_to_metric_families = _parser()
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -128,6 +133,7 @@ def _first_bad_line(text: str) -> str:
 
 def parse_exposition(text: str, metric: str = ITERATION_TOKENS, *, where: str = "metrics") -> dict[LabelKey, TokenHistogram]:
     """Every series of histogram `metric` in a Prometheus text exposition, checked for consistency."""
+    text_string_to_metric_families = _parser()
     try:
         families = list(text_string_to_metric_families(text))
     except Exception:  # noqa: BLE001 - any parser failure means the input is not exposition text
