@@ -3,6 +3,7 @@ shaped like the step vLLM's model runner executes (and captures) for a batch of 
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -225,7 +226,9 @@ class DecodeModel:
         self._forward_hidden = self._forward_hidden_eager
         self._pieces: tuple[Callable, Callable, Callable] = (_piece_first, _piece_middle, _piece_last)
         self._compiled = False
-        self._key = id(self)
+        # A number in the order models are built, not id(self): it is a constant in the compiled graph, so a second
+        # process building the same models in the same order finds the first one's compiled code in Inductor's cache.
+        self._key = next(_MODEL_KEYS)
         _MODELS[self._key] = self
 
     def allocate_kv_cache(self) -> None:
@@ -447,6 +450,7 @@ class DecodeModel:
 
 # Models by key, so the attention custom op can find its KV cache without taking it as a (mutated) argument.
 _MODELS: weakref.WeakValueDictionary[int, DecodeModel] = weakref.WeakValueDictionary()
+_MODEL_KEYS = itertools.count()
 
 
 @torch.library.custom_op("cgtune::decode_attention", mutates_args=())
