@@ -334,6 +334,10 @@ class CostModel:
         # Widths whose capture ran out of memory while profiling: no list may hold them.
         self.oom_widths = sorted({r.num_tokens for r in self.profile.rows
                                   if r.mode in ("full", "piecewise") and r.status == "oom"})
+        # Widths whose capture failed with another error (the profile's capture_errors): unmeasured, so offered to no
+        # list either.
+        self.failed_widths = sorted({r.num_tokens for r in self.profile.rows
+                                     if r.mode in ("full", "piecewise") and r.status == "error"})
 
         self.drafter: DrafterCost | None = None
         spec = self.workload.speculative
@@ -452,8 +456,8 @@ class CostModel:
         s = self.serving
         ok = set(self.profile.by_mode("full"))
         # `unsupported` piecewise rows (a CPU or older profile) do not rule a width out; a capture that ran out of
-        # memory in any graph mode does.
-        bad = set(self.oom_widths)
+        # memory or failed in any graph mode does.
+        bad = set(self.oom_widths) | set(self.failed_widths)
         widths = sorted(w for w in ok - bad if w <= s.max_num_batched_tokens)
         if self.cudagraph_mode == "FULL_DECODE_ONLY":
             # Only the rounded decode graphs exist in this mode, so multiples of q within max_num_seqs lose nothing.
@@ -724,6 +728,9 @@ class CostModel:
         bad = sorted({g.num_tokens for g in costs} & set(self.oom_widths))
         if bad and not reason:
             reason = f"width {bad[-1]} ran out of memory while the profile captured it"
+        failed = sorted({g.num_tokens for g in costs} & set(self.failed_widths))
+        if failed and not reason:
+            reason = f"the capture of width {failed[-1]} failed while profiling (the profile's capture_errors)"
         return Evaluation(
             capture_sizes=sizes,
             expected_step_ms=expected,

@@ -27,6 +27,7 @@ __all__ = [
     "ProfileRow",
     "atomic_write_text",
     "read_profile",
+    "write_metadata",
     "write_profile",
 ]
 
@@ -42,8 +43,9 @@ Every mode computes logits for the width's own tokens, so a step of T tokens pad
 graph(P) - logits(P) + logits(T). `drafter_eager`, `drafter_full`, `drafter_piecewise`: one forward pass of the
 speculative drafter over that many tokens (with its own logits), eagerly and as its graphs, captured into the same
 pool after the target's (a model-based drafter only; see tuner.drafter_cost)."""
-STATUSES = ("ok", "oom", "unsupported")
-"""Row status: measured, ran out of memory, or not measurable here (e.g. graphs on a CPU)."""
+STATUSES = ("ok", "oom", "unsupported", "error")
+"""Row status: measured, ran out of memory, not measurable here (e.g. graphs on a CPU), or failed with another error
+(its message is in the metadata's `capture_errors`)."""
 
 METADATA_KEYS = (
     "device_name", "compute_capability", "total_memory_bytes", "weights_bytes", "kv_cache_bytes",
@@ -149,6 +151,19 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def _metadata_text(metadata: dict[str, Any]) -> str:
+    return json.dumps(metadata, indent=2, sort_keys=True) + "\n"
+
+
+def write_metadata(out_dir: Path, name: str, metadata: dict[str, Any]) -> Path:
+    """Write `<name>.json` alone, atomically, and remove a `<name>.csv` beside it (rows of an earlier measurement
+    must not pass for this one's): what a sweep has measured before its first width. Returns the JSON path."""
+    path = out_dir / f"{name}.json"
+    atomic_write_text(path, _metadata_text(metadata))
+    (out_dir / f"{name}.csv").unlink(missing_ok=True)
+    return path
+
+
 def write_profile(out_dir: Path, name: str, rows: Iterable[ProfileRow], metadata: dict[str, Any]) -> Path:
     """Write `<name>.csv` and `<name>.json` atomically; returns the CSV path."""
     ordered = sorted(rows, key=lambda r: (r.num_tokens, MODES.index(r.mode)))
@@ -157,7 +172,7 @@ def write_profile(out_dir: Path, name: str, rows: Iterable[ProfileRow], metadata
     writer.writerow(COLUMNS)
     writer.writerows(r.as_csv() for r in ordered)
     csv_path = out_dir / f"{name}.csv"
-    atomic_write_text(out_dir / f"{name}.json", json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(out_dir / f"{name}.json", _metadata_text(metadata))
     atomic_write_text(csv_path, buf.getvalue())
     return csv_path
 

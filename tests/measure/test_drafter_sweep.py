@@ -210,7 +210,8 @@ def test_v2_eagle_drafter_graphs_enter_the_pool_after_every_target_graph(tmp_pat
         assert rows[(w, "drafter_eager")].status == "ok" and rows[(w, "drafter_eager")].latency_ms > 0
     # The request-count widths 1 and 2 are the drafter's alone: no target rows there.
     assert {w for w, m in rows if not m.startswith("drafter_")} == {4, 8}
-    assert result.measured == [8, 4] and result.drafter_measured == [8, 4, 2, 1] and result.complete
+    # Timed in priority order: the smallest width (the drafter's alone) first, then both ends' spread.
+    assert result.measured == [8, 4] and result.drafter_measured == [1, 8, 4, 2] and result.complete
     meta = read_profile(result.csv_path).metadata
     drafter = meta["drafter"]
     assert drafter["method"] == "eagle" and drafter["shape"] == _workload().drafter.as_dict()
@@ -265,12 +266,12 @@ def test_interrupted_drafter_timing_resumes_with_the_pool_rebuilt(tmp_path) -> N
     with pytest.raises(KeyboardInterrupt):  # while the drafter's FULL graph at 2 is timed
         _sweep(workload, tmp_path, [4, 8], runner_factory=factory)
     partial = read_profile(tmp_path / "tiny-eagle.csv")
-    assert partial.metadata["widths_done"] == [4, 8] and partial.metadata["drafter"]["widths_done"] == [4, 8]
+    assert partial.metadata["widths_done"] == [4, 8] and partial.metadata["drafter"]["widths_done"] == [1, 4, 8]
     assert partial.metadata["complete"] is False
 
     factory, _, shared = _scripted()
     result = _sweep(workload, tmp_path, [4, 8], runner_factory=factory)
-    assert result.measured == [] and result.drafter_measured == [2, 1] and result.complete
+    assert result.measured == [] and result.drafter_measured == [2] and result.complete
     # Every graph re-captured (untimed) in its place, so the drafter's deltas read as in one sweep.
     assert shared() == [
         ("target", "piecewise", 8), ("target", "piecewise", 4), ("target", "full", 8), ("target", "full", 4),
@@ -286,14 +287,15 @@ def test_resume_refuses_dropped_drafter_widths(tmp_path) -> None:
         _sweep(_workload(), tmp_path, [4, 8], drafter_widths=[4, 8])
 
 
-def test_max_seconds_keeps_the_drafter_widths_above_the_cut(tmp_path) -> None:
+def test_no_time_left_leaves_the_drafter_widths_for_the_rerun_too(tmp_path) -> None:
     factory, _, _ = _scripted()
     first = _sweep(_workload(), tmp_path, [4, 8], runner_factory=factory,
                    options=SweepOptions(0, 0, 1, 1, max_seconds=0))
-    assert first.measured == [8] and first.drafter_measured == [8] and not first.complete
+    assert first.measured == [] and first.drafter_measured == [] and not first.complete
+    assert first.metadata["widths_left_for_time"] == [1, 2, 4, 8]
     factory, _, _ = _scripted()
     rest = _sweep(_workload(), tmp_path, [4, 8], runner_factory=factory)
-    assert rest.measured == [4] and rest.drafter_measured == [4, 2, 1] and rest.complete
+    assert rest.measured == [8, 4] and rest.drafter_measured == [1, 8, 4, 2] and rest.complete
 
 
 def test_non_kv_memory_counts_the_drafter_and_its_profiling_pass(tmp_path, monkeypatch) -> None:

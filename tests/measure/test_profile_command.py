@@ -179,8 +179,8 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(tmp_path, capsys, monkeypat
     real = measure.profile_workload
 
     class Interrupted(measure.StepRunner):
-        def logits(self, num_tokens):  # while the second width (4 tokens) is timed
-            if num_tokens == 4:
+        def logits(self, num_tokens):  # while the second width (8 tokens; the smallest goes first) is timed
+            if num_tokens == 8:
                 raise KeyboardInterrupt
             super().logits(num_tokens)
 
@@ -192,7 +192,7 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(tmp_path, capsys, monkeypat
     assert lines[0].startswith(f"cgtune profile: interrupted: kept 1 of 2 widths in {tmp_path / 'tiny-cpu.csv'}")
     resume = lines[0].split("resume with: ", 1)[1]
     assert resume.startswith("cgtune profile ") and "--sizes 4 8" in resume and "--fresh" not in resume
-    assert read_profile(tmp_path / "tiny-cpu.csv").widths() == [8]
+    assert read_profile(tmp_path / "tiny-cpu.csv").widths() == [4]
 
     monkeypatch.setattr(measure, "profile_workload", real)
     assert main(resume.split()[1:] + ["--no-progress"]) == 0  # the printed command resumes it

@@ -4,6 +4,7 @@ and memory readings are test fixtures, not measurements)."""
 
 from __future__ import annotations
 
+import json
 import weakref
 from pathlib import Path
 
@@ -220,10 +221,12 @@ def test_eager_out_of_memory_marks_graph_too(tiny, tmp_path) -> None:
     assert status[(16, "logits")] == "ok"  # the LM head alone still fits
 
 
-def test_other_errors_are_not_swallowed(tiny, tmp_path) -> None:
+def test_a_capture_error_is_recorded_for_its_width_and_the_sweep_goes_on(tiny, tmp_path) -> None:
     class Broken(ScriptedGraphs):
         def capture(self, num_tokens, pool):
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            if num_tokens == 8:  # e.g. an op illegal under capture, or a recompilation inside one
+                raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+            return super().capture(num_tokens, pool)
 
     assert not is_oom(RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert is_oom(RuntimeError("CUDA error: out of memory"))
@@ -234,15 +237,42 @@ def test_other_errors_are_not_swallowed(tiny, tmp_path) -> None:
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
     except RuntimeError as chained:
         assert is_oom(chained)
-    with pytest.raises(RuntimeError, match="illegal"):
-        _run(tiny, tmp_path, [8], runner_factory=Broken)
+    result = _run(tiny, tmp_path, [4, 8, 16], runner_factory=Broken)
+    profile = read_profile(result.csv_path)
+    status = {(r.num_tokens, r.mode): r.status for r in profile.rows}
+    assert status.pop((8, "full")) == "error"
+    assert set(status.values()) == {"ok"} and profile.widths() == [4, 8, 16] and result.complete
+    meta = profile.metadata
+    assert meta["capture_errors"] == [{"mode": "full", "num_tokens": 8, "error": "RuntimeError: CUDA error: operation "
+                                                                               "not permitted when stream is capturing"}]
+    assert meta["measurements"]["8"]["full_error"].startswith("RuntimeError") and meta["non_kv"] is None
+    # The full graph of 4 was captured after the failed one, into the same pool: 100 bytes more, as without it.
+    assert {r.num_tokens: r.capture_delta_bytes for r in profile.rows if r.mode == "full"}[4] == 100
+
+
+def test_an_error_while_timing_leaves_the_widths_already_timed(tiny, tmp_path) -> None:
+    class Fails(ScriptedGraphs):
+        def logits(self, num_tokens):
+            if num_tokens == 8:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            super().logits(num_tokens)
+
+    with pytest.raises(RuntimeError, match="illegal"):  # timing errors are not measurements: they stop the sweep
+        _run(tiny, tmp_path, [1, 2, 4, 8, 16], runner_factory=Fails)
+    partial = read_profile(tmp_path / "tiny-cpu.csv")
+    # Timed in priority order: the smallest, then decode widths (4, 16, 8) and the others (2) alternately; 8 failed.
+    assert partial.widths() == [1, 2, 4, 16] and partial.metadata["complete"] is False
+    assert partial.metadata["measurements"]["8"]["piecewise_capture"]["free_delta_bytes"] == 30  # captured, kept
+    assert _run(tiny, tmp_path, [1, 2, 4, 8, 16], runner_factory=ScriptedGraphs).measured == [8]
 
 
 def test_interrupted_sweep_resumes_with_the_same_pool(tiny, tmp_path) -> None:
-    with pytest.raises(KeyboardInterrupt):  # while width 8's FULL graph is timed: 32 and 16 are done
+    # Timed in priority order (both ends, then the middle): interrupted while width 8's FULL graph is timed, 4 and 32
+    # are done.
+    with pytest.raises(KeyboardInterrupt):
         _run(tiny, tmp_path, [4, 8, 16, 32], runner_factory=lambda m: ScriptedGraphs(m, interrupt_at=("full", 8)))
     partial = read_profile(tmp_path / "tiny-cpu.csv")
-    assert partial.widths() == [16, 32] and partial.metadata["complete"] is False
+    assert partial.widths() == [4, 32] and partial.metadata["complete"] is False
 
     runners = []
 
@@ -251,7 +281,7 @@ def test_interrupted_sweep_resumes_with_the_same_pool(tiny, tmp_path) -> None:
         return runners[-1]
 
     result = _run(tiny, tmp_path, [4, 8, 16, 32], runner_factory=factory)
-    assert result.measured == [8, 4] and result.complete
+    assert result.measured == [8, 16] and result.complete
     # The finished widths re-captured (untimed, no standalone) in their places of vLLM's order.
     assert runners[0].shared() == [("piecewise", 32), ("piecewise", 16), ("piecewise", 8), ("piecewise", 4),
                                    ("full", 32), ("full", 16), ("full", 8), ("full", 4)]
@@ -267,7 +297,7 @@ def test_max_seconds_stops_early_and_rerun_completes(tiny, tmp_path) -> None:
     stopped = _run(tiny, tmp_path, [1, 2, 3], options=SweepOptions(0, 0, 1, 1, max_seconds=0))
     assert not stopped.complete and stopped.measured == []
     done = _run(tiny, tmp_path, [1, 2, 3])
-    assert done.complete and done.measured == [3, 2, 1]
+    assert done.complete and done.measured == [1, 2, 3]  # the smallest first: a key width
 
 
 def test_resume_refuses_another_measurement(tiny, tmp_path) -> None:
@@ -292,7 +322,9 @@ def test_writes_are_atomic(tiny, tmp_path, monkeypatch) -> None:
 
     def failing_replace(src, dst):
         calls["n"] += 1
-        if calls["n"] >= 4:  # JSON then CSV per write: from the CSV of the second width on, the disk is full
+        # The metadata alone before the first width, then JSON and CSV per width: from the JSON of the second width
+        # on, the disk is full.
+        if calls["n"] >= 4:
             raise OSError("disk full (scripted)")
         return real_replace(src, dst)
 
@@ -300,7 +332,7 @@ def test_writes_are_atomic(tiny, tmp_path, monkeypatch) -> None:
     with pytest.raises(OSError, match="disk full"):
         _run(tiny, tmp_path, [4, 8])
     monkeypatch.setattr(table.os, "replace", real_replace)
-    assert read_profile(tmp_path / "tiny-cpu.csv").widths() == [8]  # the last complete table, never a part
+    assert read_profile(tmp_path / "tiny-cpu.csv").widths() == [4]  # the last complete table, never a part
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -324,10 +356,10 @@ def test_activation_peak_is_the_larger_of_profile_run_and_widest_step(tiny, tmp_
 def test_fake_clock_drives_the_reported_statistics_and_noisy_widths(tiny, tmp_path) -> None:
     class Clocked(StepRunner):
         def __init__(self, model):
-            # Width 8 (timed first): eager steady, logits noisy; width 4: eager noisy, logits steady. Each timing
-            # is one estimating call, then 3 repetitions (no warm-up budget).
-            super().__init__(model, clock=FakeClock([1.0, 1.0, 1.0, 1.0] + [1.0, 1.0, 1.0, 2.0]
-                                                    + [3.0, 1.0, 2.0, 30.0] + [1.0, 1.0, 1.0, 1.0]))
+            # Width 4 (timed first, the smallest): eager noisy, logits steady; width 8: eager steady, logits noisy.
+            # Each timing is one estimating call, then 3 repetitions (no warm-up budget).
+            super().__init__(model, clock=FakeClock([3.0, 1.0, 2.0, 30.0] + [1.0, 1.0, 1.0, 1.0]
+                                                    + [1.0, 1.0, 1.0, 1.0] + [1.0, 1.0, 1.0, 2.0]))
 
     result = _run(tiny, tmp_path, [4, 8], runner_factory=Clocked, options=SweepOptions(0, 0, 3, 3))
     rows = {(r.num_tokens, r.mode): r for r in result.rows}
@@ -420,15 +452,18 @@ def test_sweep_time_estimate_is_budgets_plus_assumed_captures() -> None:
     assert cpu_s == pytest.approx(10 * 2 * 0.012) and "capture" not in cpu_how
 
 
-def test_max_seconds_during_captures_times_the_widths_captured(tiny, tmp_path) -> None:
-    """Out of time while capturing: the widths whose PIECEWISE step is captured go on (FULL graphs, timings),
-    the rest wait for a rerun, which resumes with the whole pool rebuilt in order."""
+def test_no_time_left_after_compiling_captures_nothing_and_keeps_the_metadata(tiny, tmp_path) -> None:
+    """Set-up and compilation ate the time: no width is started (none could finish), the metadata is written, and a
+    rerun measures everything with the whole pool in vLLM's order."""
     first = _run(tiny, tmp_path, [4, 8, 16], runner_factory=ScriptedGraphs,
                  options=SweepOptions(0, 0, 1, 1, max_seconds=0))
-    assert first.measured == [16] and not first.complete
+    assert first.measured == [] and not first.complete
+    assert not (tmp_path / "tiny-cpu.csv").exists()
+    meta = json.loads((tmp_path / "tiny-cpu.json").read_text())
+    assert meta["widths_done"] == [] and meta["widths_left_for_time"] == [4, 8, 16] and meta["complete"] is False
     runners = []
     rest = _run(tiny, tmp_path, [4, 8, 16], runner_factory=lambda m: runners.append(ScriptedGraphs(m)) or runners[-1])
-    assert rest.measured == [8, 4] and rest.complete
+    assert sorted(rest.measured) == [4, 8, 16] and rest.complete
     assert runners[0].shared() == [("piecewise", 16), ("piecewise", 8), ("piecewise", 4),
                                    ("full", 16), ("full", 8), ("full", 4)]
 

@@ -177,7 +177,7 @@ class ProfileCommand(Command):
 
         from tuner.measure.profile import SweepOptions, candidate_widths, profile_workload, thin_widths
         from tuner.measure.profile import validate_sizes
-        from tuner.vllm.defaults import capture_ceiling
+        from tuner.measure.sweep_plan import key_widths
 
         try:
             if args.sizes is not None:
@@ -187,10 +187,7 @@ class ProfileCommand(Command):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if args.max_widths is not None:
-            s = workload.serving
-            keep = {capture_ceiling(s.gpu_capability), s.defaults().max_size,
-                    min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)}
-            widths = thin_widths(widths, args.max_widths, keep=keep)
+            widths = thin_widths(widths, args.max_widths, keep=key_widths(workload)[0])
         plan = _drafter_plan(workload, widths, explicit=args.sizes is not None, max_widths=args.max_widths)
 
         warmup, rep, min_reps = _BUDGETS[args.device]
@@ -235,6 +232,11 @@ class ProfileCommand(Command):
                   f"KV layers {drafter['kv_layers']}")
         done = len(meta["widths_done"])
         state = "complete" if result.complete else f"stopped early: {done} of {len(widths)} widths, rerun to resume"
+        for e in meta.get("capture_errors") or []:
+            print(f"capture error at {e['num_tokens']} tokens ({e['mode']}, row status `error`): {e['error']}")
+        if meta.get("widths_left_for_time"):
+            print(f"--max-seconds: {len(meta['widths_left_for_time'])} widths left for a rerun (key widths first, "
+                  f"the rest spread evenly)")
         print(f"{meta['device_name']} | {len(result.measured)} widths measured this run, {done} in the table "
               f"({state}) | sweep {meta['sweep_s']:.1f} s | activation peak {_mib(meta['activation_peak_bytes'])} MiB")
         compiled = f"compiled in {meta['compile_s']:.1f} s" if meta["compiled"] else "not compiled (plain eager)"
@@ -289,22 +291,16 @@ class ProfileCommand(Command):
         """Refuse a CPU run whose weights and KV cache would not fit in half the machine's memory."""
         import os
 
-        from tuner.measure.decoder import ShardShape
+        from tuner.measure.decoder import memory_asked_bytes
 
-        m = workload.model
-        s = workload.serving
-        shard = ShardShape.for_rank(m.shape, m.tensor_parallel_size)
-        requests = -(-max_tokens // s.decode_query_len)
-        # The drafter's KV layers and weights too: its cache is as wide as the target's at most.
-        kv = workload.kv_bytes_per_token() * requests * (workload.traffic.mean_context_len + s.decode_query_len)
-        need = m.weight_bytes() + workload.drafter_weight_bytes() + kv
+        need = sum(memory_asked_bytes(workload, max_tokens))
         try:
             have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError):
             return
         if need > have // 2:
             raise UsageError(f"--device cpu: {workload.name} needs {need / 2**30:.1f} GiB for weights and KV cache "
-                             f"({shard.num_layers} layers), more than half of this machine's "
+                             f"({workload.model.shape.num_layers} layers), more than half of this machine's "
                              f"{have / 2**30:.1f} GiB; profile it on a GPU")
 
 
@@ -351,6 +347,9 @@ def _interrupted(args: argparse.Namespace, name: str, requested: int) -> str:
     try:
         kept = len(read_profile(csv_path).metadata.get("widths_done") or [])
     except ProfileError:
+        if csv_path.with_suffix(".json").is_file():
+            return (f"interrupted before a width was finished: kept the metadata (compile time, memory readings) in "
+                    f"{csv_path.with_suffix('.json')}; rerun: {resume}")
         return f"interrupted before a width was finished: nothing kept; rerun: {resume}"
     return (f"interrupted: kept {kept} of {requested} widths in {csv_path} (and its .json); "
             f"resume with: {resume}")

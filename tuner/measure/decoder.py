@@ -19,7 +19,7 @@ from tuner.shapes import ModelShape
 if TYPE_CHECKING:
     from tuner.workload import Workload
 
-__all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel", "build_model"]
+__all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel", "build_model", "memory_asked_bytes"]
 
 DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """Workload dtype names to torch dtypes."""
@@ -552,3 +552,13 @@ def build_model(workload: Workload, max_num_tokens: int, device: torch.device | 
         shared_embed=shared_embed,
         shared_lm_head=shared_lm_head,
     )
+
+
+def memory_asked_bytes(workload: Workload, max_num_tokens: int) -> tuple[int, int]:
+    """(weights, KV cache) bytes `build_model` asks for one rank of the workload with buffers `max_num_tokens` wide,
+    the drafter's included: what a run needs before its first step."""
+    m, s = workload.model, workload.serving
+    requests = -(-max_num_tokens // s.decode_query_len)
+    # The drafter's KV layers too: its cache is as wide as the target's at most.
+    kv = workload.kv_bytes_per_token() * requests * (workload.traffic.mean_context_len + s.decode_query_len)
+    return m.weight_bytes() + workload.drafter_weight_bytes(), kv

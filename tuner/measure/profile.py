@@ -1,7 +1,7 @@
 """The profile sweep: for every candidate width, the graphs captured in vLLM's order (all PIECEWISE largest first,
 then all FULL largest first, into one shared pool, each also alone in a fresh pool), then eager, PIECEWISE and
-FULL replay and the LM head timed back to back, written as the profile table after every width so an interrupted
-run resumes where it stopped; plus vLLM's non-KV memory and the eager step's kernels per layer."""
+FULL replay and the LM head timed back to back, key widths first, written as the profile table after every width
+so an interrupted run resumes where it stopped; plus vLLM's non-KV memory and the eager step's kernels per layer."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tuner.measure import piecewise as _piecewise
 from tuner.measure.decoder import DecodeModel, build_model
 from tuner.measure.drafter import DrafterPlan, build_drafter, drafter_plan, pool_sequence
 from tuner.measure.kernels import cuda_kernels_per_layer
+from tuner.measure import sweep_plan as _plan
 from tuner.measure.memory import (
     MemorySnapshot,
     device_metadata,
@@ -31,7 +32,7 @@ from tuner.measure.memory import (
     snapshot,
 )
 from tuner.measure.timing import Clock, CudaEventClock, Measurement, WallClock, measure
-from tuner.profile_table import MODES, ProfileError, ProfileRow, read_profile, write_profile
+from tuner.profile_table import MODES, ProfileError, ProfileRow, read_profile, write_metadata, write_profile
 from tuner.workload import Workload
 
 __all__ = [
@@ -155,6 +156,17 @@ class StepRunner:
         """One piece of a PIECEWISE step as a graph (tests put a stand-in graph here)."""
         return _piecewise.capture_piece(fn, num_tokens, pool)
 
+    def wall_s(self, fn: Callable[[], object]) -> float:
+        """Wall seconds `fn` takes, the device synchronized before and after (what one call costs the sweep)."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
     def replay(self, graph: _graphs.CapturedGraph | _piecewise.PiecewiseGraph) -> None:
         # vLLM replays the graphed body, then computes logits eagerly from the graph's static output for the real
         # tokens; here the width's own tokens, all real, so no timed mode computes logits over padding.
@@ -209,9 +221,10 @@ class SweepOptions:
     max_reps: int = 1000
     """At most this many timed repetitions."""
     max_seconds: float | None = None
-    """Stop starting new widths after this many seconds (the run can be resumed): with graphs, checked while the
-    PIECEWISE graphs are captured, against the time the widths captured so far still need (they go on); without,
-    before each width is timed."""
+    """Seconds the whole run may take, set-up and compilation included (it can be resumed): with graphs, the widths
+    the time left allows are kept as the capture pass reaches them, key widths first and the rest spread evenly
+    (`sweep_plan`), each width's cost estimated from the widths measured before it; timing, in the same priority
+    order, stops starting widths once the time is up."""
     standalone: bool = True
     """Also capture each width alone in a fresh pool (`standalone_bytes`)."""
 
@@ -367,13 +380,23 @@ def profile_workload(
     # collection, so garbage freed later cannot make the reading smaller).
     _graphs.release_memory(dev, collect=True)
     baseline = snapshot(dev)
-    model = build_model(workload, max(requested), dev, seed=seed, allocate_kv_cache=False)
-    # vLLM loads the drafter in the same memory-profiled block as the target, so its weights are non-KV memory.
-    drafter = None if plan is None else build_drafter(workload, plan, model, max(plan.widths), seed=seed + 2,
-                                                      allocate_kv_cache=False)
-    runner = runner_factory(model)
-    drafter_runner = None if drafter is None else runner_factory(drafter)
-    kv_taken = _allocate_kv_cache(runner, model, drafter)
+    try:
+        model = build_model(workload, max(requested), dev, seed=seed, allocate_kv_cache=False)
+        # vLLM loads the drafter in the same memory-profiled block as the target, so its weights are non-KV memory.
+        drafter = None if plan is None else build_drafter(workload, plan, model, max(plan.widths), seed=seed + 2,
+                                                          allocate_kv_cache=False)
+        runner = runner_factory(model)
+        drafter_runner = None if drafter is None else runner_factory(drafter)
+        kv_taken = _allocate_kv_cache(runner, model, drafter)
+    except Exception as exc:
+        if not _graphs.is_oom(exc):
+            raise
+        message = _out_of_memory_building(workload, max(requested), dev)
+    else:
+        message = None
+    if message is not None:  # raised outside the except block, whose traceback holds what was allocated
+        _graphs.release_memory(dev, collect=True)
+        raise ValueError(message)
     compile_s = None
     if compile:
         model.compile()
@@ -413,35 +436,41 @@ def profile_workload(
     drafter_rows: dict[int, list[ProfileRow]] = dict(drafter_done)
     previous_sweep_s = float(old_meta.get("sweep_s") or 0.0)
     csv_path = out_dir / f"{name}.csv"
+    ends, request_widths = _plan.key_widths(workload)
+    sweep = _Sweep(runner, options, started, oom_floor={}, drafter_runner=drafter_runner, plan=plan,
+                   order=_plan.priority_order(set(pending) | set(drafter_pending), ends, request_widths))
 
     def write(complete: bool) -> Path:
-        if not rows and not drafter_rows:  # stopped before the first width: an empty table is not a profile
-            return csv_path
+        # Readings of widths captured but not yet timed go into the metadata too: nothing measured is lost.
+        measurements.update((str(w), d) for w, d in sweep.details.items() if w not in rows)
         if plan is not None:
+            drafter_measurements.update((str(w), d) for w, d in sweep.drafter_details.items() if w not in drafter_rows)
             meta["drafter"].update(measurements=drafter_measurements, widths_done=sorted(drafter_rows))
         noisy = set(_noisy_widths(measurements, rows)) | set(_noisy_widths(drafter_measurements, drafter_rows))
         meta.update(measurements=measurements, widths_done=sorted(rows), complete=complete,
-                    noisy_widths=sorted(noisy), sweep_s=previous_sweep_s + (time.perf_counter() - started))
+                    noisy_widths=sorted(noisy), sweep_s=previous_sweep_s + (time.perf_counter() - started),
+                    capture_errors=[{"mode": m, "num_tokens": w, "error": e} for (m, w), e in sorted(sweep.errors.items())],
+                    widths_left_for_time=sorted(sweep.dropped))
+        if not rows and not drafter_rows:  # no width finished yet: the metadata alone (compile time, memory)
+            write_metadata(out_dir, name, meta)
+            return csv_path
         return write_profile(out_dir, name, [r for table in (rows, drafter_rows) for rs in table.values() for r in rs],
                              meta)
 
-    sweep = _Sweep(runner, options, started, oom_floor={}, drafter_runner=drafter_runner, plan=plan)
+    write(complete=False)  # compile time and memory readings are kept even if no width finishes
     measured: list[int] = []
     drafter_measured: list[int] = []
     complete = True
     try:
         drafter_graphs = bool(drafter_pending and plan and plan.graph_modes)
         if runner.graphs_supported and (pending or drafter_graphs):
-            asked = len(pending) + len(drafter_pending)
             pending, drafter_pending = sweep.capture_all(pending, done, drafter_pending, drafter_done)
-            complete = len(pending) + len(drafter_pending) == asked
-        order = sorted(set(pending) | set(drafter_pending), reverse=True)
+        # Timed in priority order (key widths first): a sweep stopped early keeps them and an even spread.
+        order = [w for w in sweep.order if w in set(pending) | set(drafter_pending)]
         bar = _progress(len(order), name, enabled=progress)
         try:
             for w in order:
-                # With graphs, `capture_all` already kept only the widths the time allows: their graphs are made.
-                over = options.max_seconds is not None and time.perf_counter() - started > options.max_seconds
-                if over and not runner.graphs_supported:
+                if options.max_seconds is not None and time.perf_counter() - started > options.max_seconds:
                     complete = False
                     log.warning("stopped after %.0f s with %d of %d widths left; rerun the same command to resume",
                                 time.perf_counter() - started, len(order) - len(set(measured) | set(drafter_measured)),
@@ -465,7 +494,8 @@ def profile_workload(
             kernels["num_tokens"] = kernel_width
             meta.update(eager_kernels_per_layer=kernels["per_layer"], eager_kernels=kernels)
     finally:
-        complete = complete and len(measured) == len(pending) and len(drafter_measured) == len(drafter_pending)
+        complete = (complete and not sweep.dropped and len(measured) == len(pending)
+                    and len(drafter_measured) == len(drafter_pending))
         csv_path = write(complete=complete)
         sweep.graphs.clear()
         sweep.restored.clear()
@@ -474,6 +504,18 @@ def profile_workload(
                       key=lambda r: (r.num_tokens, MODES.index(r.mode)))
     return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete,
                          drafter_measured=drafter_measured)
+
+
+def _out_of_memory_building(workload: Workload, max_num_tokens: int, device: torch.device) -> str:
+    """The one line for a model or KV cache that does not fit the device: the workload and the memory it asked."""
+    from tuner.measure.decoder import memory_asked_bytes
+
+    weights, kv = memory_asked_bytes(workload, max_num_tokens)
+    total = device_metadata(device).get("total_memory_bytes")
+    on = f" of {total / 2**30:.1f} GiB" if total else ""
+    return (f"{workload.name}: out of memory building the model on {device}{on}: it asks {weights / 2**30:.1f} GiB "
+            f"of weights and {kv / 2**30:.1f} GiB of KV cache for {max_num_tokens} tokens at context "
+            f"{workload.traffic.mean_context_len}")
 
 
 def _noisy_widths(measurements: dict[str, Any], rows: dict[int, list[ProfileRow]]) -> list[int]:
@@ -592,6 +634,11 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
+def _error_text(exc: BaseException) -> str:
+    """An error as the metadata records it: its type and first line."""
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
 def _attempt(runner: StepRunner, fn: Callable[[], Any]) -> tuple[bool, Any, str | None]:
     """Run `fn`; on out-of-memory return `(False, None, message)` after freeing what the failed call held.
     Any other error propagates: only memory exhaustion is a measurement outcome."""
@@ -616,12 +663,13 @@ def _base(mode: str) -> str:
 
 
 class _Sweep:
-    """One run's captures and timings: the graphs it holds, what each capture read, where memory ran out. Modes are
-    the profile's row modes; `drafter_*` ones run on the drafter's runner, device actions (pools, memory readings,
-    releases) always go through the target's."""
+    """One run's captures and timings: the graphs it holds, what each capture read, where memory ran out or a capture
+    failed, which widths the time allows. Modes are the profile's row modes; `drafter_*` ones run on the drafter's
+    runner, device actions (pools, memory readings, releases) always go through the target's."""
 
     def __init__(self, runner: StepRunner, options: SweepOptions, started: float, oom_floor: dict[str, int], *,
-                 drafter_runner: StepRunner | None = None, plan: DrafterPlan | None = None) -> None:
+                 drafter_runner: StepRunner | None = None, plan: DrafterPlan | None = None,
+                 order: Sequence[int] = ()) -> None:
         self.runner = runner
         self.drafter_runner = drafter_runner
         self.plan = plan
@@ -629,6 +677,8 @@ class _Sweep:
         self.started = started
         self.oom_floor = oom_floor
         """mode -> the smallest width that ran out of memory in it; it and every larger width are `oom`."""
+        self.order = list(order)
+        """Every width of this run (the target's and the drafter's), most important first (`sweep_plan`)."""
         self.graphs: dict[tuple[str, int], Any] = {}
         """(mode, width) -> the live graph this run timed or will time."""
         self.restored: list[Any] = []
@@ -641,6 +691,18 @@ class _Sweep:
         """(mode, width) -> capture_delta_bytes, standalone_bytes, capture_s of a capture (or its attempt)."""
         self.seconds: dict[int, float] = {}
         """width -> seconds spent capturing it (warm-ups included)."""
+        self.graph_s: list[float] = []
+        """Seconds each target PIECEWISE capture (alone and shared) took, its warm-up excluded: nearly the same at
+        every width (the same graphs), so their mean stands for the widths not captured yet."""
+        self.step_s: dict[int, float] = {}
+        """width -> wall seconds of the target's eager step there (timed at its warm-up, and once at the smallest
+        width before the captures), interpolated between for the widths not measured yet."""
+        self.errors: dict[tuple[str, int], str] = {}
+        """(mode, width) -> the error (not out of memory) its capture failed with; the sweep went on."""
+        self.decided: set[int] = set()
+        """Widths the time plan has ruled on (kept or dropped)."""
+        self.dropped: set[int] = set()
+        """Widths dropped for time: left for a rerun."""
 
     def _runner(self, mode: str) -> StepRunner:
         if mode.startswith(_DRAFTER):
@@ -651,23 +713,50 @@ class _Sweep:
     def _detail(self, mode: str, w: int) -> dict[str, Any]:
         return (self.drafter_details if mode.startswith(_DRAFTER) else self.details).setdefault(w, {})
 
-    def _out_of_time(self, captured: int) -> bool:
-        """Whether capturing one more width would leave `max_seconds` too short to finish the `captured` ones and
-        it: each still needs its FULL captures (counted at its PIECEWISE capture time, which has more graphs) and
-        four timed modes at their budgets; with a drafter also its timed modes, and on V2 (where its graphs come
-        after all the target's) its captures, assumed to take the target's time scaled by its share of layers."""
-        limit = self.options.max_seconds
-        if limit is None:
-            return False
-        per_capture_s = sum(self.seconds.values()) / max(1, len(self.seconds))
-        timed_modes = 4
+    def _cost_s(self, w: int, *, captured: bool) -> float:
+        """Seconds width `w` still needs, estimated from what the widths measured so far took: its captures (the
+        PIECEWISE graphs unless `captured`, and the FULL graph counted at the PIECEWISE time, which has more graphs;
+        the largest measured, so an upper bound) with their eager warm-ups (three steps, two once captured), and
+        its timed modes, each at what `measure` spends on its eager step (interpolated between measured widths); a
+        drafter's modes, and on V2 its captures, scaled by its share of the target's layers."""
+        o = self.options
+        step_s = _plan.interpolate(self.step_s, w) or 0.0
+        per_mode_s = _plan.measure_seconds(step_s, warmup_ms=o.warmup_ms, rep_ms=o.rep_ms, min_reps=o.min_reps,
+                                           max_reps=o.max_reps)
+        graph_s = max(self.graph_s, default=0.0)
+        captures = (graph_s + 2 * step_s) if captured else (2 * graph_s + 3 * step_s)
+        timed = len(SWEEP_MODES) * per_mode_s
         if self.plan is not None:
-            timed_modes += len(self.plan.row_modes)
+            share = self.plan.shape.num_layers / max(1, len(self.runner.model.layers))
+            timed += len(self.plan.row_modes) * per_mode_s * share
             if self.plan.graph_modes and self.plan.runner == "v2":
-                per_capture_s *= 1 + self.plan.shape.num_layers / max(1, len(self.runner.model.layers))
-        per_width_s = per_capture_s + timed_modes * (self.options.warmup_ms + self.options.rep_ms) / 1e3
-        elapsed = time.perf_counter() - self.started
-        return elapsed + per_capture_s + (captured + 1) * per_width_s > limit
+                captures *= 1 + share
+        return captures + timed
+
+    def _decide(self, w: int, captured: Sequence[int]) -> bool:
+        """Whether width `w` (met for the first time in the capture order) is measured by this run. Without a time
+        limit, always; else every undecided width >= w is ruled on now: kept when the time left after finishing the
+        `captured` widths allows it, taken in priority order (`sweep_plan.priority_order`) with each width's cost
+        estimated from the widths measured so far. Before any width is measured, the first is kept while time is
+        left (there is nothing to estimate from)."""
+        limit = self.options.max_seconds
+        if w in self.decided or limit is None:
+            return w not in self.dropped
+        left_s = limit - (time.perf_counter() - self.started)
+        undecided = [u for u in self.order if u not in self.decided]
+        if left_s <= 0:
+            kept: set[int] = set()
+        elif not self.graph_s:
+            kept = {w}
+        else:
+            left_s -= sum(self._cost_s(u, captured=True) for u in captured)
+            kept = set(_plan.fit_to_seconds(undecided, lambda u: self._cost_s(u, captured=False), left_s))
+        for u in undecided:
+            if u >= w:
+                self.decided.add(u)
+                if u not in kept:
+                    self.dropped.add(u)
+        return w not in self.dropped
 
     def _oom(self, mode: str, w: int, message: str | None) -> None:
         self.oom_floor[mode] = min(self.oom_floor.get(mode, w), w)
@@ -681,8 +770,9 @@ class _Sweep:
         """Every pending width's graphs in vLLM's order, into one shared pool (`pool_sequence`): the target's PIECEWISE
         largest first, then its FULL largest first, and the drafter's after all of them (V2) or each right after the
         target's PIECEWISE graph of its width (V1); graphs of widths an earlier run finished are re-captured (untimed)
-        in their places. Returns the target and drafter widths to time: all pending ones, or, when `max_seconds` runs
-        out while the target's PIECEWISE graphs are captured, those above the width it ran out at."""
+        in their places. With `max_seconds`, widths the time left does not allow are dropped as the sweep reaches
+        them (`_decide`), key widths last. A capture that fails with an error other than out-of-memory is recorded
+        for its (mode, width) and the sweep goes on. Returns the target and drafter widths to time."""
         runner = self.runner
         drafter_done = drafter_done or {}
         plan = self.plan
@@ -696,31 +786,44 @@ class _Sweep:
                      len(set(done) | set(drafter_done)))
         log.info("capturing the graphs of %d widths%s in vLLM's order into the shared pool", len(pending),
                  f" and of the drafter's {len(drafter_pending)}" if drafter_modes else "")
-        kept, kept_drafter = set(pending), set(drafter_pending)
+        asked = (set(pending), set(drafter_pending))
         captured: list[int] = []
+        if self.options.max_seconds is not None and pending:
+            # One step at the smallest width, so the time plan interpolates step times from both ends.
+            smallest = min(pending)
+            _attempt(runner, lambda: self.step_s.setdefault(smallest, runner.wall_s(lambda: runner.eager(smallest))))
         for owner, base, w in sequence:
             mode = base if owner == "target" else _DRAFTER + base
             finished = done if owner == "target" else drafter_done
             if w in finished:
                 if any(r.mode == mode and r.status == "ok" for r in finished[w]):
-                    ok, graph, _ = _attempt(runner, lambda: self._warm_and_capture(mode, w, pool))
-                    if ok:
-                        self.restored.append(graph)
+                    self._restore(mode, w, pool)
                 continue
-            if w not in (kept if owner == "target" else kept_drafter):
-                continue
-            if owner == "target" and mode == "piecewise" and captured and self._out_of_time(len(captured)):
-                log.warning("max_seconds would run out: timing the %d widths whose PIECEWISE graphs are captured, "
-                            "the other %d are left for a rerun", len(captured), len(pending) - len(captured))
-                kept = set(captured)
-                kept_drafter = {x for x in kept_drafter if x > w}  # the drafter's widths above the cut, as the target's
+            if w not in asked[owner != "target"] or not self._decide(w, captured):
                 continue
             t0 = time.perf_counter()
             self._capture(mode, w, pool)
             self.seconds[w] = self.seconds.get(w, 0.0) + time.perf_counter() - t0
-            if owner == "target" and mode == "piecewise":
+            if w not in captured:
                 captured.append(w)
-        return [w for w in pending if w in kept], [w for w in drafter_pending if w in kept_drafter]
+        if self.dropped:
+            log.warning("max_seconds: %d widths left for a rerun (the time left allowed the others, key widths "
+                        "first)", len(self.dropped))
+        return ([w for w in pending if w not in self.dropped],
+                [w for w in drafter_pending if w not in self.dropped])
+
+    def _restore(self, mode: str, w: int, pool: Any) -> None:
+        """Re-capture (untimed) the graph of a width an earlier run finished, so the shared pool looks as in one
+        sweep; a failure is logged and recorded, never fatal (its rows are kept as they were)."""
+        try:
+            ok, graph, _ = _attempt(self.runner, lambda: self._warm_and_capture(mode, w, pool))
+        except Exception as exc:
+            self._detail(mode, w)[f"{_base(mode)}_restore_error"] = _error_text(exc)
+            log.warning("re-capturing the %s graph of width %d failed: %s", mode, w, _error_text(exc))
+            self.runner.release(collect=True)
+            return
+        if ok:
+            self.restored.append(graph)
 
     def _drafter_graphs_supported(self) -> bool:
         return self.drafter_runner is not None and self.drafter_runner.graphs_supported
@@ -736,6 +839,28 @@ class _Sweep:
         return r.capture(w, pool)
 
     def _capture(self, mode: str, w: int, shared_pool: Any) -> None:
+        """Width `w` in `mode` (`_capture_width`); a failure other than running out of memory (an op illegal under
+        capture, a recompilation inside one) is recorded for (mode, w), its row says `error`, and the sweep goes
+        on: one failed graph must not lose the workload."""
+        try:
+            self._capture_width(mode, w, shared_pool)
+            return
+        except Exception as exc:
+            self.errors[(mode, w)] = self._detail(mode, w)[f"{_base(mode)}_error"] = _error_text(exc)
+            log.warning("capturing the %s graph of width %d failed (recorded, the sweep goes on): %s", mode, w,
+                        self.errors[(mode, w)])
+        # Released outside the except block: until it ends, the traceback's frames keep the failed capture's tensors.
+        self.runner.release(collect=True)
+
+    def _warm(self, r: StepRunner, base: str, w: int) -> float:
+        """The eager run(s) vLLM makes before capturing a size; returns their wall seconds. The target's eager step
+        is timed alone too (synchronized): the time plan sizes the widths left by it."""
+        step_s = r.wall_s(lambda: r.eager(w))
+        if r is self.runner:
+            self.step_s.setdefault(w, step_s)
+        return step_s + (r.wall_s(lambda: r.split_eager(w)) if base == "piecewise" else 0.0)
+
+    def _capture_width(self, mode: str, w: int, shared_pool: Any) -> None:
         """Width `w` in `mode`: alone in a fresh pool (standalone_bytes), then into the shared pool (the delta)."""
         runner, r, base = self.runner, self._runner(mode), _base(mode)
         eager_mode = "drafter_eager" if mode.startswith(_DRAFTER) else "eager"
@@ -744,7 +869,8 @@ class _Sweep:
         self.captures[(mode, w)] = info
         if self._blocked(eager_mode, w) or self._blocked(mode, w):
             return
-        ok, _, message = _attempt(runner, lambda: (r.eager(w), r.split_eager(w) if base == "piecewise" else None))
+        t0 = time.perf_counter()
+        ok, warm_s, message = _attempt(runner, lambda: self._warm(r, base, w))
         if not ok:  # the step itself does not fit: no graph of it can
             self._oom(eager_mode, w, message)
             return
@@ -772,6 +898,8 @@ class _Sweep:
         runner.release()
         after = runner.memory()
         self.graphs[(mode, w)] = graph
+        if mode == "piecewise":
+            self.graph_s.append(time.perf_counter() - t0 - warm_s)
         info.update(capture_delta_bytes=free_delta_bytes(before, after), capture_s=round(graph.capture_s, 6))
         detail[key] = {
             "free_delta_bytes": info["capture_delta_bytes"],
@@ -807,6 +935,9 @@ class _Sweep:
             info = self.captures.get((mode, w), {})
             memory = dict(capture_delta_bytes=info.get("capture_delta_bytes"),
                           standalone_bytes=info.get("standalone_bytes"), capture_s=info.get("capture_s"))
+            if (mode, w) in self.errors:
+                rows.append(ProfileRow(w, mode, "error", **memory))
+                continue
             graph = self.graphs.get((mode, w))
             m = None if graph is None else self._timed(mode, w, lambda g=graph, r=r: r.replay(g))
             rows.append(ProfileRow(w, mode, "oom", **memory) if m is None else
