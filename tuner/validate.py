@@ -769,14 +769,25 @@ def require_cuda() -> str:
 
 def build_backend(model: CostModel, lists: dict[str, Evaluation], device: str) -> TorchBackend:
     """The workload's decode model built once, wide enough for every step and graph, compiled as the profile was."""
-    from tuner.measure.decoder import build_model
+    from tuner.measure import graphs as _graphs
+    from tuner.measure.decoder import build_model, out_of_memory_building
 
     # As wide as every graph, and as the widest step the profile measured eagerly: the decoder models a wider
     # (mixed) step as more decode requests, whose KV cache would not fit (DFlash-like: 8192 tokens are 482
     # requests of 2 GiB context each), and the model only extrapolates there anyway.
     graphs = [w for e in lists.values() for _, w in model.graphs(e.capture_sizes)]
     widest = max(graphs + [min(int(model.step_arrays()[0].max()), model.eager_ms.max_width)])
-    decoder = build_model(model.workload, widest, device)
+    try:
+        decoder = build_model(model.workload, widest, device)
+    except Exception as exc:
+        if not _graphs.is_oom(exc):
+            raise
+        message = out_of_memory_building(model.workload, widest, device)
+    else:
+        message = None
+    if message is not None:  # outside the except block, whose traceback holds what was allocated
+        _graphs.release_memory(device, collect=True)
+        raise ValidationError(message)
     if model.profile.metadata.get("compiled"):
         decoder.compile()
     return TorchBackend(decoder)

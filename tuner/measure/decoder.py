@@ -19,7 +19,8 @@ from tuner.shapes import ModelShape
 if TYPE_CHECKING:
     from tuner.workload import Workload
 
-__all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel", "build_model", "memory_asked_bytes"]
+__all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel", "build_model", "memory_asked_bytes",
+           "out_of_memory_building"]
 
 DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """Workload dtype names to torch dtypes."""
@@ -562,3 +563,15 @@ def memory_asked_bytes(workload: Workload, max_num_tokens: int) -> tuple[int, in
     # The drafter's KV layers too: its cache is as wide as the target's at most.
     kv = workload.kv_bytes_per_token() * requests * (workload.traffic.mean_context_len + s.decode_query_len)
     return m.weight_bytes() + workload.drafter_weight_bytes(), kv
+
+
+def out_of_memory_building(workload: Workload, max_num_tokens: int, device: torch.device | str) -> str:
+    """The one line for a model or KV cache that does not fit the device: the workload and the memory it asked."""
+    device = torch.device(device)
+    weights, kv = memory_asked_bytes(workload, max_num_tokens)
+    on = f"{device}"
+    if device.type == "cuda":
+        on += f" ({torch.cuda.get_device_properties(device).total_memory / 2**30:.1f} GiB)"
+    return (f"{workload.name}: out of memory building the model on {on}: it asks {weights / 2**30:.1f} GiB of "
+            f"weights and {kv / 2**30:.1f} GiB of KV cache for {max_num_tokens} tokens at context "
+            f"{workload.traffic.mean_context_len}")

@@ -19,7 +19,7 @@ import torch
 from tuner import candidates as _candidates
 from tuner.measure import graphs as _graphs
 from tuner.measure import piecewise as _piecewise
-from tuner.measure.decoder import DecodeModel, build_model
+from tuner.measure.decoder import DecodeModel, build_model, out_of_memory_building
 from tuner.measure.drafter import DrafterPlan, build_drafter, drafter_plan, pool_sequence
 from tuner.measure.kernels import cuda_kernels_per_layer
 from tuner.measure import sweep_plan as _plan
@@ -391,7 +391,7 @@ def profile_workload(
     except Exception as exc:
         if not _graphs.is_oom(exc):
             raise
-        message = _out_of_memory_building(workload, max(requested), dev)
+        message = out_of_memory_building(workload, max(requested), dev)
     else:
         message = None
     if message is not None:  # raised outside the except block, whose traceback holds what was allocated
@@ -504,18 +504,6 @@ def profile_workload(
                       key=lambda r: (r.num_tokens, MODES.index(r.mode)))
     return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete,
                          drafter_measured=drafter_measured)
-
-
-def _out_of_memory_building(workload: Workload, max_num_tokens: int, device: torch.device) -> str:
-    """The one line for a model or KV cache that does not fit the device: the workload and the memory it asked."""
-    from tuner.measure.decoder import memory_asked_bytes
-
-    weights, kv = memory_asked_bytes(workload, max_num_tokens)
-    total = device_metadata(device).get("total_memory_bytes")
-    on = f" of {total / 2**30:.1f} GiB" if total else ""
-    return (f"{workload.name}: out of memory building the model on {device}{on}: it asks {weights / 2**30:.1f} GiB "
-            f"of weights and {kv / 2**30:.1f} GiB of KV cache for {max_num_tokens} tokens at context "
-            f"{workload.traffic.mean_context_len}")
 
 
 def _noisy_widths(measurements: dict[str, Any], rows: dict[int, list[ProfileRow]]) -> list[int]:
