@@ -1,6 +1,6 @@
 """On a CUDA device: a small list captured in vLLM's order and replayed step by step as validation dispatches it
 gives the eager step's logits, and `cgtune validate` measures a pool and gives it back (skipped without CUDA; run
-by scripts/gpu_validate.sh)."""
+by scripts/gpu_run.py)."""
 
 from __future__ import annotations
 

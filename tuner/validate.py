@@ -805,10 +805,11 @@ def _emit(run_dir: Path, model: CostModel, search: SearchResult, chosen: Evaluat
 
 def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, backend: ReplayBackend | None = None,
                  command: str = "", margin: float = MEMORY_MARGIN, emit: bool = True,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 progress: Callable[[str], None] | None = None, device: str | None = None) -> dict[str, Any]:
     """`cgtune validate RUN_DIR`: validate default, tuned (and exact) of a run directory and write validation.json
     and the report section. When the tuned list does not fit by measurement, the fastest measured list that does
-    is emitted instead (never one that does not fit); without any, the vLLM files are removed."""
+    is emitted instead (never one that does not fit); without any, the vLLM files are removed. `device` (default:
+    CUDA, required) builds the backend there: `cpu` only rehearses the run (graph steps run eagerly)."""
     from tuner.costmodel import ModelError
     from tuner.report import load_run
     from tuner.validate_report import update_report
@@ -823,7 +824,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
         raise ValidationError(str(exc).splitlines()[0]) from None
     lists = lists_to_validate(search)
     if backend is None:
-        backend = build_backend(model, lists, require_cuda())
+        backend = build_backend(model, lists, device or require_cuda())
     trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
                                           progress=progress)
     emitted = "tuned"

@@ -397,7 +397,7 @@ def test_shared_tensor_of_another_shape_is_refused() -> None:
 # --------------------------------------------------------------------------------------------- on CUDA
 @pytest.mark.gpu
 def test_drafter_sweep_and_replays_on_cuda(tmp_path) -> None:
-    """On a CUDA device (run by scripts/gpu_profile.sh): every drafter row of a V2 EAGLE workload is measured, its
+    """On a CUDA device (run by scripts/gpu_run.py): every drafter row of a V2 EAGLE workload is measured, its
     standalone footprints are real, non-KV memory counts its weights, and its graphs, captured after the target's in
     one pool, replay its eager pass (the target's embedding and LM head shared)."""
     from tuner.measure.graphs import capture, new_pool, release_memory

@@ -1,6 +1,6 @@
 """On a CUDA device: FULL and PIECEWISE graph replay reproduce the eager step (plain and compiled), graph memory
 and vLLM's non-KV memory read sensibly, the eager step's kernels are counted (skipped without CUDA; run by
-scripts/gpu_profile.sh)."""
+scripts/gpu_run.py)."""
 
 from __future__ import annotations
 

@@ -40,6 +40,9 @@ class ValidateCommand(Command):
         p.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
         p.add_argument("--workload", metavar="YAML", help="with --profile: write RUN_DIR from the exact solver first")
         p.add_argument("--profile", type=Path, metavar="CSV", help="with --workload: recorded profile (CSV + JSON)")
+        p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                       help="cuda (default); cpu only rehearses the run where there is no GPU (graph steps run "
+                            "eagerly, the record says these are no validation numbers)")
         p.add_argument("--no-emit", action="store_true",
                        help="never rewrite the vLLM files, even when the tuned list does not fit")
         p.add_argument("--allow-mismatch", action="store_true",
@@ -63,7 +66,8 @@ class ValidateCommand(Command):
 
             load_workload_arg(args.workload)  # a bad workload is a one-line usage error, before anything is written
             try:
-                require_cuda()  # before writing RUN_DIR: a failed command leaves nothing behind
+                if args.device == "cuda":
+                    require_cuda()  # before writing RUN_DIR: a failed command leaves nothing behind
                 exact_run(args.workload, args.profile, run, allow_mismatch=args.allow_mismatch, command=shlex.join(
                     ["cgtune", "validate", str(run), "--workload", str(args.workload), "--profile", str(args.profile)]
                     + (["--allow-mismatch"] if args.allow_mismatch else [])))
@@ -76,16 +80,18 @@ class ValidateCommand(Command):
             if not (run / name).is_file():
                 raise UsageError(f"run_dir: {str(run)!r} has no {name} (not a cgtune search or tune output directory)")
         try:
-            require_cuda()
+            if args.device == "cuda":
+                require_cuda()
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
         if args.allow_mismatch:
             _record_allow_mismatch(run)
         command = shlex.join(["cgtune", "validate", str(run), "--steps", str(args.steps), "--seed", str(args.seed)]
-                             + (["--allow-mismatch"] if args.allow_mismatch else []))
+                             + (["--allow-mismatch"] if args.allow_mismatch else [])
+                             + (["--device", "cpu"] if args.device == "cpu" else []))
         try:
             record = validate_run(run, num_steps=args.steps, seed=args.seed, command=command, emit=not args.no_emit,
-                                  progress=lambda msg: print(f"validate: {msg}", flush=True))
+                                  progress=lambda msg: print(f"validate: {msg}", flush=True), device=args.device)
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
         _print_table(record)
