@@ -292,6 +292,11 @@ def profile_summary(csv_path: Path, key_widths: tuple[int, ...] = (1, 512, 2176,
              f"{_cell(m.get('non_kv_cache_bytes') and m['non_kv_cache_bytes'] / mib, '.0f')} MiB, eager kernels per "
              f"layer {_cell(m.get('eager_kernels_per_layer'), 'g')}, attention {m.get('attention_kernel')}, noisy "
              f"widths {len(m.get('noisy_widths') or [])}"]
+    from tuner.host_cost import host_line
+
+    host = host_line(m)
+    if host:
+        lines.append(f"- {host}")
     for e in m.get("capture_errors") or []:
         lines.append(f"- capture error at {e['num_tokens']} tokens ({e['mode']}): {e['error']}")
     if m.get("widths_left_for_time"):

@@ -26,6 +26,7 @@ from tuner.compare import (
     widest_sizes,
 )
 from tuner.engines import ENGINE_FILES, render_engine_files
+from tuner.host_cost import host_line
 from tuner.costmodel import GIB, CostModel, Evaluation, crossover_width
 from tuner.plots import PLOTS, log_axis, memory_unit, profile_provenance, render_plots
 from tuner.search import SearchResult
@@ -250,10 +251,11 @@ def _provenance_lines(model: CostModel) -> list[str]:
     kernels_text = (f"{kernels:g} CUDA kernels per layer in one eager step" if isinstance(kernels, int | float)
                     else "CUDA kernels per layer not recorded")
     s = model.serving
+    host = host_line(md)
     return [
         f"- device: {device}; profile `{meta['profile']}` ({made})",
         f"- eager baseline: {step}; {kernels_text} (vLLM's Llama layer: about {VLLM_TYPICAL_KERNELS_PER_LAYER} "
-        f"fused kernels)",
+        f"fused kernels)" + (f"; {host}" if host else ""),
         f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), q = {model.q}, max_num_seqs "
         f"{s.max_num_seqs}, max_model_len {s.max_model_len}",
         f"- vLLM 0.33, model runner **{model.runner.upper()}** ({s.runner_reason}); cudagraph_mode "

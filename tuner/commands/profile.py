@@ -243,6 +243,11 @@ class ProfileCommand(Command):
         kernels = meta.get("eager_kernels_per_layer")
         print(f"{compiled} | vLLM non-KV memory {_mib(meta.get('non_kv_cache_bytes'))} MiB | eager step "
               f"{'-' if kernels is None else f'{kernels:g}'} CUDA kernels per layer (vLLM's Llama layer: about 10-12)")
+        from tuner.host_cost import host_line
+
+        host = host_line(meta)
+        if host:
+            print(host)
         noisy = meta.get("noisy_widths") or []
         listed = ", ".join(map(str, noisy[:8])) + (", ..." if len(noisy) > 8 else "")
         in_table = len(set(meta["widths_done"]) | set((drafter or {}).get("widths_done", [])))

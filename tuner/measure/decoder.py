@@ -227,6 +227,7 @@ class DecodeModel:
         self._forward_hidden = self._forward_hidden_eager
         self._pieces: tuple[Callable, Callable, Callable] = (_piece_first, _piece_middle, _piece_last)
         self._compiled = False
+        self._groups: dict[int, tuple] = {}  # num_tokens -> the step's attention metadata (`_step_groups`)
         # A number in the order models are built, not id(self): it is a constant in the compiled graph, so a second
         # process building the same models in the same order finds the first one's compiled code in Inductor's cache.
         self._key = next(_MODEL_KEYS)
@@ -412,6 +413,27 @@ class DecodeModel:
         out.copy_(F.rms_norm(h, (s.hidden_size,), self.final_norm, eps))
         return out
 
+    def _step_groups(self, num_tokens: int) -> tuple[tuple[int, int, int, int, int, object], ...]:
+        """The step's attention metadata, built once per width as vLLM builds it once per step rather than in every
+        layer: per request group (`num_tokens // q` requests of q tokens, then one of the rest) its token range, first
+        request, request count, query length and mask. Bottom-right causal: new token j sees the whole context and
+        new tokens 0..j, which speculative verification needs. On CUDA the mask is SDPA's causal bias (it keeps SDPA
+        on its fused kernels); elsewhere SDPA would materialize that bias in every call, so it is materialized here,
+        once: the same boolean mask, the same math kernel."""
+        groups = self._groups.get(num_tokens)
+        if groups is None:
+            ql, ctx = self.decode_query_len, self.context_len
+            n_full, rest = divmod(num_tokens, ql)
+            groups = []
+            for first, requests, length in ((0, n_full, ql), (n_full, 1 if rest else 0, rest)):
+                if requests:
+                    mask = causal_lower_right(length, ctx + length)
+                    if self.device.type != "cuda":
+                        mask = mask._materialize(self.device)
+                    groups.append((first * ql, first * ql + requests * length, first, requests, length, mask))
+            groups = self._groups[num_tokens] = tuple(groups)
+        return groups
+
     def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    out: torch.Tensor | None = None) -> torch.Tensor:
         """Write the new keys/values after each request's context, then attend over context + new tokens:
@@ -423,22 +445,13 @@ class DecodeModel:
         kv_cache = self.layers[layer].kv_cache
         if kv_cache is None:
             raise RuntimeError("the KV cache is not allocated: call allocate_kv_cache() before a decode step")
-        ql = self.decode_query_len
         ctx = self.context_len
-        n_full, rest = divmod(q.shape[0], ql)
         outs = []
-        for first, requests, length in ((0, n_full, ql), (n_full, 1 if rest else 0, rest)):
-            if not requests:
-                continue
-            lo = first * ql
-            hi = lo + requests * length
+        for lo, hi, first, requests, length, mask in self._step_groups(q.shape[0]):
             cache = kv_cache[:, first:first + requests, :, :ctx + length]
             qr = q[lo:hi].view(requests, length, s.num_heads, s.head_dim).transpose(1, 2)
             cache[0, :, :, ctx:].copy_(k[lo:hi].view(requests, length, s.num_kv_heads, s.head_dim).transpose(1, 2))
             cache[1, :, :, ctx:].copy_(v[lo:hi].view(requests, length, s.num_kv_heads, s.head_dim).transpose(1, 2))
-            # Bottom-right causal: new token j sees the whole context and new tokens 0..j, which is what
-            # speculative verification needs; this bias keeps SDPA on its fused kernels.
-            mask = causal_lower_right(length, ctx + length)
             o = F.scaled_dot_product_attention(qr, cache[0], cache[1], attn_mask=mask, enable_gqa=self._enable_gqa)
             if out is not None:
                 out[lo:hi].view(requests, length, s.num_heads, s.head_dim).copy_(o.transpose(1, 2))

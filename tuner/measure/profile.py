@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tuner import candidates as _candidates
+from tuner.host_cost import host_bound_widths
 from tuner.measure import graphs as _graphs
 from tuner.measure import piecewise as _piecewise
 from tuner.measure.decoder import DecodeModel, build_model, out_of_memory_building
@@ -31,7 +32,7 @@ from tuner.measure.memory import (
     nvml_delta_bytes,
     snapshot,
 )
-from tuner.measure.timing import Clock, CudaEventClock, Measurement, WallClock, measure
+from tuner.measure.timing import Clock, CudaEventClock, HostClock, Measurement, WallClock, measure
 from tuner.profile_table import MODES, ProfileError, ProfileRow, read_profile, write_metadata, write_profile
 from tuner.workload import Workload
 
@@ -125,6 +126,8 @@ class StepRunner:
         self.clock = clock or (CudaEventClock(self.device) if cuda else WallClock())
         self.graphs_supported = cuda
         """Whether `capture` can work here; when False, graph rows are `unsupported`."""
+        self.host_clock: Clock | None = HostClock(lambda: torch.cuda.synchronize(self.device)) if cuda else None
+        """Times the host's share of an eager step (None on a CPU, where the host does all of it)."""
         self.unsupported_reason = None if cuda else _NO_CUDA
 
     def eager(self, num_tokens: int) -> None:
@@ -451,6 +454,8 @@ def profile_workload(
                     noisy_widths=sorted(noisy), sweep_s=previous_sweep_s + (time.perf_counter() - started),
                     capture_errors=[{"mode": m, "num_tokens": w, "error": e} for (m, w), e in sorted(sweep.errors.items())],
                     widths_left_for_time=sorted(sweep.dropped))
+        meta["host_bound_widths"] = host_bound_widths({"measurements": {w: d for w, d in measurements.items()
+                                                                        if int(w) in rows}})
         if not rows and not drafter_rows:  # no width finished yet: the metadata alone (compile time, memory)
             write_metadata(out_dir, name, meta)
             return csv_path
@@ -940,6 +945,13 @@ class _Sweep:
         t0 = time.perf_counter()
         rows = []
         eager = None if self._blocked("eager", w) else self._timed("eager", w, lambda: runner.eager(w))
+        if eager is not None and runner.host_clock is not None:
+            # The host's share of the same step, beside it: whether the eager step is host-bound (tuner.host_cost).
+            o = self.options
+            ok, host, _ = _attempt(runner, lambda: measure(lambda: runner.eager(w), runner.host_clock, warmup_ms=0,
+                                                           rep_ms=0, min_reps=o.min_reps, max_reps=o.min_reps))
+            if ok:
+                detail["eager_host"] = _summary(host)
         rows.append(ProfileRow(w, "eager", "oom") if eager is None else
                     ProfileRow(w, "eager", "ok", latency_ms=eager.median_ms, latency_iqr_ms=eager.iqr_ms))
         rows += self._graph_rows(w, _GRAPH_MODES)

@@ -14,6 +14,7 @@ __all__ = [
     "Clock",
     "CudaEventClock",
     "FakeClock",
+    "HostClock",
     "Measurement",
     "WallClock",
     "measure",
@@ -63,6 +64,25 @@ class CudaEventClock:
             end.record()
         torch.cuda.synchronize(self.device)
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+class HostClock:
+    """Host time to issue each call: perf_counter around it with the device drained before (unmeasured) and after,
+    so the reading is Python, dispatch and launches alone; a device clock cannot tell those from the GPU's work while
+    the host runs ahead."""
+
+    def __init__(self, synchronize: Callable[[], object]) -> None:
+        self.synchronize = synchronize
+
+    def time_ms(self, fn: Callable[[], object], reps: int) -> list[float]:
+        out = []
+        for _ in range(reps):
+            self.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+            self.synchronize()
+        return out
 
 
 class FakeClock:
