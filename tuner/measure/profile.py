@@ -20,10 +20,10 @@ from tuner import candidates as _candidates
 from tuner.host_cost import host_bound_widths
 from tuner.measure import graphs as _graphs
 from tuner.measure import piecewise as _piecewise
+from tuner.measure import sweep_plan as _plan
 from tuner.measure.decoder import DecodeModel, build_model, out_of_memory_building
 from tuner.measure.drafter import DrafterPlan, build_drafter, drafter_plan, pool_sequence
 from tuner.measure.kernels import cuda_kernels_per_layer
-from tuner.measure import sweep_plan as _plan
 from tuner.measure.memory import (
     MemorySnapshot,
     device_metadata,
