@@ -75,7 +75,7 @@ def test_time_is_shared_by_weight_and_later_stages_get_what_earlier_ones_left() 
 def test_trace_steps_fit_the_seconds_or_the_stage_is_skipped() -> None:
     assert gpu_run.steps_for(100, fixed_s=40, per_step_s=0.02) == 3000  # 3000 of the 3000 that would fit
     assert gpu_run.steps_for(100, fixed_s=40, per_step_s=0.05) == 1200
-    assert gpu_run.steps_for(100, fixed_s=95, per_step_s=0.05) is None  # not even 200 steps: skipped, not killed
+    assert gpu_run.steps_for(100, fixed_s=96, per_step_s=0.05) is None  # not even 100 steps: skipped, not killed
     assert gpu_run.steps_for(100, fixed_s=95, per_step_s=0.05, most=20) == 20  # a short trace asked for: it fits
     assert gpu_run.steps_for(100, fixed_s=99.5, per_step_s=0.05, most=20) is None
 
