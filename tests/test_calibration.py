@@ -1,6 +1,6 @@
-"""A profile calibrated on vLLM's log (`tuner.calibration`) as the cost model reads it: every graph-memory reading scaled,
-vLLM's non-KV memory taken as it is, a bad calibration block refused in one line. Hand-made profiles: test fixtures,
-never measurements."""
+"""A profile calibrated on vLLM's log (`tuner.calibration`) as the cost model reads it: every graph-memory reading
+scaled, vLLM's non-KV memory taken as it is, a bad calibration block refused in one line. Hand-made profiles: test
+fixtures, never measurements."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ WIDTHS = list(range(1, 65))
 @pytest.fixture()
 def plain(tmp_path):
     wl = handmade_workload(max_num_seqs=16, max_num_batched_tokens=64)
-    return wl, handmade_profile(tmp_path, wl, WIDTHS, total_memory_bytes=2000 * MIB, standalone_bytes=lambda w: 3 * w * MIB)
+    return wl, handmade_profile(tmp_path, wl, WIDTHS, total_memory_bytes=2000 * MIB,
+                                standalone_bytes=lambda w: 3 * w * MIB)
 
 
 def calibrate(csv: Path, out: Path, *, pool_logged: float, pool_predicted: float, non_kv: float | None) -> Path:

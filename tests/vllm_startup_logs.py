@@ -44,7 +44,8 @@ ESTIMATE_DISABLED = (  # v1/worker/gpu_worker.py:804 (WARNING)
     "re-enabling it (the default as of v0.21.0) and increasing "
     "--gpu-memory-utilization from %.4f to %.4f."
 )
-KV_SIZE = "%s KV cache size: %s tokens, " "Maximum concurrency for %s tokens per request: %.2fx"  # kv_cache_utils.py:1147
+KV_SIZE = ("%s KV cache size: %s tokens, "  # v1/core/kv_cache_utils.py:1147
+           "Maximum concurrency for %s tokens per request: %.2fx")
 WARMUP = "Compile and warming up model for size %d"  # v1/worker/gpu_worker.py:971
 CAPTURE = "Graph capturing finished in %.0f secs, took %.2f GiB"  # v1/worker/gpu/model_runner.py:1163 (V2),
 # v1/worker/gpu_model_runner.py:6516 (V1)
@@ -101,7 +102,8 @@ def _engine_config(*, sizes: list[int], mode: str, method: str | None, k: int, t
     draft = None if method in (None, "ngram", "suffix") else "z-lab/dflash-draft"
     spec = "None" if method is None else f"SpeculativeConfig(method={method!r}, model={draft!r}, num_spec_tokens={k})"
     return (f"model={model!r}, speculative_config={spec}, tokenizer={model!r}, skip_tokenizer_init=False, "
-            f"tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, "
+            f"tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code=False, "
+            f"dtype=torch.bfloat16, "
             f"max_seq_len={max_model_len}, download_dir=None, load_format=auto, tensor_parallel_size={tp}, "
             f"pipeline_parallel_size=1, data_parallel_size=1, decode_context_parallel_size=1, dcp_comm_backend=ag_rs, "
             f"disable_custom_all_reduce=False, quantization=None, quantization_config=None, "

@@ -45,7 +45,8 @@ def test_v2_one_gpu_reads_the_list_settings_and_the_real_capture_not_the_estimat
     [w] = log.workers
     assert w.tag == "EngineCore pid=4100"  # one GPU: the worker runs inside the engine-core process
     assert w.kv_available_gib == 102.24 and w.pool_actual_gib == 3.15 and w.pool_estimated_gib == 3.67
-    # V2 logs "Graph capturing finished" twice: its estimate's throwaway capture (before the KV line), then the real one.
+    # V2 logs "Graph capturing finished" twice: its estimate's throwaway capture (before the KV line), then the real
+    # one.
     assert [after for _, _, after in w.captures] == [False, True]
     assert w.real_capture == (18.0, 3.15)
     assert w.utilization == (0.9, round(0.9 - 3.67 / 150, 4))

@@ -44,7 +44,8 @@ _UTIL_HINT = re.compile(rf"The current --gpu-memory-utilization=({_NUM}) is equi
                         rf"--gpu-memory-utilization=({_NUM}) without CUDA graph memory profiling")
 # v1/worker/gpu_worker.py:804 (warning) "CUDA graph memory profiling is disabled
 # (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). ..."
-_ESTIMATE_DISABLED = re.compile(r"CUDA graph memory profiling is disabled \(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\)")
+_ESTIMATE_DISABLED = re.compile(r"CUDA graph memory profiling is disabled "
+                                r"\(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\)")
 # v1/core/kv_cache_utils.py:1147 "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx"
 _KV_SIZE = re.compile(rf"(\S+(?: \+ host)?) KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens "
                       rf"per request: ({_NUM})x")
