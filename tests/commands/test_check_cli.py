@@ -1,6 +1,6 @@
-"""`cgtune check RUN_DIR --vllm-log FILE`: run directories made by `cgtune search` on shipped workloads with the
-synthetic profile of benchmarks/bench_search.py (made-up numbers: a fixture, not a measurement), held to vLLM start-up
-logs written from vLLM 0.33's own format strings (tests/vllm_startup_logs.py).
+"""`cgtune check RUN_DIR --vllm-log FILE`: run directories made by `cgtune search` on shipped workloads with a
+synthetic profile at GPU scale (tests/handmade_profiles.py; made-up numbers: a fixture, not a measurement), held to
+vLLM start-up logs written from vLLM 0.33's own format strings (tests/vllm_startup_logs.py).
 
 The logs here are BUILT FROM THE RUN'S OWN PREDICTIONS (summary.json) with known errors put in (KV cache -2%, real
 pool +5%, ...): they test the plumbing and the parsing (that cgtune reads back the errors put in, to within the log's
@@ -20,9 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/ helpers (import-mode=importlib)
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the synthetic profile of the search benchmark
-from bench_search import synthetic_profile  # noqa: E402
 from cli_runner import run  # noqa: E402
+from handmade_profiles import MIB, handmade_profile  # noqa: E402
 from vllm_startup_logs import GIB, VllmWorker, startup_log  # noqa: E402
 
 from tuner.check import predicted_capture_s as predicted_capture_s_of  # noqa: E402
@@ -34,8 +33,22 @@ DFLASH = ROOT / "workloads" / "dflash-llama-3.1-8b.yaml"  # V2 runner, one GPU, 
 SUFFIX_TP2 = ROOT / "workloads" / "suffix-llama-3.1-70b-tp2.yaml"  # V1 runner (suffix decoding), TP 2, K = 8
 
 
+def synthetic_profile(out_dir: Path, workload: Path) -> Path:
+    """A made-up profile at H200 scale over vLLM's default grid, every decode width and a 32-token grid above the
+    ceiling (the shape benchmarks/bench_search.py uses): a fixture, never a measurement."""
+    wl = load_workload(workload)
+    s = wl.serving
+    q = s.decode_query_len
+    widths = set(s.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)} | set(range(544, 8193, 32))
+    return handmade_profile(out_dir, wl, sorted(w for w in widths if w <= s.max_num_batched_tokens),
+                            eager_ms=lambda w: 6.0 + 0.004 * w, full_ms=lambda w: 1.5 + 0.004 * w,
+                            standalone_bytes=lambda w: 64 * MIB + 600_000 * w, delta_bytes=lambda w: 2 * MIB + 4096 * w,
+                            total_memory_bytes=141 * GIB, weights_bytes=wl.model.weight_bytes(),
+                            activation_peak_bytes=4 * GIB, name="synthetic")
+
+
 def _search_run(tmp: Path, workload: Path) -> Path:
-    csv, _ = synthetic_profile(tmp / "profile", workload)
+    csv = synthetic_profile(tmp / "profile", workload)
     out = tmp / "run"
     code = run_quiet(["search", workload, "--profile", csv, "--out", out, "--trials", 4, "--no-progress"])
     assert code == 0
@@ -200,6 +213,11 @@ def test_bad_files_and_flags_are_one_line_exit_2(dflash_run, tmp_path, capsys):
     not_a_run.mkdir()
     code, out, err = run(capsys, "check", not_a_run, "--vllm-log", write(tmp_path, good))
     assert code == 2 and "holds no readable workload.yaml" in err
+    sglang = tmp_path / "sglang-run"
+    sglang.mkdir()
+    shutil.copyfile(ROOT / "workloads" / "sglang-eagle-llama-3.1-8b.yaml", sglang / "workload.yaml")
+    code, out, err = run(capsys, "check", sglang, "--vllm-log", write(tmp_path, good))
+    assert code == 2 and "is a sglang run; cgtune check reads vLLM's log only" in err
     assert not list(tmp_path.glob("c.*"))
 
 
@@ -219,6 +237,17 @@ def test_fail_over_exits_1_only_when_an_error_beyond_the_logs_rounding_exceeds_i
     code, data, err = check_json(capsys, dflash_run, "-", "--fail-over", "0")
     assert code == 0, err
     assert data["log"] == "stdin" and {q["within"] for q in data["quantities"].values()} == {"rounding"}
+
+
+def test_a_negative_capture_reading_is_invalid_not_a_number_and_cannot_calibrate(dflash_run, tmp_path, capsys):
+    log = write(tmp_path, log_from_predictions(dflash_run, pool_error=-3.0))  # "took -X GiB", as in vLLM issue 25779
+    code, data, err = check_json(capsys, dflash_run, log)
+    assert code == 0, err
+    assert "graph_pool_bytes" not in data["quantities"] and "kv_available_bytes" in data["quantities"]
+    assert any("logged a negative graph capture" in n for n in data["notes"])
+    code, out, err = run(capsys, "check", dflash_run, "--vllm-log", log, "--calibrate", tmp_path / "c.json")
+    assert (code, out) == (2, "") and "--calibrate: the log gives no valid real graph pool" in err
+    assert not list(tmp_path.glob("c.*"))
 
 
 # ---------------------------------------------------------------------------------------------- V1, TP 2
