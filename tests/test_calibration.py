@@ -28,8 +28,9 @@ def plain(tmp_path):
 
 
 def calibrate(csv: Path, out: Path, *, pool_logged: float, pool_predicted: float, non_kv: float | None) -> Path:
-    meta = calibrated_metadata(read_profile(csv).metadata, log="vllm.log", num_graphs=7, pool_logged_bytes=pool_logged,
-                               pool_predicted_bytes=pool_predicted, non_kv_logged_bytes=non_kv, command="test")
+    meta = calibrated_metadata(read_profile(csv).metadata, log="vllm.log", capture_sizes=[1, 2, 4, 8, 16, 32, 64],
+                               pool_logged_bytes=pool_logged, pool_predicted_bytes=pool_predicted,
+                               non_kv_logged_bytes=non_kv, command="test")
     return write_calibrated(csv, out, meta)[1]
 
 
@@ -55,7 +56,8 @@ def test_the_scale_multiplies_every_graph_memory_reading_and_the_non_kv_memory_i
     assert again.graph_memory_bytes == pytest.approx(1.25 * e.graph_memory_bytes, rel=1e-6)
     assert again.graph_estimate_bytes == pytest.approx(1.25 * e.graph_estimate_bytes, rel=1e-3)
     assert model.budget.non_kv_cache_bytes == 321 * MIB
-    assert any(n.startswith("calibrated on vLLM's start-up log vllm.log") and "non-KV memory" in n
+    assert any(n.startswith("calibrated on vLLM's start-up log vllm.log (vLLM running a list of 7 sizes, max 64)")
+               and "x 1.2500, the estimate's included) and its non-KV memory; from the profile" in n
                for n in model.notes)
 
 

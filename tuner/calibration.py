@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,17 +58,17 @@ def apply_calibration(profile: Profile) -> tuple[Profile, str | None]:
 
     rows = [dataclasses.replace(r, capture_delta_bytes=scaled(r.capture_delta_bytes),
                                 standalone_bytes=scaled(r.standalone_bytes)) for r in profile.rows]
-    from_log = ["graph memory scaled by vLLM's real pool"]
-    if block.get("non_kv_cache_bytes_from_log"):
-        from_log.append("non-KV memory")
-    note = (f"calibrated on vLLM's start-up log {block.get('log', '?')} (a list of {block.get('num_graphs', '?')} "
-            f"graphs): from vLLM's log: {' and '.join(from_log)} (every graph-memory reading x {scale:.4f}); from the "
-            f"profile: latencies, capture times, the shape of graph memory over widths"
-            + ("" if block.get("non_kv_cache_bytes_from_log") else ", non-KV memory"))
+    sizes = block.get("capture_sizes") or []
+    non_kv = block.get("non_kv_cache_bytes_from_log")
+    note = (f"calibrated on vLLM's start-up log {block.get('log', '?')} (vLLM running a list of {len(sizes)} sizes, "
+            f"max {max(sizes, default=0)}): from vLLM's log: its real graph pool (every graph-memory reading of the "
+            f"profile x {scale:.4f}, the estimate's included)" + (" and its non-KV memory" if non_kv else "")
+            + "; from the profile: latencies, capture times, the shape of graph memory over widths"
+            + ("" if non_kv else ", non-KV memory"))
     return Profile(rows=rows, metadata=profile.metadata, path=profile.path), note
 
 
-def calibrated_metadata(metadata: dict[str, Any], *, log: str, num_graphs: int, pool_logged_bytes: float,
+def calibrated_metadata(metadata: dict[str, Any], *, log: str, capture_sizes: Sequence[int], pool_logged_bytes: float,
                         pool_predicted_bytes: float, non_kv_logged_bytes: float | None, command: str) -> dict[str, Any]:
     """The run's profile metadata calibrated on a log: `graph_memory_scale` = logged / predicted real pool (times the
     scale the profile already carried, since its prediction was made with it), and `non_kv_cache_bytes` = vLLM's
@@ -81,7 +82,7 @@ def calibrated_metadata(metadata: dict[str, Any], *, log: str, num_graphs: int, 
         from_log.append("non_kv_cache_bytes")
     out[CALIBRATION_KEY] = {
         "log": log,
-        "num_graphs": num_graphs,
+        "capture_sizes": list(capture_sizes),
         "graph_memory_scale": scale,
         "graph_pool_bytes": {"logged": round(pool_logged_bytes), "predicted": round(pool_predicted_bytes)},
         "non_kv_cache_bytes_from_log": non_kv_logged_bytes is not None,

@@ -99,6 +99,11 @@ class CheckResult:
     quantities: dict[str, Quantity]
     notes: list[str]
 
+    def over(self, percent: float) -> list[str]:
+        """Figures more than `percent` off their prediction beyond what the log's rounding explains (--fail-over)."""
+        return [q.name for q in self.quantities.values()
+                if q.within != "rounding" and q.error is not None and abs(q.error) * 100 > percent]
+
     def as_dict(self) -> dict[str, Any]:
         return {"list_matches": True, "list": self.list_kind, "capture_sizes": list(self.log.capture_sizes),
                 "runner": self.log.runner, "runner_predicted": self.model.runner,
@@ -357,7 +362,7 @@ def write_calibration(result: CheckResult, out_json: Path, *, command: str) -> d
     profile = result.model.profile
     assert profile.path is not None
     metadata = calibrated_metadata(
-        profile.metadata, log=result.log.source, num_graphs=len(result.evaluation.runs_as),
+        profile.metadata, log=result.log.source, capture_sizes=result.log.capture_sizes,
         pool_logged_bytes=max(pool.workers.values(), default=pool.logged), pool_predicted_bytes=pool.predicted,
         non_kv_logged_bytes=max(non_kv.workers.values(), default=non_kv.logged) if non_kv is not None else None,
         command=command)

@@ -96,9 +96,7 @@ class CheckCommand(Command):
             print(json.dumps({**result.as_dict(), "calibration": calibration}, indent=2))
         else:
             self._print(args, result, calibration)
-        over = [q.name for q in result.quantities.values()
-                if args.fail_over is not None and q.within != "rounding" and q.error is not None
-                and abs(q.error) * 100 > args.fail_over]
+        over = result.over(args.fail_over) if args.fail_over is not None else []
         if over:
             print(f"cgtune check: {', '.join(over)} more than {args.fail_over:g}% off (--fail-over)", file=sys.stderr)
             return 1
@@ -113,6 +111,8 @@ class CheckCommand(Command):
 
         if out.suffix != ".json":
             raise UsageError(f"--calibrate: {str(out)!r} must end in .json (OUT.csv is written beside it)")
+        if out.with_suffix(".csv").resolve() == (args.run_dir / "profile.csv").resolve():
+            raise UsageError(f"--calibrate: {str(out)!r} is the run's own profile; write the calibrated pair elsewhere")
         for path in (out, out.with_suffix(".csv")):
             if path.exists() and not args.force:
                 raise UsageError(f"--calibrate: {path} exists (pass --force to replace it)")

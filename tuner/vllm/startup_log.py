@@ -222,8 +222,8 @@ def parse_startup_log(text: str, source: str = "log") -> StartupLog:
     settings.update(config.pop("settings"))
     figures = _startup_figures(lines[first + 1:])
     # Without the flag in "non-default args", the utilization the workers printed (hint, memory summary).
-    printed = [u for w in figures["workers"] for u in (w.utilization and w.utilization[0], w.summary_utilization)
-               if u is not None]
+    printed = [u for w in figures["workers"]
+               for u in (w.utilization[0] if w.utilization else None, w.summary_utilization) if u is not None]
     if printed and "gpu_memory_utilization" not in settings:
         settings["gpu_memory_utilization"] = printed[0]
     return StartupLog(source=source, starts=len(starts), settings=settings, **config, **figures)
@@ -251,13 +251,13 @@ def _startup_figures(lines: Iterable[str]) -> dict:
             target = workers[tag].captures if after else pending.setdefault(tag, [])
             target.append((float(m.group(1)), float(m.group(2)), after))
         else:
-            _worker_line(line, tag, workers, pending)
+            _worker_line(line, tag, workers)
     return {"v2_runner": v2, "workers": [w for w in workers.values() if w.kv_available_gib is not None],
             "kv_tokens": kv[0] if kv else None, "max_concurrency": kv[1] if kv else None,
             "concurrency_len": kv[2] if kv else None}
 
 
-def _worker_line(line: str, tag: str, workers: dict[str, WorkerFigures], pending: dict) -> None:
+def _worker_line(line: str, tag: str, workers: dict[str, WorkerFigures]) -> None:
     """The per-worker lines that need no ordering: V1's estimate, the hint, the pool line, the memory summary."""
     def worker() -> WorkerFigures:
         return workers.setdefault(tag, WorkerFigures(tag))
