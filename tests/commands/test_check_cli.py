@@ -264,6 +264,10 @@ def test_tensor_parallel_workers_are_compared_one_by_one_and_the_worst_is_report
     assert set(pool["workers"]) == {"Worker_TP0 pid=7000", "Worker_TP1 pid=7001"}
     assert abs(pool["error_pct"] - 8.0) <= 100 * 0.005 * GIB / p["pool"] and pool["within"] == "neither"
     assert data["quantities"]["vllm_graph_estimate_bytes"]["within"] == "rounding"
+    code, out, _ = run(capsys, "check", tp2_run, "--vllm-log", log)
+    per_worker = [line.split(": ", 1)[1] for line in out.splitlines() if "per worker:" in line]
+    assert code == 0 and len(per_worker) == 1  # only where the workers disagree: the real pool
+    assert per_worker[0].startswith("Worker_TP0 pid=7000: ") and ", Worker_TP1 pid=7001: " in per_worker[0]
 
 
 def test_a_list_as_the_v1_runner_runs_it_is_accepted_and_said_so(tp2_run, tmp_path, capsys):

@@ -124,7 +124,7 @@ class CheckCommand(Command):
         sizes = log.capture_sizes
         workers = ", ".join(w.tag or "untagged" for w in log.workers)
         print(f"cgtune check {args.run_dir} against vLLM {log.vllm_version}'s log {log.source}")
-        print(f"capture list: vLLM ran the run's list {result.list_kind} ({len(sizes)} graphs, max {sizes[-1]}); "
+        print(f"capture list: vLLM ran the run's list {result.list_kind} ({len(sizes)} sizes, max {sizes[-1]}); "
               f"runner {(log.runner or '?').upper()} (predicted {model.runner.upper()}); {len(log.workers)} "
               f"worker(s): {workers}")
         print()
@@ -136,7 +136,7 @@ class CheckCommand(Command):
                       "tolerance": f"tolerance ({100 * (q.tolerance or 0):g}%)", "neither": "no"}[q.within]
             print(f"{q.name:<27} {_figure(q.unit, q.predicted, row):>14} {_figure(q.unit, q.logged, row):>14} "
                   f"{error:>9}  {within}")
-            if len(q.workers) > 1:
+            if len(set(q.workers.values())) > 1:  # the workers disagree: show each
                 print(f"{'':<27} per worker: "
                       + ", ".join(f"{t}: {_figure(q.unit, v, row)}" for t, v in q.workers.items()))
         print()
