@@ -200,7 +200,7 @@ def test_bad_files_and_flags_are_one_line_exit_2(dflash_run, tmp_path, capsys):
         (["--vllm-log", tmp_path / "missing.log"], "cannot be read"),
         (["--vllm-log", tmp_path / "latin1.log"], "is not UTF-8 text (byte 0xe9"),
         (["--vllm-log", write(tmp_path, "just some server output\n", "other.log")], "holds no vLLM engine-config line"),
-        (["--vllm-log", write(tmp_path, good), "--fail-over", "-1"], "argument --fail-over: -1 must be a finite"),
+        (["--vllm-log", write(tmp_path, good), "--fail-over", "-1"], "argument --fail-over: -1.0 must be a finite number >= 0"),
         (["--vllm-log", write(tmp_path, good), "--calibrate", tmp_path / "c.yaml"], "must end in .json"),
         (["--vllm-log", write(tmp_path, good), "--calibrate", dflash_run / "profile.json", "--force"],
          "is the run's own profile"),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.cli import Command, UsageError
+from tuner.commands.common import non_negative_float
 
 if TYPE_CHECKING:  # the library loads when the command runs, not when the CLI is built
     from tuner.check import CheckResult
@@ -17,16 +18,6 @@ if TYPE_CHECKING:  # the library loads when the command runs, not when the CLI i
 __all__ = ["CheckCommand"]
 
 GIB = 1 << 30
-
-
-def _percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value:g} must be a finite number >= 0")
-    return value
 
 
 def _figure(unit: str, value: float, scale: float | None = None) -> str:
@@ -63,7 +54,7 @@ class CheckCommand(Command):
         p.add_argument("--vllm-log", required=True, metavar="FILE",
                        help="vLLM's whole start-up log (`-`: stdin); any prefixes, other lines ignored")
         p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-        p.add_argument("--fail-over", type=_percent, metavar="PCT",
+        p.add_argument("--fail-over", type=non_negative_float, metavar="PCT",
                        help="exit 1 when any figure is more than PCT percent off its prediction and the log line's "
                             "rounding does not explain it (for a deployment's CI)")
         p.add_argument("--calibrate", type=Path, metavar="OUT.json",
