@@ -33,6 +33,7 @@ class Command:
 
 # name -> "module:Class"; imported only when used, so `cgtune defaults` never imports torch.
 _COMMANDS: dict[str, str] = {
+    "check": "tuner.commands.check:CheckCommand",
     "defaults": "tuner.commands.defaults:DefaultsCommand",
     "profile": "tuner.commands.profile:ProfileCommand",
     "report": "tuner.commands.report:ReportCommand",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tuner.calibration import apply_calibration, non_kv_from_vllm
 from tuner.curve import Curve, memory_curve
 from tuner.drafter_cost import DrafterCost
 from tuner.engines import SglangKvRule, TrtllmKvRule
@@ -268,6 +269,12 @@ class CostModel:
         if self.piecewise_fallback not in ("eager", "full"):
             raise ModelError(f"piecewise_fallback={self.piecewise_fallback!r} must be eager or full")
         self.notes.extend(check_profile_matches(self.profile, self.workload, allow_mismatch=self.allow_mismatch))
+        try:  # a profile calibrated on vLLM's start-up log (`cgtune check --calibrate`): its graph memory rescaled
+            self.profile, calibrated = apply_calibration(self.profile)
+        except ProfileError as exc:
+            raise ModelError(str(exc)) from None
+        if calibrated:
+            self.notes.append(calibrated)
         name = self.profile.path.name if self.profile.path else "profile"
         s = self.workload.serving
         self.serving = s
@@ -425,7 +432,7 @@ class CostModel:
             self.notes.append(f"{name} has no non_kv_cache_bytes (vLLM's non-KV memory): using weights + activation "
                               f"peak = {non_kv / GIB:.2f} GiB, which leaves out non-torch memory (cuBLAS, NCCL)")
         drafter_weights = self.workload.drafter_weight_bytes()
-        if drafter_weights and not self.profile.metadata.get("drafter"):
+        if drafter_weights and not self.profile.metadata.get("drafter") and not non_kv_from_vllm(self.profile):
             # A profile measured without the drafter: its weights are computed from the shape (shared embedding and
             # LM head not counted twice) and added, as vLLM loads them before it measures non-KV memory.
             non_kv += drafter_weights

@@ -61,7 +61,9 @@ Profiles from `cgtune profile` since the PIECEWISE rows also carry (older ones l
 ("piecewise-then-full": FULL deltas were read with every PIECEWISE graph in the pool; absent: FULL graphs only),
 `non_kv_cache_bytes` (vLLM's non-KV memory, breakdown in `non_kv`), `compile_s`, `eager_kernels_per_layer`
 and `noisy_widths`; with a draft model also `drafter` ({method, shape, weights_bytes, kv_layers, runner,
-graph_modes, ...}: its weights are then inside `non_kv_cache_bytes`)."""
+graph_modes, ...}: its weights are then inside `non_kv_cache_bytes`). A profile calibrated on vLLM's start-up log
+(`cgtune check --calibrate`) also carries `vllm_calibration` (`tuner.calibration`: a graph-memory scale, and
+whether `non_kv_cache_bytes` is vLLM's)."""
 
 
 class ProfileError(ValueError):

@@ -11,7 +11,8 @@ from tuner.cli import UsageError
 from tuner.vllm.defaults import InvalidScheduleError, validate_schedule
 from tuner.workload import Workload, WorkloadError, load_workload
 
-__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_int", "positive_int", "schedule_json"]
+__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int", "positive_int",
+           "schedule_json"]
 
 
 def _int_at_least(minimum: int, text: str) -> int:
@@ -32,6 +33,17 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _int_at_least(0, text)
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (a time budget, a percentage)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number >= 0")
+    return value
 
 
 def capability(text: str) -> tuple[int, int]:

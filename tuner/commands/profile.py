@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
+from tuner.commands.common import check_out_dir, load_workload_arg, non_negative_float, positive_int
 
 __all__ = ["ProfileCommand", "drafter_table", "summary_table"]
 
@@ -17,16 +17,6 @@ log = logging.getLogger(__name__)
 
 # Time budgets per (width, mode): a GPU step is short and worth many samples; a CPU run stays within minutes.
 _BUDGETS = {"cuda": (25.0, 100.0, 5), "cpu": (2.0, 10.0, 3)}
-
-
-def _non_negative_ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value} must be a finite number >= 0")
-    return value
 
 
 def _mib(value: int | None) -> str:
@@ -144,13 +134,13 @@ class ProfileCommand(Command):
         compiled.add_argument("--compile", action="store_true",
                               help="the default (kept so older command lines still run); refused for a workload "
                                    "with serving.enforce_eager: true")
-        p.add_argument("--warmup-ms", type=_non_negative_ms, metavar="MS",
+        p.add_argument("--warmup-ms", type=non_negative_float, metavar="MS",
                        help="warm-up budget per width and mode (default 25 on cuda, 2 on cpu)")
-        p.add_argument("--rep-ms", type=_non_negative_ms, metavar="MS",
+        p.add_argument("--rep-ms", type=non_negative_float, metavar="MS",
                        help="timed-repetition budget per width and mode (default 100 on cuda, 10 on cpu)")
         p.add_argument("--min-reps", type=positive_int, metavar="N",
                        help="at least N timed repetitions whatever the budget (default 5 on cuda, 3 on cpu)")
-        p.add_argument("--max-seconds", type=_non_negative_ms, metavar="S",
+        p.add_argument("--max-seconds", type=non_negative_float, metavar="S",
                        help="stop starting new widths after S seconds; rerun the same command to resume")
         p.add_argument("--no-standalone", action="store_true",
                        help="skip capturing each width alone in a fresh pool (standalone_bytes left empty)")
