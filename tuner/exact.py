@@ -148,10 +148,11 @@ def _memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[_Me
         first, per, added = sa_f, np.maximum(d_f, floor), dr_member
     else:  # V1: a drafter graph belongs to the PIECEWISE sample it is captured with
         sas, pers = [], []
-        for mode in ([model.mixed_mode] if has_mixed else []) + (["FULL"] if sep else []):
+        for i, mode in enumerate(([model.mixed_mode] if has_mixed else []) + (["FULL"] if sep else [])):
             sa, de = model.graph_bytes(mode, c)
             extra_dr = dr_member if mode == "PIECEWISE" else zero
-            sas.append(sa + extra_dr)
+            # One profiling pool for every mode: FULL's first sample lands on the PIECEWISE samples (its delta).
+            sas.append((sa if i == 0 else de) + extra_dr)
             pers.append(np.maximum(de + extra_dr, floor))
         first, per, added = np.maximum.reduce(sas), sum(pers), zero
     return _Memory("count", zero, zero, first, zero, per, added, real_member=real_member, real_top=real_top), \
