@@ -57,7 +57,10 @@ class Evaluation:
     required_kv_bytes: int
     """KV cache the deployment needs."""
     graph_estimate_bytes: int = 0
-    """vLLM's graph-memory estimate for the runner ("Estimated CUDA graph memory"), made before the capture."""
+    """The graph-memory estimate vLLM subtracts from the KV cache, made before the capture: its profiled estimate for
+    the runner, 0 with `estimate_cudagraph_memory: false` (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)."""
+    profiled_estimate_bytes: int = 0
+    """vLLM's profiled graph-memory estimate ("Estimated CUDA graph memory"), made whether or not it is subtracted."""
     capture_headroom_bytes: int = 0
     """estimate + total - requested - real pool: memory left while the real capture runs (< 0: it runs out)."""
     runs_as: tuple[int, ...] = ()
@@ -114,6 +117,7 @@ class Evaluation:
             "per_token_ms": self.per_token_ms,
             "graph_memory_bytes": self.graph_memory_bytes,
             "vllm_graph_estimate_bytes": self.graph_estimate_bytes,
+            "vllm_graph_estimate_profiled_bytes": self.profiled_estimate_bytes,
             "drafter_step_ms": self.drafter_step_ms,
             "drafter_graph_bytes": self.drafter_graph_bytes,
             "kv_available_bytes": self.kv_available_bytes,
@@ -681,12 +685,19 @@ class CostModel:
         return int(round(pool_bytes(self.graph_costs(capture_sizes))))
 
     def graph_estimate_bytes(self, capture_sizes: Sequence[int]) -> int:
-        """vLLM's graph-memory estimate for the list under the runner in use (the real pool for other engines)."""
-        return self.memory(capture_sizes)[1]
+        """The graph-memory estimate vLLM subtracts for the list under the runner in use (0 with the estimate switched
+        off; the real pool for other engines)."""
+        return self._applied(self.memory(capture_sizes)[1])
 
     def memory(self, capture_sizes: Sequence[int]) -> tuple[int, int]:
-        """(real pool, vLLM's estimate) of the list."""
+        """(real pool, vLLM's profiled estimate) of the list."""
         return self._pool_and_estimate(self.graph_costs(capture_sizes))
+
+    def _applied(self, profiled_estimate: int) -> int:
+        """The estimate the engine subtracts: vLLM's profiled one unless switched off; the other engines' stand-in."""
+        if self.serving.engine == "vllm" and not self.budget.estimate_enabled:
+            return 0
+        return profiled_estimate
 
     def memory_fits(self, capture_sizes: Sequence[int]) -> bool:
         """Both memory conditions hold: the engine starts with the required KV cache, and the real capture fits."""
@@ -731,7 +742,8 @@ class CostModel:
             graph_memory_bytes=real,
             kv_available_bytes=kv,
             required_kv_bytes=self.budget.required_kv_bytes,
-            graph_estimate_bytes=estimate,
+            graph_estimate_bytes=self._applied(estimate),
+            profiled_estimate_bytes=estimate,
             capture_headroom_bytes=headroom,
             runs_as=runs,
             reason=reason,

@@ -125,6 +125,7 @@ def _vllm_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
         "num_graphs": len(e.capture_sizes),
         "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
         "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
+        "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
         "graph_memory_bytes": e.graph_memory_bytes,
         "kv_available_bytes": e.kv_available_bytes,
         "kv_tokens": kv_tokens(model, e),

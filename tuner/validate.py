@@ -565,9 +565,9 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
     b = model.budget
     predicted_pool, predicted_estimate = target_memory(model, evaluation)
     drafter_pool = int(evaluation.graph_memory_bytes) - predicted_pool
-    drafter_estimate = int(evaluation.graph_estimate_bytes) - predicted_estimate
+    drafter_estimate = int(evaluation.profiled_estimate_bytes) - predicted_estimate
     estimate = (measured_estimate_bytes + drafter_estimate if measured_estimate_bytes is not None
-                else evaluation.graph_estimate_bytes)
+                else evaluation.profiled_estimate_bytes)
     kv_available = headroom = None
     if capture.oom is not None:
         warnings.append(f"{name}: capture ran out of memory on the device ({capture.oom}); this list does not fit "
