@@ -113,13 +113,13 @@ class PlannedStep:
 
 def plan_trace(trace: Sequence[Step], dispatcher: Dispatcher) -> list[PlannedStep]:
     """Dispatch every step of the trace as vLLM would with the dispatcher's capture list."""
-    cache: dict[tuple[int, bool], PlannedStep] = {}
+    cache: dict[tuple[int, bool, int | None], PlannedStep] = {}
     out = []
     for step in trace:
-        k = (step.num_tokens, step.uniform_decode)
+        k = (step.num_tokens, step.uniform_decode, step.query_len)
         planned = cache.get(k)
         if planned is None:
-            d = dispatcher.dispatch(step.num_tokens, uniform_decode=step.uniform_decode)
+            d = dispatcher.dispatch(step.num_tokens, uniform_decode=step.uniform_decode, query_len=step.query_len)
             planned = cache[k] = PlannedStep(step.num_tokens, step.uniform_decode, d.runtime_mode, d.padded_size)
         out.append(planned)
     return out
