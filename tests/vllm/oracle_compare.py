@@ -23,7 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import vllm_oracle as vo  # noqa: E402
 
 from tuner.shapes import ModelShape  # noqa: E402
-from tuner.vllm.drafter import capture_sequence, drafter_graphs, drafter_kv_bytes_per_token, drafter_passes  # noqa: E402
+from tuner.vllm.drafter import (  # noqa: E402
+    capture_sequence,
+    drafter_graphs,
+    drafter_kv_bytes_per_token,
+    drafter_passes,
+)
 from tuner.vllm.memory import MIB, GraphCost, KvRule, estimate_bytes, pool_bytes  # noqa: E402
 from tuner.workload import ServingConfig  # noqa: E402
 
@@ -152,7 +157,7 @@ def _plain(x: Any) -> Any:
 
 
 def _cfg_dict(cfg: vo.Config) -> dict[str, Any]:
-    return {k: v for k, v in vars(cfg).items() if k != "extra" and v is not None}
+    return {k: v for k, v in vars(cfg).items() if v is not None}
 
 
 def compare_config(o: vo.Oracle, cfg: vo.Config, rnd: random.Random, t: Tally) -> int:

@@ -5,15 +5,15 @@ KV arithmetic. Everything that decides a number is vLLM's own class or function,
 0.33.0 wheel; what is stubbed only stands in for a GPU (or for the model a runner would hold), and each stub says so.
 
 `load()` imports vLLM and returns an `Oracle`, or raises `Unavailable` with the reason (vLLM missing, another
-version, an import that fails). Stubs are installed on vLLM's module attributes for the oracle's lifetime only
-through `Oracle.patched()` (tests call it inside a fixture), so nothing leaks into other tests."""
+version, an import that fails). The stand-ins are installed on vLLM's module attributes only inside
+`Oracle.patched()`; tests/vllm/oracle_compare.py runs all of it in a process of its own."""
 
 from __future__ import annotations
 
 import contextlib
 import types
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 VLLM_VERSION = "0.33.0"
@@ -66,8 +66,9 @@ class Oracle:
         self.v2_runner = v2_runner
         self.v2_dflash, self.v2_dflash_graphs = v2_dflash, v2_dflash_graphs
         self.v2_spec_graphs, self.v2_eagle, self.v1_runner = v2_spec_graphs, v2_eagle, v1_runner
-        self.CompilationConfig, self.CompilationMode, self.CUDAGraphMode = CompilationConfig, CompilationMode, CUDAGraphMode
-        self.VllmConfig, self.SpeculativeConfig, self.AttentionCGSupport = VllmConfig, SpeculativeConfig, AttentionCGSupport
+        self.CompilationConfig, self.CompilationMode = CompilationConfig, CompilationMode
+        self.CUDAGraphMode, self.VllmConfig = CUDAGraphMode, VllmConfig
+        self.SpeculativeConfig, self.AttentionCGSupport = SpeculativeConfig, AttentionCGSupport
         self.DeviceCapability, self.UnspecifiedPlatform = DeviceCapability, UnspecifiedPlatform
         self.FullAttentionSpec, self.request_memory = FullAttentionSpec, request_memory
         self.SpecDecodeBaseProposer, self.LoRAModelRunnerMixin = SpecDecodeBaseProposer, LoRAModelRunnerMixin
@@ -148,7 +149,7 @@ class Oracle:
                                     num_speculative_tokens_per_batch_size=[list(e) for e in cfg.schedule]
                                     if cfg.schedule else None, enforce_eager=None)
         vc = self._config_class(
-            model_config=types.SimpleNamespace(enforce_eager=False, max_model_len=cfg.extra.get("max_model_len", 8192)),
+            model_config=types.SimpleNamespace(enforce_eager=False),
             compilation_config=c, speculative_config=spec, diffusion_config=None, lora_config=None,
             scheduler_config=types.SimpleNamespace(max_num_seqs=cfg.max_num_seqs,
                                                    max_num_batched_tokens=cfg.max_num_batched_tokens),
@@ -247,7 +248,8 @@ class Oracle:
         return self.v2_runner.GPUModelRunner.gather_batch_req_state(runner, out, False)[1]
 
     @staticmethod
-    def v2_dispatch(manager: Any, num_reqs: int, num_tokens: int, uniform_token_count: int | None) -> tuple[str, int | None]:
+    def v2_dispatch(manager: Any, num_reqs: int, num_tokens: int,
+                    uniform_token_count: int | None) -> tuple[str, int | None]:
         """`CudaGraphManager.dispatch` of a captured manager: (runtime mode, padded width or None when eager)."""
         manager._graphs_captured = True
         desc = manager.dispatch(num_reqs, num_tokens, uniform_token_count, 0)
@@ -334,8 +336,9 @@ class Oracle:
     def v1_drafter_dispatcher(self, r: Resolved) -> Any:
         """The V1 drafter's own `CudagraphDispatcher`, its keys set by `SpecDecodeBaseProposer.
         initialize_cudagraph_keys`. Stand-in: the proposer instance (the two fields read)."""
+        dispatcher = self.v1_dispatcher_module.CudagraphDispatcher(r.vllm_config)
         proposer = types.SimpleNamespace(speculative_config=r.vllm_config.speculative_config,
-                                         cudagraph_dispatcher=self.v1_dispatcher_module.CudagraphDispatcher(r.vllm_config))
+                                         cudagraph_dispatcher=dispatcher)
         self.SpecDecodeBaseProposer.initialize_cudagraph_keys(proposer, self.CUDAGraphMode[r.mode])
         return proposer.cudagraph_dispatcher
 
@@ -452,7 +455,6 @@ class Config:
     performance_mode: str = "balanced"
     fused_decode: bool = True
     """V2 EAGLE: the draft attention updates its metadata in place (one fused decode graph)."""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
