@@ -152,8 +152,12 @@ def test_the_real_capture_must_fit_beside_the_estimate(tmp_path):
     # With the estimate switched off vLLM subtracts nothing: the real pool must fit in what it does not request.
     wl = handmade_workload(estimate_cudagraph_memory=False)
     m = model_for(tmp_path, wl, total_memory_bytes=1000 * MIB, standalone_bytes=lambda w: 30 * w * MIB)
-    assert m.graph_estimate_bytes((8,)) == (240 + 2) * MIB  # computed, but not applied
+    assert m.memory((8,))[1] == (240 + 2) * MIB  # profiled, but not applied
+    assert m.graph_estimate_bytes((8,)) == 0
     e = m.evaluate((8,))
+    # summary.json's vllm_graph_estimate_bytes is what vLLM subtracts: nothing; the profiled figure sits beside it.
+    assert e.as_dict()["vllm_graph_estimate_bytes"] == 0
+    assert e.as_dict()["vllm_graph_estimate_profiled_bytes"] == (240 + 2) * MIB
     assert e.kv_available_bytes == m.budget.requested_bytes - 150 * MIB
     assert e.capture_headroom_bytes == 100 * MIB - (240 + 2) * MIB
     assert not e.feasible and e.why_infeasible.startswith("the real capture would run out of memory")

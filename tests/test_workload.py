@@ -171,12 +171,12 @@ def test_yaml_tags_are_not_executed(tmp_path):
 
 
 def test_dynamic_schedule_sets_each_steps_query_length():
-    # K=3 (q=4) up to 4 requests, K=1 (q=2) from 5 on: 6 requests make a 12-token step that vLLM does not
-    # count as uniform decode at q=4, so it dispatches like a mixed batch.
+    # K=3 (q=4) up to 4 requests, K=1 (q=2) from 5 on: 6 requests make a 12-token decode step at query length 2,
+    # which vLLM V2 dispatches as uniform at 2 (its tier's FULL graphs), beside the 3-request step at 4.
     data = with_("serving.speculative_schedule", [[1, 4, 3], [5, 8, 1]])
-    steps = [(s.num_tokens, s.uniform_decode) for s in parse_workload(data).steps()]
-    assert steps == [(4, True), (8, True), (10, False), (12, False), (12, True), (14, False), (16, False),
-                     (16, True)]
+    steps = [(s.num_tokens, s.uniform_decode, s.query_len, s.num_reqs) for s in parse_workload(data).steps()]
+    assert steps == [(4, True, 4, 1), (8, True, 4, 2), (10, True, 2, 5), (12, True, 2, 6), (12, True, 4, 3),
+                     (14, True, 2, 7), (16, True, 2, 8), (16, True, 4, 4)]
     assert parse_workload(data).serving.decode_query_lens()[1:] == [4, 4, 4, 4, 2, 2, 2, 2]
 
 

@@ -13,7 +13,7 @@ VLLM_STRIDE_TOKENS = 16
 
 def decode_widths(serving: ServingConfig) -> list[int]:
     """Every uniform decode width (requests x query length, for each speculative tier) within the token budget."""
-    schedule = [list(e) for e in serving.speculative_schedule] if serving.speculative_schedule else None
+    schedule = [list(e) for e in serving.dynamic_schedule] if serving.dynamic_schedule else None
     widths = {
         n * query_len
         for query_len, tier_max in uniform_decode_tiers(serving.max_num_seqs, serving.num_speculative_tokens, schedule)

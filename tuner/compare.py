@@ -221,9 +221,9 @@ class OffPeak:
         return self.tuned_step_ms > self.default_step_ms * (1 + 1e-9)
 
 
-def _pads_to(model: CostModel, sizes: tuple[int, ...], width: int, uniform: bool) -> int | None:
-    try:
-        return model.serving.dispatcher(sizes).dispatch(width, uniform_decode=uniform).padded_size
+def _pads_to(model: CostModel, sizes: tuple[int, ...], width: int) -> int | None:
+    try:  # a one-request decode step: `width` tokens
+        return model.serving.dispatcher(sizes).dispatch(width, uniform_decode=True, query_len=width).padded_size
     except ValueError:  # a list the runner refuses captures nothing: the step runs eager
         return None
 
@@ -232,11 +232,10 @@ def off_peak(model: CostModel, default: Evaluation, tuned: Evaluation) -> OffPea
     """Both lists under off-peak traffic (`CostModel.off_peak_step_ms`)."""
     s = model.serving
     width = s.decode_query_lens()[1]  # a dynamic speculative schedule may give one request another q
-    uniform = width == s.decode_query_len
     return OffPeak(
         default_step_ms=model.off_peak_step_ms(default.capture_sizes),
         tuned_step_ms=model.off_peak_step_ms(tuned.capture_sizes),
         one_request_width=width,
-        default_pads_to=_pads_to(model, default.capture_sizes, width, uniform),
-        tuned_pads_to=_pads_to(model, tuned.capture_sizes, width, uniform),
+        default_pads_to=_pads_to(model, default.capture_sizes, width),
+        tuned_pads_to=_pads_to(model, tuned.capture_sizes, width),
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +58,10 @@ class Evaluation:
     required_kv_bytes: int
     """KV cache the deployment needs."""
     graph_estimate_bytes: int = 0
-    """vLLM's graph-memory estimate for the runner ("Estimated CUDA graph memory"), made before the capture."""
+    """The graph-memory estimate vLLM subtracts from the KV cache, made before the capture: its profiled estimate for
+    the runner, 0 with `estimate_cudagraph_memory: false` (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)."""
+    profiled_estimate_bytes: int = 0
+    """vLLM's profiled graph-memory estimate ("Estimated CUDA graph memory"), made whether or not it is subtracted."""
     capture_headroom_bytes: int = 0
     """estimate + total - requested - real pool: memory left while the real capture runs (< 0: it runs out)."""
     runs_as: tuple[int, ...] = ()
@@ -115,6 +118,7 @@ class Evaluation:
             "per_token_ms": self.per_token_ms,
             "graph_memory_bytes": self.graph_memory_bytes,
             "vllm_graph_estimate_bytes": self.graph_estimate_bytes,
+            "vllm_graph_estimate_profiled_bytes": self.profiled_estimate_bytes,
             "drafter_step_ms": self.drafter_step_ms,
             "drafter_graph_bytes": self.drafter_graph_bytes,
             "kv_available_bytes": self.kv_available_bytes,
@@ -200,27 +204,21 @@ def _meta_bytes(profile: Profile, key: str) -> int | None:
 
 
 def off_peak_steps(serving: ServingConfig) -> list[Step]:
-    """Off-peak decode traffic: uniform decode steps of 1..max_num_seqs requests, each equally likely."""
+    """Off-peak decode traffic: uniform decode steps of 1..max_num_seqs requests, each equally likely (each at its
+    dynamic schedule tier's query length)."""
     query_lens = serving.decode_query_lens()
-    n_max = serving.max_num_seqs
-    steps: dict[tuple[int, bool], float] = {}
-    for n in range(1, n_max + 1):
-        width = n * query_lens[n]
-        if width <= serving.max_num_batched_tokens:
-            key = (width, query_lens[n] == serving.decode_query_len)
-            steps[key] = steps.get(key, 0.0) + 1.0
-    total = sum(steps.values())
-    return [Step(w, u, p / total) for (w, u), p in sorted(steps.items())]
+    kept = [n for n in range(1, serving.max_num_seqs + 1) if n * query_lens[n] <= serving.max_num_batched_tokens]
+    return [Step(n * query_lens[n], True, 1.0 / len(kept), query_lens[n], n) for n in kept]
 
 
 def _mix(a: list[Step], b: list[Step], weight_b: float) -> list[Step]:
-    """(1 - weight_b) x a + weight_b x b, merged by (width, uniform)."""
-    out: dict[tuple[int, bool], float] = {}
+    """(1 - weight_b) x a + weight_b x b, merged by kind (everything a step says but its probability)."""
+    out: dict[Step, float] = {}
     for steps, w in ((a, 1.0 - weight_b), (b, weight_b)):
         for st in steps:
-            key = (st.num_tokens, st.uniform_decode)
+            key = replace(st, probability=0.0)
             out[key] = out.get(key, 0.0) + w * st.probability
-    return [Step(w, u, p) for (w, u), p in sorted(out.items()) if p > 0]
+    return sorted((replace(k, probability=p) for k, p in out.items() if p > 0), key=lambda st: st.sort_key)
 
 
 def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
@@ -286,10 +284,16 @@ class CostModel:
         self.mixed_mode = probe.mixed_mode
         self.decode_mode = probe.decode_mode
         self.separate_decode = probe.separate_decode
+        self.decode_tiers: list[int] = list(getattr(probe, "decode_query_lens", [self.q]))
+        """Query lengths the runner captures FULL decode graphs at: q, or V2's dynamic schedule tiers."""
         self.v1_rewrite = v1_rewrite_applies(self.runner, self.cudagraph_mode, self.q)
         if self.cudagraph_mode != s.cudagraph_mode and not s.enforce_eager and s.engine == "vllm":
             self.notes.append(f"the {self.runner.upper()} runner uses cudagraph_mode {self.cudagraph_mode} here "
                               f"(dynamic speculative decoding drops its full graphs), not {s.cudagraph_mode}")
+        if s.speculative_schedule and s.dynamic_schedule is None and s.engine == "vllm":
+            self.notes.append(f"the {self.runner.upper()} runner drops speculative_schedule for method "
+                              f"{s.speculative_method!r} (vLLM's _maybe_disable_dynamic_sd_for_v1): every step drafts "
+                              f"num_speculative_tokens={s.num_speculative_tokens}")
 
         eager = self.profile.by_mode("eager")
         full = self.profile.by_mode("full")
@@ -352,15 +356,13 @@ class CostModel:
             self.notes.append(f"{s.engine}'s drafter graphs and passes are not modelled (vLLM's rules only); the "
                               f"drafter's weights and KV layers are")
         elif spec is not None and spec.drafter is not None and spec.method is not None:
-            if s.speculative_schedule:
-                self.notes.append("the drafter's passes and graphs are modelled at num_speculative_tokens, not per "
-                                  "dynamic-schedule tier")
+            dynamic_ks = sorted({ql - 1 for ql in s.decode_query_lens()[1:]}) if s.dynamic_schedule else None
             try:
                 self.drafter = DrafterCost(
                     self.profile, spec.method, runner=self.runner, cudagraph_mode=self.cudagraph_mode,
                     decode_mode=self.decode_mode, mixed_mode=self.mixed_mode,
                     num_speculative_tokens=s.num_speculative_tokens, max_num_seqs=s.max_num_seqs,
-                    parallel_drafting=s.parallel_drafting, name=name, notes=self.notes)
+                    parallel_drafting=s.parallel_drafting, name=name, notes=self.notes, dynamic_ks=dynamic_ks)
             except ValueError as exc:
                 raise ModelError(str(exc)) from None
         self.budget = self._kv_rule(name)
@@ -381,6 +383,8 @@ class CostModel:
         uniform = np.array([st.uniform_decode for st in steps], dtype=bool)
         probs = np.array([st.probability for st in steps], dtype=float)
         self._widths, self._uniform, self._probs = widths, uniform, probs
+        self._keys = self._dispatch_keys(widths, uniform, np.array([st.query_len or 0 for st in steps]),
+                                         np.array([st.num_reqs or 0 for st in steps]))
         self._eager_at_step = self.eager_ms(widths)
         self._logits_at_step = self.logits_ms(widths) if self.logits_ms is not None else np.zeros(len(widths))
         self.mean_tokens = float(np.dot(probs, widths))
@@ -466,9 +470,11 @@ class CostModel:
         # memory or failed in any graph mode does.
         bad = set(self.oom_widths) | set(self.failed_widths)
         widths = sorted(w for w in ok - bad if w <= s.max_num_batched_tokens)
-        if self.cudagraph_mode == "FULL_DECODE_ONLY":
-            # Only the rounded decode graphs exist in this mode, so multiples of q within max_num_seqs lose nothing.
-            widths = [w for w in widths if w % self.q == 0 and w <= self.decode_limit]
+        if self.cudagraph_mode == "FULL_DECODE_ONLY" and len(self.decode_tiers) == 1:
+            # Only the rounded decode graphs of the one decode query length exist in this mode, so its multiples
+            # within max_num_seqs requests lose nothing.
+            ql = self.decode_tiers[0]
+            widths = [w for w in widths if w % ql == 0 and w <= ql * s.max_num_seqs]
         if self.v1_rewrite:
             # V1 rounds every size up to a multiple of q: the lists it runs are lists of multiples of q. Above the
             # widest decode batch a size would only serve mixed steps, and its PIECEWISE graph would become the
@@ -537,50 +543,76 @@ class CostModel:
         target, drafter = self._step_parts(sizes)
         return target + drafter
 
+    def _dispatch_keys(self, widths: np.ndarray, uniform: np.ndarray, query_lens: np.ndarray | None = None,
+                       requests: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(uniform token count the runner dispatches each step with, 0 for none; requests; K drafted) for steps given
+        as widths, decode flags and, where known (> 0), query lengths and requests (a decode step's default: q and
+        T / q; a mixed step's requests: min(max_num_seqs, ceil(T / q)))."""
+        q, s = self.q, self.serving
+        ql = np.where(uniform, q, 0) if query_lens is None else np.where(query_lens > 0, query_lens,
+                                                                         np.where(uniform, q, 0))
+        # tuner.vllm.dispatch.uniform_token_count, vectorised: V1 counts any step of q tokens per request.
+        utc = np.where(ql == q, q, 0) if self.runner == "v1" else np.where(uniform, ql, 0)
+        guess = np.where(uniform & (ql > 0), widths // np.maximum(ql, 1), np.minimum(s.max_num_seqs, -(-widths // q)))
+        reqs = guess if requests is None else np.where(requests > 0, requests, guess)
+        # A decode step drafts its tier's K; a mixed step is taken at num_speculative_tokens.
+        ks = np.where(uniform & (ql > 0), ql - 1, s.num_speculative_tokens) if s.engine == "vllm" else \
+            np.full(len(widths), s.num_speculative_tokens)
+        return utc.astype(np.int64), reqs.astype(np.int64), ks.astype(np.int64)
+
     def _step_parts(self, sizes: Sequence[int], widths: np.ndarray | None = None, uniform: np.ndarray | None = None,
+                    query_lens: np.ndarray | None = None, requests: np.ndarray | None = None,
                     ) -> tuple[np.ndarray, np.ndarray]:
-        """(target, drafter) latency of every step (the workload's, or the given ones) for the list that runs."""
-        w = self._widths if widths is None else widths
-        uniform = self._uniform if uniform is None else uniform
-        logits = self._logits_at_step if widths is None else self.logits_at(w)
-        out = self.eager_ms(w) if widths is not None else self._eager_at_step.copy()
+        """(target, drafter) latency of every step (the workload's, or the given ones) for the list that runs:
+        `Dispatcher.dispatch`, vectorised."""
+        if widths is None:
+            w, uniform, (utc, reqs, ks) = self._widths, self._uniform, self._keys
+            logits, out = self._logits_at_step, self._eager_at_step.copy()
+        else:
+            w, uniform = widths, np.asarray(uniform, dtype=bool)
+            utc, reqs, ks = self._dispatch_keys(w, uniform, query_lens, requests)
+            logits, out = self.logits_at(w), self.eager_ms(w)
         modes = np.full(len(w), "NONE", dtype=object)
         padded = np.zeros(len(w), dtype=np.int64)
         if self.cudagraph_mode != "NONE" and sizes:
             d = self._dispatcher(sizes)
-            mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)
-            decode = np.array(d.decode_graph_sizes, dtype=np.int64)
             pending = np.ones(len(w), dtype=bool)
-            if len(decode):
-                idx = np.searchsorted(decode, w, side="left")
-                hit = uniform & (idx < len(decode))
+            if d.decode_graphs:
+                # The FULL graphs at the padded width (V2: the smallest FULL width >= T; V1: the next size of the
+                # list) replay only if one of them holds the step's uniform token count.
+                pad_to = np.array(d.capture_sizes if self.runner == "v1" else d.decode_graph_sizes, dtype=np.int64)
+                idx = np.minimum(np.searchsorted(pad_to, w, side="left"), len(pad_to) - 1)
+                at = pad_to[idx]
+                big = int(max(self.q, int(utc.max(initial=0)))) + 1
+                held = np.array([width * big + ql for width, ql in d.decode_graphs], dtype=np.int64)
+                hit = (at >= w) & (utc > 0) & np.isin(at * big + utc, held)
                 if getattr(d, "exact", False):  # TensorRT-LLM without padding: only an exactly captured width
-                    hit &= decode[np.minimum(idx, len(decode) - 1)] == w
+                    hit &= at == w
                 if np.any(hit):
-                    out[hit] = self.graph_body_ms(decode[idx[hit]], "FULL") + logits[hit]
-                    modes[hit], padded[hit] = "FULL", decode[idx[hit]]
+                    out[hit] = self.graph_body_ms(at[hit], "FULL") + logits[hit]
+                    modes[hit], padded[hit] = "FULL", at[hit]
                 pending &= ~hit
-            if len(mixed):
+            mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)
+            if len(mixed) and self.mixed_mode != "NONE":
                 idx = np.searchsorted(mixed, w, side="left")
-                inside = pending & (idx < len(mixed))
-                for is_uniform in (False, True):
-                    mode = self.decode_mode if is_uniform and not d.separate_decode else self.mixed_mode
-                    sel = inside & (uniform == is_uniform)
-                    if mode != "NONE" and np.any(sel):
-                        out[sel] = self.graph_body_ms(mixed[idx[sel]], mode) + logits[sel]
-                        modes[sel], padded[sel] = mode, mixed[idx[sel]]
+                sel = pending & (idx < len(mixed))
+                if np.any(sel):
+                    out[sel] = self.graph_body_ms(mixed[idx[sel]], self.mixed_mode) + logits[sel]
+                    modes[sel], padded[sel] = self.mixed_mode, mixed[idx[sel]]
         if self.drafter is None:
             return out, np.zeros(len(w))
-        return out, self.drafter.step_latencies(sizes, w, uniform, modes, padded)
+        return out, self.drafter.step_latencies(sizes, w, uniform, modes, padded, reqs, ks)
 
     def _dispatcher(self, sizes: Sequence[int]) -> Dispatcher:
         return self.serving.dispatcher(sizes)
 
-    def step_latency_ms(self, num_tokens: int, uniform_decode: bool, capture_sizes: Sequence[int]) -> float:
-        """Latency of one step: the graph at the padded width (logits for the real tokens), or eager at its own
-        width, plus the drafter's passes."""
+    def step_latency_ms(self, num_tokens: int, uniform_decode: bool, capture_sizes: Sequence[int], *,
+                        query_len: int | None = None, num_reqs: int | None = None) -> float:
+        """Latency of one step (its query length and requests as `Step` gives them): the graph at the padded width
+        (logits for the real tokens), or eager at its own width, plus the drafter's passes."""
         target, drafter = self._step_parts(self._runs(capture_sizes), np.array([num_tokens], dtype=np.int64),
-                                           np.array([uniform_decode], dtype=bool))
+                                           np.array([uniform_decode], dtype=bool), np.array([query_len or 0]),
+                                           np.array([num_reqs or 0]))
         return float(target[0] + drafter[0])
 
     def expected_step_ms(self, capture_sizes: Sequence[int]) -> float:
@@ -595,7 +627,8 @@ class CostModel:
         """Expected step latency under off-peak decode traffic alone (uniform over 1..max_num_seqs requests)."""
         steps = self.off_peak_steps
         sizes = sorted(set(self._runs(capture_sizes)))
-        return float(sum(st.probability * self.step_latency_ms(st.num_tokens, st.uniform_decode, sizes)
+        return float(sum(st.probability * self.step_latency_ms(st.num_tokens, st.uniform_decode, sizes,
+                                                               query_len=st.query_len, num_reqs=st.num_reqs)
                          for st in steps))
 
     def per_token_ms(self, capture_sizes: Sequence[int]) -> float:
@@ -605,6 +638,10 @@ class CostModel:
     def step_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The workload's steps as arrays: widths, uniform-decode flags, probabilities, eager latency (ms)."""
         return self._widths, self._uniform, self._probs, self._eager_at_step
+
+    def step_dispatch_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The workload's steps as the runner dispatches them: uniform token count (0: none), requests, K drafted."""
+        return self._keys
 
     def logits_at_steps(self) -> np.ndarray:
         """Logits latency of every step at its real width (0 without logits rows)."""
@@ -692,12 +729,19 @@ class CostModel:
         return int(round(pool_bytes(self.graph_costs(capture_sizes))))
 
     def graph_estimate_bytes(self, capture_sizes: Sequence[int]) -> int:
-        """vLLM's graph-memory estimate for the list under the runner in use (the real pool for other engines)."""
-        return self.memory(capture_sizes)[1]
+        """The graph-memory estimate vLLM subtracts for the list under the runner in use (0 with the estimate switched
+        off; the real pool for other engines)."""
+        return self._applied(self.memory(capture_sizes)[1])
 
     def memory(self, capture_sizes: Sequence[int]) -> tuple[int, int]:
-        """(real pool, vLLM's estimate) of the list."""
+        """(real pool, vLLM's profiled estimate) of the list."""
         return self._pool_and_estimate(self.graph_costs(capture_sizes))
+
+    def _applied(self, profiled_estimate: int) -> int:
+        """The estimate the engine subtracts: vLLM's profiled one unless switched off; the other engines' stand-in."""
+        if self.serving.engine == "vllm" and not self.budget.estimate_enabled:
+            return 0
+        return profiled_estimate
 
     def memory_fits(self, capture_sizes: Sequence[int]) -> bool:
         """Both memory conditions hold: the engine starts with the required KV cache, and the real capture fits."""
@@ -745,7 +789,8 @@ class CostModel:
             graph_memory_bytes=real,
             kv_available_bytes=kv,
             required_kv_bytes=self.budget.required_kv_bytes,
-            graph_estimate_bytes=estimate,
+            graph_estimate_bytes=self._applied(estimate),
+            profiled_estimate_bytes=estimate,
             capture_headroom_bytes=headroom,
             runs_as=runs,
             reason=reason,

@@ -12,7 +12,6 @@ import numpy as np
 
 from tuner.curve import Curve, memory_curve
 from tuner.profile_table import Profile
-from tuner.vllm.dispatch import full_decode_sizes
 from tuner.vllm.drafter import EAGLE_METHODS, capture_sequence, drafter_graphs
 from tuner.vllm.memory import GraphCost
 
@@ -51,8 +50,10 @@ class DrafterCost:
 
     def __init__(self, profile: Profile, method: str, *, runner: str, cudagraph_mode: str, decode_mode: str,
                  mixed_mode: str, num_speculative_tokens: int, max_num_seqs: int, parallel_drafting: bool,
-                 name: str, notes: list[str]) -> None:
+                 name: str, notes: list[str], dynamic_ks: Sequence[int] | None = None) -> None:
         self.method, self.runner, self.cudagraph_mode = method, runner, cudagraph_mode
+        self.dynamic_ks = sorted(set(dynamic_ks)) if dynamic_ks is not None else None
+        """The k values of the dynamic schedule in force (its graphs are per tier), None without one."""
         self.decode_mode, self.mixed_mode = decode_mode, mixed_mode
         self.k, self.R, self.q = num_speculative_tokens, max_num_seqs, num_speculative_tokens + 1
         self.parallel = parallel_drafting
@@ -92,7 +93,8 @@ class DrafterCost:
             notes.append("a fused V2 EAGLE decode graph (all K-1 draft steps in one replay) is costed at K-1 times "
                       "one step's graph latency and at one step's graph memory")
         notes.append("a mixed step's drafter passes assume min(max_num_seqs, ceil(T / q)) requests (the workload "
-                     "does not say how many requests a mixed step holds)")
+                     "does not say how many requests a mixed step holds)"
+                     + (" and num_speculative_tokens drafts" if self.dynamic_ks is not None else ""))
 
     # ------------------------------------------------------------------ graphs
     def graphs(self, runs: Sequence[int]):
@@ -101,7 +103,7 @@ class DrafterCost:
             return []
         return drafter_graphs(self.method, runner=self.runner, capture_sizes=list(runs),
                               cudagraph_mode=self.cudagraph_mode, num_speculative_tokens=self.k,
-                              max_num_seqs=self.R)
+                              max_num_seqs=self.R, dynamic_ks=self.dynamic_ks)
 
     def _curves(self, mode: str) -> tuple[Curve, Curve]:
         sa, de = (self.full_sa, self.full_de) if mode == "FULL" else (self.pw_sa, self.pw_de)
@@ -135,10 +137,6 @@ class DrafterCost:
             return self.full_ms(widths)
         return self.piecewise_ms(widths) if self.piecewise_ms is not None else self.eager_ms(widths)
 
-    def requests(self, widths: np.ndarray, uniform: np.ndarray) -> np.ndarray:
-        """Requests in each step: T / q for uniform decode, min(max_num_seqs, ceil(T / q)) for a mixed step."""
-        return np.where(uniform, widths // self.q, np.minimum(self.R, -(-widths // self.q))).astype(np.int64)
-
     def _padded(self, graphs: Sequence[int], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(served, padded width) for each x over the sorted graph widths."""
         g = np.array(sorted(set(graphs)), dtype=np.int64)
@@ -156,74 +154,91 @@ class DrafterCost:
         return out
 
     def step_latencies(self, runs: Sequence[int], widths: np.ndarray, uniform: np.ndarray, target_mode: np.ndarray,
-                       target_padded: np.ndarray) -> np.ndarray:
-        """What the drafter's passes add to each step (facts §3): `target_mode`/`target_padded` say what the
-        target replayed (NONE: eager at the step's own width)."""
-        n = self.requests(widths, uniform)
-        k, q = self.k, self.q
+                       target_padded: np.ndarray, requests: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """What the drafter's passes add to each step (facts §3) over the graphs `drafter_graphs` captures:
+        `target_mode`/`target_padded` say what the target replayed (NONE: eager at the step's own width), `requests`
+        the step's N, `ks` the K it drafts (a dynamic tier's; DFlash always drafts num_speculative_tokens)."""
+        n, q = requests, self.q
+        later = np.maximum(ks - 1, 0)  # draft steps after the first
         runs = sorted(runs) if self.cudagraph_mode != "NONE" else []
+        graphs = self.graphs(runs)
         if self.runner == "v2":
             if self.method == "draft_model":
-                return self.eager_ms(widths + n) + (k - 1) * self.eager_ms(n) * (k >= 2)
+                return self.eager_ms(widths + n) + later * self.eager_ms(n)
             if self.method == "dflash":
-                windows = full_decode_sizes(runs, q, self.R) if self.decode_mode == "FULL" else []
-                return self._pass(windows, "FULL", n * q)
-            # EAGLE/EAGLE3/MTP: draft step 0 replays what the target replayed; steps 1..K-1 FULL at s >= N, s <= R.
+                # One query pass of N x (K+1), dispatched uniform at K+1 over its manager's FULL graphs (per tier).
+                x = n * q
+                at, held = self._full_pad([(g.num_tokens, g.uniform_query_len or 0) for g in graphs], x, q)
+                return np.where(held, self.graph_ms(np.where(held, at, 1), "FULL"), self.eager_ms(x))
+            # EAGLE/EAGLE3/MTP: draft step 0 replays what the target replayed; steps 1..k-1 FULL at s >= N, s <= R.
             out = self.eager_ms(widths)
             for mode in ("FULL", "PIECEWISE"):
                 sel = target_mode == mode
                 if np.any(sel):
                     out = np.where(sel, self.graph_ms(np.where(sel, target_padded, 1), mode), out)
-            if k >= 2:
-                decode = [s for s in runs if s <= self.R] if self.decode_mode == "FULL" else []
-                out = out + (k - 1) * self._pass(decode, "FULL", n)
-            return out
+            decode = [g.num_tokens for g in graphs if g.role == "decode"]
+            return out + later * self._pass(decode, "FULL", n)
         # V1: every pass PIECEWISE at the smallest drafter graph >= its width, eager above (facts §2a, §3).
-        graphs = runs if self.mixed_mode == "PIECEWISE" else []
+        widths_v1 = [g.num_tokens for g in graphs]
         if self.method == "dflash":
-            cap = self.R * q
-            graphs = sorted({g for s in graphs for g in [_pad(runs, min(s, cap))] if g is not None})
-            return self._pass(graphs, "PIECEWISE", n * q)
+            return self._pass(widths_v1, "PIECEWISE", n * q)
         if self.parallel:
-            return self._pass(graphs, "PIECEWISE", widths + (k if self.method == "draft_model" else k - 1) * n)
+            return self._pass(widths_v1, "PIECEWISE", widths + (ks if self.method == "draft_model" else ks - 1) * n)
         first = widths + n if self.method == "draft_model" else widths
-        out = self._pass(graphs, "PIECEWISE", first)
-        if k >= 2:
-            out = out + (k - 1) * self._pass(graphs, "PIECEWISE", n)
-        return out
+        return self._pass(widths_v1, "PIECEWISE", first) + later * self._pass(widths_v1, "PIECEWISE", n)
+
+    @staticmethod
+    def _full_pad(pairs: Sequence[tuple[int, int]], x: np.ndarray, query_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """(padded width, replays a FULL graph) of passes of `x` tokens at `query_len` per request over a V2 manager's
+        FULL graphs `(width, query length)`: the graphs at the smallest width >= x must hold that query length."""
+        widths = np.array(sorted({w for w, _ in pairs}), dtype=np.int64)
+        if not len(widths):
+            return np.zeros(len(x), dtype=np.int64), np.zeros(len(x), dtype=bool)
+        at = widths[np.minimum(np.searchsorted(widths, x, side="left"), len(widths) - 1)]
+        held = {w for w, ql in pairs if ql == query_len}
+        return at, (at >= x) & np.isin(at, sorted(held))
 
     # ------------------------------------------------------------------ the exact solver's view
-    def layers(self, c: np.ndarray, r: np.ndarray, widths: np.ndarray, uniform: np.ndarray, *, sep: bool,
-               target_mixed_mode: str) -> tuple[list[DrafterLayer], np.ndarray, bool]:
-        """The drafter's latency as gap layers over the candidates `c` (FULL windows `r`), the steps' latency no
-        list changes, and whether the layers are exact (False: a combination the solver only approximates)."""
-        n = self.requests(widths, uniform)
-        k, q = self.k, self.q
+    def layers(self, c: np.ndarray, r: np.ndarray, widths: np.ndarray, windowed: np.ndarray, requests: np.ndarray,
+               ks: np.ndarray, *, sep: bool, target_mixed_mode: str, tiers: Sequence[int],
+               ) -> tuple[list[DrafterLayer], np.ndarray, bool]:
+        """The drafter's latency as gap layers over the candidates `c` (FULL windows `r`, at the one decode query
+        length of `tiers`), the steps' latency no list changes, and whether the layers are exact (False: a combination
+        the solver only approximates). `windowed`: the steps the target dispatches against its FULL windows;
+        `requests`, `ks`: each step's N and K."""
+        n, q = requests, self.q
+        later = np.maximum(ks - 1, 0)
         all_steps = np.arange(len(widths))
         const = np.zeros(len(widths))
         layers: list[DrafterLayer] = []
+
+        def repeated(keys: np.ndarray, lat: np.ndarray, cap: float) -> list[DrafterLayer]:
+            """The k - 1 later draft steps as member layers, one per k (a layer's latency is per candidate)."""
+            return [DrafterLayer("member", sel, keys[sel], times * self.eager_ms(keys[sel]), times * lat, cap=cap)
+                    for times in sorted(set(later.tolist()) - {0}) for sel in [np.flatnonzero(later == times)]]
+
         if self.cudagraph_mode == "NONE":
-            return layers, self.step_latencies([], widths, uniform, np.full(len(widths), "NONE"),
-                                               np.zeros(len(widths), dtype=np.int64)), True
+            return layers, self.step_latencies([], widths, windowed, np.full(len(widths), "NONE"),
+                                               np.zeros(len(widths), dtype=np.int64), n, ks), True
         if self.runner == "v2":
             if self.method == "draft_model":
-                return layers, self.eager_ms(widths + n) + (k - 1) * self.eager_ms(n) * (k >= 2), True
+                return layers, self.eager_ms(widths + n) + later * self.eager_ms(n), True
             if self.method == "dflash":
-                if self.decode_mode != "FULL":
-                    return layers, self.eager_ms(n * q), True
-                if not sep:
-                    return layers, self.eager_ms(n * q), False  # DFlash windows without the target's: approximated
-                # Its FULL query graphs are the target's decode windows: uniform steps key on their width, mixed
-                # steps on their query width N x q; both eager where the window has no FULL graph.
-                keys = np.where(uniform, widths, n * q)
+                if self.decode_mode != "FULL" or q not in tiers:
+                    return layers, self.eager_ms(n * q), True  # no FULL graph ever holds its query length
+                if not sep or len(tiers) > 1:
+                    return layers, self.eager_ms(n * q), False  # windows the solver does not follow: approximated
+                # Its FULL query graphs are the target's decode windows: windowed steps key on their width, the others
+                # on their query width N x q; both eager where the window has no FULL graph.
+                keys = np.where(windowed, widths, n * q)
                 layers.append(DrafterLayer("window", all_steps, keys, self.eager_ms(n * q),
                                            self.graph_ms(r, "FULL"), pad=None))
                 return layers, const, True
             # EAGLE family: step 0 follows the target's own dispatch, at the same widths.
             mixed_lat = self.graph_ms(c, target_mixed_mode) if target_mixed_mode != "NONE" else None
             if sep:
-                mixed = np.flatnonzero(~uniform)
-                dec = np.flatnonzero(uniform)
+                mixed = np.flatnonzero(~windowed)
+                dec = np.flatnonzero(windowed)
                 layers.append(DrafterLayer("member", mixed, widths[mixed], self.eager_ms(widths[mixed]),
                                            mixed_lat if mixed_lat is not None else np.zeros(len(c)),
                                            cap=math.inf if mixed_lat is not None else 0))
@@ -233,30 +248,35 @@ class DrafterCost:
                 layers.append(DrafterLayer("member", all_steps, widths, self.eager_ms(widths),
                                            mixed_lat if mixed_lat is not None else np.zeros(len(c)),
                                            cap=math.inf if mixed_lat is not None else 0))
-            if k >= 2:
-                if self.decode_mode == "FULL":
-                    layers.append(DrafterLayer("member", all_steps, n, (k - 1) * self.eager_ms(n),
-                                               (k - 1) * self.graph_ms(c, "FULL"), cap=self.R))
-                else:
-                    const = const + (k - 1) * self.eager_ms(n)
-            return layers, const, True
+            if self.decode_copies() and self.decode_mode == "FULL":
+                layers += repeated(n, self.graph_ms(c, "FULL"), self.R)
+            else:
+                const = const + later * self.eager_ms(n)
+            return layers, const, len(tiers) == 1
         # V1: member layers over the drafter's PIECEWISE graphs, which are the list's sizes when the target's mixed
         # mode is PIECEWISE (DFlash's pad(min(s, R q)) serves a query width <= R q as the plain padding does).
         has = self.mixed_mode == "PIECEWISE"
         lat = self.graph_ms(c, "PIECEWISE") if has else np.zeros(len(c))
         cap = math.inf if has else 0
 
-        def member(keys: np.ndarray, times: int = 1) -> DrafterLayer:
-            return DrafterLayer("member", all_steps, keys, times * self.eager_ms(keys), times * lat, cap=cap)
+        def member(keys: np.ndarray) -> DrafterLayer:
+            return DrafterLayer("member", all_steps, keys, self.eager_ms(keys), lat, cap=cap)
 
         if self.method == "dflash":
             return [member(n * q)], const, True
         if self.parallel:
-            return [member(widths + (k if self.method == "draft_model" else k - 1) * n)], const, True
+            return [member(widths + (ks if self.method == "draft_model" else ks - 1) * n)], const, True
         layers.append(member(widths + n if self.method == "draft_model" else widths))
-        if k >= 2:
-            layers.append(member(n, k - 1))
-        return layers, const, True
+        return layers + repeated(n, lat, cap), const, True
+
+    def decode_copies(self) -> int:
+        """V2 EAGLE decode graphs captured per width: one, or under a dynamic schedule (fused decode) one per k in the
+        schedule above 1; none when K is 1 (no later draft steps)."""
+        if self.k < 2:
+            return 0
+        if self.dynamic_ks is None:
+            return 1
+        return len(set(self.dynamic_ks) - {0, 1})
 
     def memory_terms(self, c: np.ndarray, r: np.ndarray, *, sep: bool) -> tuple[np.ndarray, np.ndarray]:
         """(per member, per FULL decode window) bytes the drafter's graphs add (facts §2): they enter the pool after
@@ -273,14 +293,7 @@ class DrafterCost:
         if self.method == "dflash":
             return zero, full_window
         member = np.rint(self._curves(self.mixed_mode)[1](c)) if self.mixed_mode != "NONE" else zero.copy()
-        if self.k >= 2 and self.decode_mode == "FULL":  # the decode manager: FULL at every size <= max_num_seqs
-            member = member + np.where(c <= self.R, np.rint(self._curves("FULL")[1](c)), 0.0)
+        if self.decode_mode == "FULL":  # the decode manager: FULL at every size <= max_num_seqs (per k, fused)
+            member = member + self.decode_copies() * np.where(c <= self.R, np.rint(self._curves("FULL")[1](c)), 0.0)
         return member, full_window
 
-
-def _pad(sizes: Sequence[int], x: int) -> int | None:
-    import bisect
-
-    s = sorted(sizes)
-    i = bisect.bisect_left(s, x)
-    return s[i] if i < len(s) else None

@@ -53,20 +53,17 @@ class EagerShare:
 
 
 def uniform_decode_steps(serving: ServingConfig) -> list[Step]:
-    """Decode traffic when no workload says: uniform decode steps of 1..max_num_seqs requests, each equally likely
-    (a dynamic speculative schedule's steps at another q are left out: vLLM does not dispatch them as uniform)."""
+    """Decode traffic when no workload says: uniform decode steps of 1..max_num_seqs requests, each equally likely,
+    each at its dynamic speculative schedule tier's query length (a decode step there all the same)."""
     query_lens = serving.decode_query_lens()
-    q = serving.decode_query_len
-    kept = [n for n in range(1, serving.max_num_seqs + 1)
-            if query_lens[n] == q and n * q <= serving.max_num_batched_tokens]
-    return [Step(n * q, True, 1.0 / len(kept)) for n in kept]
+    kept = [n for n in range(1, serving.max_num_seqs + 1) if n * query_lens[n] <= serving.max_num_batched_tokens]
+    return [Step(n * query_lens[n], True, 1.0 / len(kept), query_lens[n], n) for n in kept]
 
 
 def eager_share(serving: ServingConfig, steps: Sequence[Step], capture_sizes: Sequence[int]) -> EagerShare:
     """Dispatch every uniform decode step of `steps` as the engine would with `capture_sizes` written into its config
     (the list as it RUNS: vLLM V1's rewrite, SGLang's and TensorRT-LLM's filters and padding) and count the ones that
     get no graph. A list the runner refuses captures nothing: every step runs eager."""
-    q = serving.decode_query_len
     try:
         dispatcher = serving.dispatcher(list(capture_sizes))
     except ValueError:
@@ -79,9 +76,10 @@ def eager_share(serving: ServingConfig, steps: Sequence[Step], capture_sizes: Se
     counts: set[int] = set()
     eager_counts: set[int] = set()
     for st in decode:
-        n = st.num_tokens // q
+        n = _requests(serving, st)
         counts.add(n)
-        if dispatcher is None or dispatcher.dispatch(st.num_tokens, uniform_decode=True).runtime_mode == "NONE":
+        if (dispatcher is None
+                or dispatcher.dispatch(st.num_tokens, uniform_decode=True, query_len=st.query_len).eager):
             eager_counts.add(n)
             eager_p += st.probability
             eager_tokens += st.probability * st.num_tokens
@@ -93,13 +91,18 @@ def eager_share(serving: ServingConfig, steps: Sequence[Step], capture_sizes: Se
     )
 
 
+def _requests(serving: ServingConfig, step: Step) -> int:
+    """A decode step's requests (its width / q where the step does not say)."""
+    return step.num_reqs if step.num_reqs is not None else step.num_tokens // serving.decode_query_len
+
+
 def decode_request_counts(workload: Workload) -> list[int]:
     """Requests of the workload's decode steps: its `traffic.requests` values, else the uniform decode steps'
-    widths / q (a width histogram or trace)."""
+    requests (a width histogram or trace)."""
     t, s = workload.traffic, workload.serving
     if t.requests is not None:
         return sorted(t.requests.pmf())
-    return sorted({st.num_tokens // s.decode_query_len for st in workload.steps() if st.uniform_decode})
+    return sorted({_requests(s, st) for st in workload.steps() if st.uniform_decode})
 
 
 def drafter_eager_passes(workload: Workload, capture_sizes: Sequence[int]) -> list[EagerDrafterPasses]:
@@ -113,7 +116,7 @@ def drafter_eager_passes(workload: Workload, capture_sizes: Sequence[int]) -> li
         runs = list(s.runs_as(list(capture_sizes)))
     except ValueError:
         runs = []
-    dense = [ql - 1 for ql in s.decode_query_lens()] if s.speculative_schedule else None
+    dense = [ql - 1 for ql in s.decode_query_lens()] if s.dynamic_schedule else None
     return eager_drafter_passes(
         spec.method, runner=s.runner, request_counts=decode_request_counts(workload), capture_sizes=runs,
         cudagraph_mode=s.effective_cudagraph_mode, num_speculative_tokens=s.num_speculative_tokens,

@@ -236,7 +236,7 @@ def provenance_notes(model: CostModel) -> dict[str, str]:
 def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
     """summary.json figures of one list that only an engine workload has: the list in requests."""
     return {"batch_sizes": _requests(model, e.capture_sizes), "runs_as_batch_sizes": _requests(model, e.runs_as),
-            "vllm_graph_estimate_bytes": None}
+            "vllm_graph_estimate_bytes": None, "vllm_graph_estimate_profiled_bytes": None}
 
 
 def engine_summary(model: CostModel, table: dict[str, Evaluation]) -> dict[str, Any]:

@@ -262,11 +262,16 @@ class EngineDispatcher:
     def max_size(self) -> int:
         return self.capture_sizes[-1] if self.capture_sizes else 0
 
+    @property
+    def decode_graphs(self) -> list[tuple[int, int]]:
+        """`(width, tokens per request)` of every decode graph, largest first (one query length: no dynamic tiers)."""
+        return [(s, self.q) for s in reversed(self.capture_sizes)]
+
     def graphs(self) -> list[tuple[str, int]]:
         """Every graph the engine captures, largest first (one shared pool)."""
         return [("FULL", s) for s in reversed(self.capture_sizes)]
 
-    def dispatch(self, num_tokens: int, *, uniform_decode: bool = False) -> Dispatch:
+    def dispatch(self, num_tokens: int, *, uniform_decode: bool = False, query_len: int | None = None) -> Dispatch:
         if num_tokens < 1:
             raise ValueError(f"num_tokens={num_tokens} must be >= 1")
         if uniform_decode:

@@ -148,10 +148,11 @@ def _memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[_Me
         first, per, added = sa_f, np.maximum(d_f, floor), dr_member
     else:  # V1: a drafter graph belongs to the PIECEWISE sample it is captured with
         sas, pers = [], []
-        for mode in ([model.mixed_mode] if has_mixed else []) + (["FULL"] if sep else []):
+        for i, mode in enumerate(([model.mixed_mode] if has_mixed else []) + (["FULL"] if sep else [])):
             sa, de = model.graph_bytes(mode, c)
             extra_dr = dr_member if mode == "PIECEWISE" else zero
-            sas.append(sa + extra_dr)
+            # One profiling pool for every mode: FULL's first sample lands on the PIECEWISE samples (its delta).
+            sas.append((sa if i == 0 else de) + extra_dr)
             pers.append(np.maximum(de + extra_dr, floor))
         first, per, added = np.maximum.reduce(sas), sum(pers), zero
     return _Memory("count", zero, zero, first, zero, per, added, real_member=real_member, real_top=real_top), \
@@ -197,12 +198,13 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     if model.cudagraph_mode == "NONE" or not cands:
         return ExactResult(empty, [empty], 1, True, 0)
 
-    q, decode_limit = model.q, model.decode_limit
     sep = model.separate_decode
+    q = _window_query_len(model) if sep else model.q
+    decode_limit = q * model.serving.max_num_seqs
     c = np.array(cands, dtype=np.int64)
     n = len(c)
     r = round_up(c, q) if sep else c.copy()
-    layers, constant, layers_exact = _latency_layers(model, c, r)
+    layers, constant, layers_exact = _latency_layers(model, c, r, q)
     mem, budget_bytes, resource = _memory_figures(model, c, r)
 
     # Memory in units: when one unit divides every figure (the gcd) and the budget spans few enough of them, the
@@ -289,6 +291,8 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     if not best.feasible:
         best = empty
         proven = False
+    if not layers_exact:
+        best = _improve_locally(model, best, cands)
     totals = np.min(np.stack([t for t, _ in solved]), axis=0)
     which = np.argmin(np.stack([t for t, _ in solved]), axis=0)
     front: list[Evaluation] = []
@@ -329,12 +333,30 @@ class _Layer:
     """`window`: per candidate, the latency of a step padded to its mixed graph; None: such steps run eager."""
 
 
-def _latency_layers(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[list[_Layer], float, bool]:
-    """The target's latency layers (its mixed graphs by member, its FULL decode graphs by window), the drafter's,
-    the expected latency no list changes (logits of the real tokens, eager drafter passes), and whether the layers
-    reproduce the cost model exactly."""
+def _window_query_len(model: CostModel) -> int:
+    """The query length of the FULL decode windows the program follows: the runner's one decode query length. Under a
+    V2 dynamic schedule of several tiers, each tier's graphs can shadow another's: the program then follows the tier
+    with the most decode traffic and says its answer is not proven (see `_latency_layers`)."""
+    tiers = model.decode_tiers
+    if len(tiers) == 1:
+        return tiers[0]
+    _, _, probs, _ = model.step_arrays()
+    utc = model.step_dispatch_keys()[0]
+    mass = {ql: float(probs[utc == ql].sum()) for ql in tiers}
+    return max(tiers, key=lambda ql: (mass[ql], ql))
+
+
+def _latency_layers(model: CostModel, c: np.ndarray, r: np.ndarray, q: int) -> tuple[list[_Layer], float, bool]:
+    """The target's latency layers (its mixed graphs by member, its FULL decode graphs by window of query length q),
+    the drafter's, the expected latency no list changes (logits of the real tokens, eager drafter passes), and whether
+    the layers reproduce the cost model exactly (not under several decode tiers: the steps of the other tiers are
+    taken as mixed steps, and their graphs are left out)."""
     sep, has_mixed = model.separate_decode, model.mixed_mode != "NONE"
-    widths, uniform, probs, eager = model.step_arrays()
+    widths, _, probs, eager = model.step_arrays()
+    utc, requests, ks = model.step_dispatch_keys()
+    # The steps the runner dispatches against the FULL windows (V2: decode steps of this query length; V1: any step
+    # of q tokens per request); every other step meets the mixed graphs only.
+    uniform = utc == q
     logits = model.logits_at_steps()
     body = eager - logits  # logits run after every step for its real tokens, whatever it replays
     constant = float(np.dot(probs, logits))
@@ -356,9 +378,11 @@ def _latency_layers(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[lis
                              pad=lat_mix if has_mixed else None))
     else:
         layers.append(_Layer("member", steps(np.ones(len(widths), dtype=bool)), lat_mix, mixed_cap))
-    exact = True
+    exact = not sep or len(model.decode_tiers) == 1
     if model.drafter is not None:
-        dl, const, exact = model.drafter.layers(c, r, widths, uniform, sep=sep, target_mixed_mode=model.mixed_mode)
+        dl, const, drafter_exact = model.drafter.layers(c, r, widths, uniform, requests, ks, sep=sep,
+                                                        target_mixed_mode=model.mixed_mode, tiers=model.decode_tiers)
+        exact = exact and drafter_exact
         constant += float(np.dot(probs, const))
         for layer in dl:
             layers.append(_Layer(layer.kind, _Prefix(layer.keys, probs[layer.steps], layer.eager), layer.lat,
@@ -570,6 +594,22 @@ def _fastest_fitting(model: CostModel, solved: list[tuple[np.ndarray, Callable[[
             e = model.evaluate(sizes)
             if e.feasible and e.expected_step_ms < best.expected_step_ms - 1e-12:
                 best = e
+    return best
+
+
+def _improve_locally(model: CostModel, start: Evaluation, candidates: Sequence[int],
+                     evaluations: int = 4096) -> Evaluation:
+    """Where the program's layers only approximate the cost model (several V2 decode tiers), the best fitting list
+    one candidate away, repeatedly, until none is faster or `evaluations` lists were costed: a better answer, still
+    not proven optimal."""
+    best = start
+    for _ in range(max(1, evaluations // max(1, len(candidates)))):
+        members = set(best.capture_sizes)
+        moves = [model.evaluate(members ^ {c}) for c in candidates]
+        better = [e for e in moves if e.feasible and e.expected_step_ms < best.expected_step_ms - 1e-12]
+        if not better:
+            return best
+        best = min(better, key=lambda e: e.expected_step_ms)
     return best
 
 

@@ -126,6 +126,7 @@ def _vllm_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
         "num_graphs": len(e.capture_sizes),
         "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
         "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
+        "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
         "graph_memory_bytes": e.graph_memory_bytes,
         "kv_available_bytes": e.kv_available_bytes,
         "kv_tokens": kv_tokens(model, e),
@@ -469,8 +470,10 @@ def _exact_line(search: SearchResult) -> str:
     if ex.exact_memory:
         how = "every memory figure is a whole number of units, so its answer is the proven optimum"
     else:
-        how = ("figures were rounded to the nearest unit, or the real-capture condition it does not carry could bind; "
-               "its answer was re-checked in bytes, so it fits both conditions, but is not proven optimal")
+        how = ("figures were rounded to the nearest unit, or the real-capture condition it does not carry could bind, "
+               "or several dynamic-schedule tiers' FULL graphs shadow each other (it follows one tier's and improves "
+               "its answer one width at a time); its answer was re-checked in bytes, so it fits both conditions, but "
+               "is not proven optimal")
     return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
 
 

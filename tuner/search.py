@@ -425,7 +425,11 @@ def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: Se
 
     default = model.evaluate(model.default_sizes)
     notes = list(model.notes)
-    if not exact.exact_memory:
+    if not exact.exact_memory and model.separate_decode and len(model.decode_tiers) > 1:
+        notes.append(f"the exact solver follows one of the {len(model.decode_tiers)} dynamic-schedule tiers' FULL "
+                     f"decode graphs (the others shadow them at some widths) and improves its answer one width at a "
+                     f"time: it fits, but is not proven optimal")
+    elif not exact.exact_memory:
         notes.append(f"the exact solver counted memory in {exact.memory_unit_bytes / (1 << 20):.2f} MiB units "
                      f"(rounded to the nearest, its answer re-checked in bytes): it fits, and is optimal up to "
                      f"that rounding")

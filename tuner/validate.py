@@ -113,13 +113,13 @@ class PlannedStep:
 
 def plan_trace(trace: Sequence[Step], dispatcher: Dispatcher) -> list[PlannedStep]:
     """Dispatch every step of the trace as vLLM would with the dispatcher's capture list."""
-    cache: dict[tuple[int, bool], PlannedStep] = {}
+    cache: dict[tuple[int, bool, int | None], PlannedStep] = {}
     out = []
     for step in trace:
-        k = (step.num_tokens, step.uniform_decode)
+        k = (step.num_tokens, step.uniform_decode, step.query_len)
         planned = cache.get(k)
         if planned is None:
-            d = dispatcher.dispatch(step.num_tokens, uniform_decode=step.uniform_decode)
+            d = dispatcher.dispatch(step.num_tokens, uniform_decode=step.uniform_decode, query_len=step.query_len)
             planned = cache[k] = PlannedStep(step.num_tokens, step.uniform_decode, d.runtime_mode, d.padded_size)
         out.append(planned)
     return out
@@ -565,9 +565,9 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
     b = model.budget
     predicted_pool, predicted_estimate = target_memory(model, evaluation)
     drafter_pool = int(evaluation.graph_memory_bytes) - predicted_pool
-    drafter_estimate = int(evaluation.graph_estimate_bytes) - predicted_estimate
+    drafter_estimate = int(evaluation.profiled_estimate_bytes) - predicted_estimate
     estimate = (measured_estimate_bytes + drafter_estimate if measured_estimate_bytes is not None
-                else evaluation.graph_estimate_bytes)
+                else evaluation.profiled_estimate_bytes)
     kv_available = headroom = None
     if capture.oom is not None:
         warnings.append(f"{name}: capture ran out of memory on the device ({capture.oom}); this list does not fit "

@@ -7,7 +7,8 @@ import csv
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from tuner.vllm.runner import (
     MODEL_RUNNERS,
     SPECULATIVE_METHODS,
     effective_cudagraph_mode,
+    keeps_dynamic_schedule,
     resolve_model_runner,
     runner_reason,
     runs_as,
@@ -239,15 +241,23 @@ class ServingConfig:
         return runner_reason(self.model_runner, self.speculative_method, parallel_drafting=self.parallel_drafting)
 
     @property
+    def dynamic_schedule(self) -> tuple[tuple[int, int, int], ...] | None:
+        """The dynamic speculative schedule vLLM runs: `speculative_schedule`, unless the V1 runner drops it for the
+        speculative method (`keeps_dynamic_schedule`: suffix and custom_class then run static K); None without one."""
+        if not self.speculative_schedule or self.num_speculative_tokens <= 0:
+            return None
+        return self.speculative_schedule if keeps_dynamic_schedule(self.runner, self.speculative_method) else None
+
+    @property
     def effective_cudagraph_mode(self) -> str:
         """The cudagraph mode the runner uses (NONE under enforce_eager; V1 drops full graphs under a dynamic
-        speculative schedule)."""
+        speculative schedule it keeps)."""
         if self.enforce_eager:
             return "NONE"
         if self.engine_settings is not None:
             return "FULL_DECODE_ONLY"  # decode graphs only: prefill and mixed steps run without them
         return effective_cudagraph_mode(self.cudagraph_mode, self.runner,
-                                        dynamic_schedule=bool(self.speculative_schedule))
+                                        dynamic_schedule=self.dynamic_schedule is not None)
 
     def runs_as(self, capture_sizes: list[int] | tuple[int, ...]) -> tuple[int, ...]:
         """The list the runner captures for a list written into the config (after vLLM drops sizes above the
@@ -265,12 +275,23 @@ class ServingConfig:
 
     def decode_query_lens(self) -> list[int]:
         """Tokens per request in a decode step of n requests (index n; index 0 unused): 1 + K(n) with K from the
-        dynamic speculative schedule (vLLM's dense lookup; the schedule was validated on load), else q."""
-        if self.speculative_schedule and self.num_speculative_tokens > 0:
+        dynamic speculative schedule in force (vLLM's dense lookup; the schedule was validated on load), else q."""
+        if self.dynamic_schedule is not None:
             dense = dense_speculative_schedule(
-                [list(e) for e in self.speculative_schedule], self.max_num_seqs, self.num_speculative_tokens)
+                [list(e) for e in self.dynamic_schedule], self.max_num_seqs, self.num_speculative_tokens)
             return [1 + k for k in dense]
         return [self.decode_query_len] * (self.max_num_seqs + 1)
+
+    def decode_step(self, num_tokens: int) -> tuple[int, int] | None:
+        """`(requests, query length)` of the uniform decode step `num_tokens` wide (the fewest requests when the
+        schedule's tiers allow several), None when no decode step of max_num_seqs requests or fewer is that wide."""
+        return self._decode_steps.get(num_tokens)
+
+    @cached_property
+    def _decode_steps(self) -> dict[int, tuple[int, int]]:
+        query_lens = self.decode_query_lens()
+        # Fewest requests last, so they win a width two tiers share.
+        return {n * query_lens[n]: (n, query_lens[n]) for n in range(self.max_num_seqs, 0, -1)}
 
     def engine_requests(self, capture_sizes: list[int] | tuple[int, ...]) -> list[int]:
         """A list of token widths as the engine's batch sizes (requests; vLLM counts tokens: unchanged)."""
@@ -302,7 +323,7 @@ class ServingConfig:
             cudagraph_mode=self.cudagraph_mode,
             max_cudagraph_capture_size=self.max_cudagraph_capture_size,
             cudagraph_capture_sizes=self.cudagraph_capture_sizes,
-            speculative_schedule=[list(e) for e in self.speculative_schedule] if self.speculative_schedule else None,
+            speculative_schedule=[list(e) for e in self.dynamic_schedule] if self.dynamic_schedule else None,
             enforce_eager=self.enforce_eager,
         )
 
@@ -312,9 +333,12 @@ class ServingConfig:
             q = self.decode_query_len
             return EngineDispatcher(self.engine_settings,  # type: ignore[return-value]
                                     [w // q for w in self.runs_as(capture_sizes)], max_num_seqs=self.max_num_seqs)
+        # V2 captures FULL decode graphs per dynamic tier; V1 runs a schedule it keeps PIECEWISE.
+        tiers = sorted(set(self.decode_query_lens()[1:])) if self.runner == "v2" else None
         return Dispatcher(
             self.runs_as(capture_sizes), cudagraph_mode=self.effective_cudagraph_mode,
-            decode_query_len=self.decode_query_len, max_num_seqs=self.max_num_seqs,
+            decode_query_len=self.decode_query_len, max_num_seqs=self.max_num_seqs, runner=self.runner,
+            decode_query_lens=tiers,
         )
 
 
@@ -369,14 +393,25 @@ class Distribution:
 
 @dataclass(frozen=True)
 class Step:
-    """One kind of engine step and how often it happens."""
+    """One kind of engine step, what vLLM needs to dispatch it, and how often it happens."""
 
     num_tokens: int
     """Tokens in the step (its width)."""
     uniform_decode: bool
-    """Every request contributes exactly q tokens (FULL decode graphs apply)."""
+    """A decode step: no request is prefilling and every request has `query_len` tokens (FULL decode graphs of that
+    query length apply). False: a mixed step, with a prompt chunk (or query lengths that differ)."""
     probability: float
     """Share of steps of this kind."""
+    query_len: int | None = None
+    """Tokens every request has: a decode step's 1 + K (a dynamic schedule's tier, or q when None); on a mixed step
+    the prompt chunks' length when every request has it (vLLM V1 counts q such tokens as uniform), else None."""
+    num_reqs: int | None = None
+    """Requests in the step; None where the traffic does not say (a mixed step drawn by tokens)."""
+
+    @property
+    def sort_key(self) -> tuple[int, bool, int, int]:
+        """Steps sort by width, mixed before decode (as `(width, uniform)` tuples sort), then query length."""
+        return self.num_tokens, self.uniform_decode, self.query_len or 0, self.num_reqs or 0
 
 
 @dataclass(frozen=True)
@@ -463,34 +498,36 @@ class Workload:
     def steps(self) -> list[Step]:
         """The step-width distribution: `Step`s with probabilities summing to 1, sorted by width."""
         s = self.serving
-        q = s.decode_query_len
         t = self.traffic
-        probs: dict[tuple[int, bool], float] = {}
+        probs: dict[Step, float] = {}
 
         def add(width: int, uniform: bool, p: float) -> None:
+            """A decode step carries its requests and query length (a dynamic schedule's tier), read off its width."""
             if p > 0:
-                probs[(width, uniform)] = probs.get((width, uniform), 0.0) + p
+                n, query_len = (s.decode_step(width) if uniform else None) or (None, None)
+                kind = Step(width, uniform, 0.0, query_len, n)
+                probs[kind] = probs.get(kind, 0.0) + p
 
         if t.trace:
             for width, uniform in t.trace:
                 add(width, uniform, 1.0 / len(t.trace))
         elif t.widths is not None:
-            # A width histogram does not say which steps were pure decode; assume the multiples of q
-            # that fit max_num_seqs requests were (vLLM's metric has no such label).
+            # A width histogram does not say which steps were pure decode; assume the widths of a decode step of
+            # max_num_seqs requests or fewer were (vLLM's metric has no such label).
             for width, p in t.widths.pmf().items():
-                add(width, width % q == 0 and width // q <= s.max_num_seqs, p)
+                add(width, s.decode_step(width) is not None, p)
         else:
             decode_share = 1.0 - t.mixed_share
             if t.requests is not None:
                 query_lens = s.decode_query_lens()
                 for n, p in t.requests.pmf().items():
-                    # vLLM counts a step as uniform decode (FULL decode graphs) only at the configured q; a
-                    # dynamic schedule's shorter drafts make the step dispatch like a mixed batch.
-                    add(n * query_lens[n], query_lens[n] == q, decode_share * p)
+                    # A dynamic schedule's tier steps are decode steps at their own query length.
+                    kind = Step(n * query_lens[n], True, 0.0, query_lens[n], n)
+                    probs[kind] = probs.get(kind, 0.0) + decode_share * p
             if t.mixed_tokens is not None:
                 for width, p in t.mixed_tokens.pmf().items():
                     add(width, False, t.mixed_share * p)
-        return [Step(w, u, p) for (w, u), p in sorted(probs.items())]
+        return sorted((replace(kind, probability=p) for kind, p in probs.items() if p > 0), key=lambda st: st.sort_key)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -786,7 +823,7 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
     """Per-step CSV: `num_tokens`, optional `num_reqs` and `is_uniform_decode` (true/false/1/0)."""
     if not path.is_file():
         raise WorkloadError(f"{where}: {str(path)!r} is not a file")
-    q = serving.decode_query_len
+    query_lens = serving.decode_query_lens()
     rows: list[tuple[int, bool]] = []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -817,9 +854,9 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
                     raise WorkloadError(f"{where}: {path.name} line {line}: is_uniform_decode={flag!r} must be true/false")
                 uniform = flag in ("true", "1")
             elif reqs is not None:
-                uniform = tokens == reqs * q
+                uniform = 1 <= reqs <= serving.max_num_seqs and tokens == reqs * query_lens[reqs]
             else:
-                uniform = tokens % q == 0 and tokens // q <= serving.max_num_seqs
+                uniform = serving.decode_step(tokens) is not None
             rows.append((tokens, uniform))
     if not rows:
         raise WorkloadError(f"{where}: {path.name} has no steps")

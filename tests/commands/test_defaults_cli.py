@@ -148,6 +148,26 @@ def test_a_schedule_sets_the_widest_decode_batch_and_shows_vllms_gap_filling(cap
     assert "64 x 17 = 1088 tokens (K=16 at 64 requests under the schedule)" in out
 
 
+def test_a_schedules_tier_steps_are_decode_steps(tmp_path, capsys):
+    # K=16 for 1..64 requests, K=0 from 65: the 65..128-request steps of one token each are decode steps at their
+    # tier's query length 1 (V2 captures FULL graphs for it), not mixed steps: the eager share counts all 128
+    # request counts, and only 31..64 (17 tokens each, above the 512-token default) run eager.
+    code, out, _ = run(capsys, "defaults", "--max-num-seqs", "128", "--num-speculative-tokens", "16",
+                       "--speculative-schedule", "[[1,64,16],[65,128,0]]", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["decode_request_counts"] == list(range(1, 129))
+    assert data["eager_request_counts"] == list(range(31, 65)) and data["decode_step_share"] == 1.0
+    # Suffix decoding runs on V1, which drops a dynamic schedule: static K, and the table says so.
+    spec = yaml.safe_load((ROOT / "workloads/suffix-llama-3.1-8b.yaml").read_text())
+    spec["serving"]["speculative_schedule"] = [[1, 16, 24], [17, spec["serving"]["max_num_seqs"], 4]]
+    path = tmp_path / "suffix-schedule.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, out, _ = run(capsys, "defaults", str(path))
+    assert code == 0
+    assert table_rows(out)["speculative schedule"] == [
+        "dropped: the V1 runner runs no dynamic schedule for method 'suffix', every step drafts K=24"]
+
+
 # --------------------------------------------------------------------------- what runs eager, per engine
 def table_rows(out: str) -> dict[str, list[str]]:
     """Table rows by key (the text before two spaces), each key's values in order."""

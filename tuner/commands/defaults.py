@@ -119,7 +119,8 @@ class DefaultsCommand(Command):
                 performance_mode=serving.performance_mode, cudagraph_mode=serving.cudagraph_mode,
                 max_cudagraph_capture_size=serving.max_cudagraph_capture_size,
                 cudagraph_capture_sizes=serving.cudagraph_capture_sizes,
-                speculative_schedule=[list(e) for e in serving.speculative_schedule or ()] or None,
+                # The schedule vLLM runs: V1 drops it for suffix and custom_class (static K, no tiers).
+                speculative_schedule=[list(e) for e in serving.dynamic_schedule or ()] or None,
                 enforce_eager=serving.enforce_eager,
             )
         else:
@@ -170,6 +171,9 @@ class DefaultsCommand(Command):
         ]
         if schedule is not None:
             rows.insert(0, ("speculative schedule", _schedule_runs(schedule, max_num_seqs, k)))
+        elif report.schedule_dropped:
+            rows.insert(0, ("speculative schedule", f"dropped: the V1 runner runs no dynamic schedule for method "
+                                                    f"{report.method!r}, every step drafts K={k}"))
         reason = report.runner_reason
         rows.insert(0, ("model runner", reason if reason.startswith(report.runner.upper()) else
                         f"{report.runner.upper()} ({reason})"))
@@ -241,6 +245,8 @@ class _VllmReport:
     """Drafter passes without a graph (model-based drafters)."""
     method: str | None
     """The speculative method."""
+    schedule_dropped: bool = False
+    """The workload's speculative_schedule is one vLLM drops (V1 with suffix or custom_class)."""
 
     @classmethod
     def of(cls, serving: ServingConfig, workload: Workload | None, result: CaptureDefaults) -> _VllmReport:
@@ -256,7 +262,8 @@ class _VllmReport:
             traffic = "no workload, uniform decode traffic"
         drafter = tuple(drafter_eager_passes(workload, result.sizes)) if workload is not None else ()
         return cls(serving.runner, serving.runner_reason, runs, refused, traffic,
-                   eager_share(serving, steps, result.sizes), drafter, serving.speculative_method)
+                   eager_share(serving, steps, result.sizes), drafter, serving.speculative_method,
+                   bool(serving.speculative_schedule) and serving.dynamic_schedule is None)
 
     def drafter_lines(self) -> list[str]:
         return [f"{self.runner} {self.method} {p.role} passes at N = {_spans(p.request_counts)} "

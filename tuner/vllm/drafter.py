@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tuner.shapes import DTYPE_BYTES, ModelShape
 from tuner.vllm.defaults import CUDAGRAPH_MODES
-from tuner.vllm.dispatch import Dispatcher
+from tuner.vllm.dispatch import Dispatcher, manager_graphs, mode_parts
 
 __all__ = [
     "EAGLE_METHODS",
@@ -167,38 +167,24 @@ def _v2_manager_graphs(
     sizes: list[int], cudagraph_mode: str, decode_query_lens: Sequence[int], max_decode_tokens: int,
     max_num_seqs: int, role: str,
 ) -> list[DrafterGraph]:
-    """The descriptors one V2 `CudaGraphManager` captures, in its capture order (facts §2b, cudagraph_utils.py
-    256-385): mixed-mode graphs at every size, and for a separate FULL decode routine a FULL graph per decode query
-    length at round_up(s, ql), kept while <= max_decode_tokens, <= the largest size and at most max_num_seqs
-    requests. PIECEWISE first, then FULL; each largest first, ties in vLLM's insertion order."""
-    if not sizes or cudagraph_mode == "NONE":
-        return []
-    modes = Dispatcher(sizes, cudagraph_mode=cudagraph_mode, max_num_seqs=max_num_seqs)
-    separate_full = modes.separate_decode and modes.decode_mode == "FULL"
-    by_mode: dict[str, list[DrafterGraph]] = {"PIECEWISE": [], "FULL": []}
-    seen: set[DrafterGraph] = set()  # a set beside the list: hundreds of sizes make a list scan quadratic
-    for s in sizes:
-        if separate_full:
-            for ql in decode_query_lens:
-                rounded = -(-s // ql) * ql
-                if rounded > max_decode_tokens or rounded > sizes[-1] or rounded // ql > max_num_seqs:
-                    continue
-                graph = DrafterGraph("FULL", rounded, role, uniform_query_len=ql)
-                if graph not in seen:
-                    seen.add(graph)
-                    by_mode["FULL"].append(graph)
-        if modes.mixed_mode != "NONE":
-            by_mode[modes.mixed_mode].append(DrafterGraph(modes.mixed_mode, s, role))
-    # sorted() is stable, as vLLM's list.sort(reverse=True) is: equal widths keep their insertion order.
-    return [g for mode in ("PIECEWISE", "FULL") for g in sorted(by_mode[mode], key=lambda g: -g.num_tokens)]
+    """The descriptors one V2 speculator `CudaGraphManager` captures, in its capture order (`manager_graphs`)."""
+    return [DrafterGraph(mode, width, role, uniform_query_len=ql)
+            for mode, width, ql in manager_graphs(sizes, cudagraph_mode, decode_query_lens, max_decode_tokens,
+                                                  max_num_seqs)]
 
 
 def _decode_mode(cudagraph_mode: str) -> str:
-    return Dispatcher([], cudagraph_mode=cudagraph_mode, max_num_seqs=1).decode_mode
+    return mode_parts(cudagraph_mode)[0]
 
 
 def _mixed_mode(cudagraph_mode: str) -> str:
-    return Dispatcher([], cudagraph_mode=cudagraph_mode, max_num_seqs=1).mixed_mode
+    return mode_parts(cudagraph_mode)[1]
+
+
+def _tiers(num_speculative_tokens: int, ks: Sequence[int] | None) -> list[int]:
+    """The decode query lengths a V2 manager at query length K+1 captures FULL graphs for: K+1, or under a dynamic
+    schedule `1 + k` for every k of its dense lookup (cudagraph_utils.py `_init_candidates`)."""
+    return [num_speculative_tokens + 1] if ks is None else sorted({k + 1 for k in ks})
 
 
 def _check_dynamic_ks(dynamic_ks: Iterable[int] | None, max_k: int | None = None) -> list[int] | None:
@@ -265,19 +251,23 @@ def drafter_graphs(
     if method == "draft_model":  # V2 StandaloneARSpeculator: capture is a no-op (standalone_ar/speculator.py:67-71)
         return []
     q = k_max + 1
+    tiers = _tiers(k_max, ks)
+    if not manager_graphs(sizes, cudagraph_mode, tiers, max_num_seqs * q, max_num_seqs):
+        # The target captures nothing (FULL_DECODE_ONLY with no decode graph left): V2's capture_model returns
+        # before the speculator captures (model_runner.py:1086-1100).
+        return []
     full_decode = _decode_mode(cudagraph_mode) == "FULL"
     if method == "dflash" or (method == "mtp" and multi_module_mtp):
-        # One FULL_DECODE_ONLY manager at query length K+1, or nothing without a FULL decode mode
-        # (dflash/speculator.py:143-188; multi_module_mtp/speculator.py:99-115).
+        # One FULL_DECODE_ONLY manager at query length K+1 (its FULL graphs per dynamic tier, as any manager's), or
+        # nothing without a FULL decode mode (dflash/speculator.py:143-188; multi_module_mtp/speculator.py:99-115).
         if not full_decode:
             return []
         role, steps = ("query", 1) if method == "dflash" else ("pass", k_max)
-        graphs = _v2_manager_graphs(sizes, "FULL_DECODE_ONLY", [q], max_num_seqs * q, max_num_seqs, role)
+        graphs = _v2_manager_graphs(sizes, "FULL_DECODE_ONLY", tiers, max_num_seqs * q, max_num_seqs, role)
         return [DrafterGraph(g.mode, g.num_tokens, g.role, g.uniform_query_len, steps) for g in graphs]
     # EAGLE/EAGLE3/MTP: the prefill manager is the target's own descriptor set at query length K+1, one FULL
     # set per dynamic tier (cudagraph_utils.py:274-300); the decode manager is FULL_DECODE_ONLY at query
     # length 1, i.e. {s in S: s <= R} (target_dependent_ar/speculator.py:89-107).
-    tiers = [q] if ks is None else sorted({k + 1 for k in ks})
     graphs = _v2_manager_graphs(sizes, cudagraph_mode, tiers, max_num_seqs * q, max_num_seqs, "prefill")
     if k_max == 1 or not full_decode:  # K == 1: no decode steps, capture returns before the decode manager
         return graphs
@@ -386,7 +376,7 @@ def drafter_passes(
         raise ValueError(f"num_speculative_tokens={k} is not a k of the dynamic schedule (dynamic_ks={ks})")
     return _v2_passes(
         method, sizes, n, t, uniform_decode, k, cudagraph_mode, max_num_seqs, target_padded_size, fused_decode,
-        multi_module_mtp,
+        multi_module_mtp, ks,
     )
 
 
@@ -431,46 +421,54 @@ def _v1_passes(
 def _v2_passes(
     method: str, sizes: list[int], n: int, t: int, uniform_decode: bool, k: int, cudagraph_mode: str,
     max_num_seqs: int, target_padded_size: int | None, fused_decode: bool, multi_module_mtp: bool,
+    ks: list[int] | None,
 ) -> list[DrafterPass]:
     """V2 (facts §3): EAGLE's prefill pass shares the target's descriptor set and padded width, its decode steps a
-    FULL_DECODE_ONLY set at {s <= R}; DFlash one FULL query pass; draft_model all eager."""
+    FULL_DECODE_ONLY set at {s <= R}; DFlash one FULL query pass; draft_model all eager. Every manager at query
+    length K+1 holds FULL graphs per dynamic tier, so another tier's graph can shadow the step's own."""
     if method == "draft_model":  # standalone_ar/speculator.py:133-158, 170-353: every forward runs NONE
         passes = [DrafterPass("prefill", t + n, "NONE", None)]
         if k >= 2:
             passes.append(DrafterPass("decode", n, "NONE", None, k - 1))
         return passes
     full_decode = _decode_mode(cudagraph_mode) == "FULL"
+    q = k + 1  # this step's query length (a dynamic tier's k + 1; DFlash always drafts the maximum K)
+    tiers = _tiers(k, ks)
+    if not manager_graphs(sizes, cudagraph_mode, tiers, max_num_seqs * max(q, tiers[-1]), max_num_seqs):
+        full_decode = False  # the target captured nothing, so neither did the speculator (see drafter_graphs)
+
+    def manager(mode: str) -> Dispatcher:
+        return Dispatcher(sizes, cudagraph_mode=mode, decode_query_len=max(q, tiers[-1]), max_num_seqs=max_num_seqs,
+                          decode_query_lens=tiers)
+
     if method == "dflash":
         # One query pass of N*(K+1), dispatched as uniform even with prefills present (dflash/speculator.py:467,
         # 563-619); context rows beyond the graph's num_reqs*(K+1) are precomputed eagerly before replay (208-237).
-        q = k + 1
-        padded = None
-        if full_decode:
-            graphs = _v2_manager_graphs(sizes, "FULL_DECODE_ONLY", [q], max_num_seqs * q, max_num_seqs, "query")
-            padded = _pad(sorted(g.num_tokens for g in graphs), n * q)
-        if padded is None:
+        hit = manager("FULL_DECODE_ONLY").dispatch(n * q, uniform_decode=True, query_len=q) if full_decode else None
+        if hit is None or hit.eager:
             return [DrafterPass("context", t, "NONE", None), DrafterPass("query", n * q, "NONE", None)]
+        padded = hit.padded_size
+        assert padded is not None
         extra = [DrafterPass("context", t - padded, "NONE", None)] if t > padded else []
         return extra + [DrafterPass("query", n * q, "FULL", padded)]
-    # EAGLE/EAGLE3/MTP: the target's dispatch at this step's query length (a dynamic tier's k+1).
-    q = k + 1
-    target = Dispatcher(sizes, cudagraph_mode=cudagraph_mode, decode_query_len=q, max_num_seqs=max_num_seqs)
+    # EAGLE/EAGLE3/MTP: the target's dispatch (its tiers) at this step's query length.
+    target = manager(cudagraph_mode)
     if target_padded_size is None:
-        target_padded_size = target.dispatch(t, uniform_decode=uniform_decode).padded_size or t
+        target_padded_size = target.dispatch(t, uniform_decode=uniform_decode, query_len=q).padded_size or t
     elif target_padded_size < t:
         raise ValueError(f"target_padded_size={target_padded_size} must be >= num_tokens={t}")
     width = target_padded_size
     if method == "mtp" and multi_module_mtp:
         # K module passes at the target's padded width in one FULL graph (multi_module_mtp/speculator.py:204-247,
         # 426-452); its manager has no PIECEWISE graphs (99-115).
-        mtp = Dispatcher(sizes, cudagraph_mode="FULL_DECODE_ONLY", decode_query_len=q, max_num_seqs=max_num_seqs)
-        hit = mtp.dispatch(width, uniform_decode=True) if full_decode and uniform_decode else None
+        hit = (manager("FULL_DECODE_ONLY").dispatch(width, uniform_decode=uniform_decode, query_len=q)
+               if full_decode else None)
         if hit is None or hit.eager:
             return [DrafterPass("pass", width, "NONE", None, k)]
         return [DrafterPass("pass", width, "FULL", hit.padded_size, k, fused=True)]
-    # Draft step 0 dispatches the target's padded width with the real batch's uniformity
-    # (target_dependent_ar/speculator.py:197, 250-268): it lands on the same graph the target replayed.
-    hit = target.dispatch(width, uniform_decode=uniform_decode)
+    # Draft step 0 dispatches the target's padded width with the real batch's uniform token count
+    # (target_dependent_ar/speculator.py:197, 250-268).
+    hit = target.dispatch(width, uniform_decode=uniform_decode, query_len=q)
     passes = [DrafterPass("prefill", width, hit.runtime_mode, hit.padded_size)]
     if k <= 1:
         return passes

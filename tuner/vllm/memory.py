@@ -66,20 +66,24 @@ def estimate_v2_bytes(graphs: Sequence[GraphCost]) -> float:
 
 
 def estimate_v1_bytes(graphs: Sequence[GraphCost]) -> float:
-    """The V1 runner's `profile_cudagraph_memory`: per runtime mode, only the two largest graphs are captured into
-    a scratch pool; `max(first over modes) + sum over modes of max(second, 1 MiB) * (n_mode - 1)`. A drafter graph
-    V1 captures during a target PIECEWISE capture (right after it) belongs to that sample."""
+    """The V1 runner's `profile_cudagraph_memory` (gpu_model_runner.py): per runtime mode, only the two largest graphs
+    are captured, into ONE profiling pool the modes share and never clear: PIECEWISE first, then FULL on top of the
+    PIECEWISE samples already there, so FULL's first sample is an increment, not a standalone footprint;
+    `max(first over modes) + sum over modes of max(second, 1 MiB) * (n_mode - 1)`. A drafter graph V1 captures
+    during a target PIECEWISE capture (right after it) belongs to that sample."""
     samples: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
     last_target: str | None = None
+    pool_empty = True
     for g in graphs:
         if g.owner == "target":
             last_target = g.mode
             counts[g.mode] = counts.get(g.mode, 0) + 1
             taken = samples.setdefault(g.mode, [])
             if len(taken) < 2:
-                # First of its mode: alone in the scratch pool; second: on top of the first.
-                taken.append(g.standalone_bytes if not taken else g.delta_bytes)
+                # The first sample into the profiling pool costs its standalone footprint, every later one its delta.
+                taken.append(g.standalone_bytes if pool_empty else g.delta_bytes)
+                pool_empty = False
             else:
                 last_target = None  # not sampled: its drafter graph is not either
         elif last_target is not None and counts[last_target] <= 2:

@@ -9,7 +9,9 @@ __all__ = [
     "MODEL_RUNNERS",
     "SPECULATIVE_METHODS",
     "V1_ONLY_METHODS",
+    "V1_SCHEDULE_METHODS",
     "effective_cudagraph_mode",
+    "keeps_dynamic_schedule",
     "resolve_model_runner",
     "runner_reason",
     "runs_as",
@@ -28,6 +30,10 @@ SPECULATIVE_METHODS = (
 
 V1_ONLY_METHODS = ("suffix", "custom_class")
 """Speculative methods V2 lacks, so vLLM falls back to the V1 runner (`VllmConfig.use_v2_model_runner`)."""
+
+V1_SCHEDULE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+"""The methods whose V1 proposers run a dynamic speculative schedule (`VllmConfig._maybe_disable_dynamic_sd_for_v1`);
+V1 drops the schedule for any other and runs static K."""
 
 _PARALLEL_ON_V2 = ("dflash", "dspark")
 """The only methods whose parallel drafting V2 supports; P-EAGLE, PARD and other parallel drafters force V1."""
@@ -58,9 +64,17 @@ def resolve_model_runner(requested: str, method: str | None, *, parallel_draftin
     return "v2"
 
 
+def keeps_dynamic_schedule(runner: str, method: str | None) -> bool:
+    """Whether a dynamic speculative schedule survives vLLM's config: V2 keeps it; V1 drops it for a method outside
+    `V1_SCHEDULE_METHODS` (`_maybe_disable_dynamic_sd_for_v1`, config/vllm.py), so suffix or custom_class run static K
+    with FULL graphs, the V1 rewrite and a default list without tiers. A method not named is taken to keep it."""
+    return runner != "v1" or method is None or method in V1_SCHEDULE_METHODS
+
+
 def effective_cudagraph_mode(cudagraph_mode: str, runner: str, *, dynamic_schedule: bool) -> str:
-    """The cudagraph mode the runner really uses: V1 forces full graphs down to PIECEWISE under dynamic
-    speculative decoding (`config/vllm.py`), so its decode steps replay no FULL graph."""
+    """The cudagraph mode the runner really uses: V1 forces full graphs down to PIECEWISE under a dynamic
+    speculative schedule it keeps (`_maybe_override_dynamic_sd_cudagraph_mode`, config/vllm.py), so its decode steps
+    replay no FULL graph. `dynamic_schedule`: a schedule is in force (see `keeps_dynamic_schedule`)."""
     if runner == "v1" and dynamic_schedule and cudagraph_mode in _FULL_DECODE_MODES:
         return "PIECEWISE"
     return cudagraph_mode
