@@ -51,18 +51,29 @@ def random_case(tmp_path: Path, seed: int, *, mode: str | None = None, runner: s
     return model, candidates
 
 
-def assert_matches_brute_force(m: CostModel, candidates: list[int], *, proven: bool | None = None) -> None:
-    """The exact answer fits; proven optimal, it is as fast as the best of every subset; else (the capture-headroom
-    condition could bind) it is no faster than that best."""
+UNPROVEN_SEEDS = {3, 5, 6, 7, 10, 16, 18, 20, 21, 38}
+"""random_case seeds (of 0..39) whose answer the solver cannot prove optimal: the real capture may outgrow vLLM's
+estimate by more than what vLLM leaves unrequested (a gpu_memory_utilization of 0.99 or 1.0)."""
+UNPROVEN_DRAFTER_SEEDS = {0, 2, 4, 6, 10, 17, 20, 25, 30, 34}
+"""random_drafter_case seeds (of 0..47) likewise."""
+UNPROVEN_TOLERANCE = 0.06
+"""An unproven answer is at most this much slower than brute force. Worst seen: 5.3% (drafter seed 34), 2.1% (drafter
+seed 30); every other unproven case is within 0.6%, most exactly optimal. The empty list, which always fits, is 8% to
+26% slower than the optimum in 13 of the 20 unproven cases: a solver that gave up on them fails here."""
+
+
+def assert_matches_brute_force(m: CostModel, candidates: list[int], *, proven: bool) -> None:
+    """The exact answer fits and says whether it is proven; proven optimal, it is as fast as the best of every subset;
+    else (the capture-headroom condition could bind) it is no faster than that best and within UNPROVEN_TOLERANCE."""
     exact = exact_solve(m, candidates=candidates)
     brute = brute_force(m, candidates)
     assert exact.best.feasible
-    if proven is not None:
-        assert exact.exact_memory is proven
-    if exact.exact_memory:
+    assert exact.exact_memory is proven
+    if proven:
         assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
     else:
-        assert exact.best.expected_step_ms >= brute.expected_step_ms - 1e-12
+        assert brute.expected_step_ms - 1e-12 <= exact.best.expected_step_ms <= \
+            brute.expected_step_ms * (1 + UNPROVEN_TOLERANCE)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -70,7 +81,9 @@ def test_exact_solver_equals_brute_force(tmp_path, seed):
     m, candidates = random_case(tmp_path, seed)
     # Not proven only where the real capture can outgrow the estimate by more than vLLM's unrequested memory
     # (here: a gpu_memory_utilization near 1).
-    assert_matches_brute_force(m, candidates, proven=True if m.budget.slack_bytes > 10 * MIB else None)
+    if seed in UNPROVEN_SEEDS:
+        assert m.budget.slack_bytes <= 10 * MIB
+    assert_matches_brute_force(m, candidates, proven=seed not in UNPROVEN_SEEDS)
 
 
 @pytest.mark.parametrize("seed", range(100, 124))
@@ -156,4 +169,4 @@ def random_drafter_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]
 def test_exact_solver_equals_brute_force_with_a_drafter(tmp_path, seed):
     m, candidates = random_drafter_case(tmp_path, seed)
     assert m.drafter is not None
-    assert_matches_brute_force(m, candidates)
+    assert_matches_brute_force(m, candidates, proven=seed not in UNPROVEN_DRAFTER_SEEDS)
