@@ -56,6 +56,8 @@ UNPROVEN_SEEDS = {3, 5, 6, 7, 10, 16, 18, 20, 21, 38}
 estimate by more than what vLLM leaves unrequested (a gpu_memory_utilization of 0.99 or 1.0)."""
 UNPROVEN_DRAFTER_SEEDS = {0, 2, 4, 6, 10, 17, 20, 25, 30, 34}
 """random_drafter_case seeds (of 0..47) likewise."""
+UNPROVEN_NO_ESTIMATE_SEEDS = {10}
+"""random_drafter_case seeds (of 0..23) unproven with vLLM's estimate switched off."""
 UNPROVEN_TOLERANCE = 0.06
 """An unproven answer is at most this much slower than brute force. Worst seen: 5.3% (drafter seed 34), 2.1% (drafter
 seed 30); every other unproven case is within 0.6%, most exactly optimal. The empty list, which always fits, is 8% to
@@ -71,6 +73,8 @@ def assert_matches_brute_force(m: CostModel, candidates: list[int], *, proven: b
     assert exact.exact_memory is proven
     if proven:
         assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+        # Proven means counted in a unit that divides every figure: the fixtures' figures are whole MiB.
+        assert exact.memory_unit_bytes % MIB == 0
     else:
         assert brute.expected_step_ms - 1e-12 <= exact.best.expected_step_ms <= \
             brute.expected_step_ms * (1 + UNPROVEN_TOLERANCE)
@@ -110,6 +114,16 @@ def test_cases_with_room_beside_the_estimate_are_proven_optimal(tmp_path):
             assert exact_solve(m, candidates=candidates).exact_memory, seed
 
 
+def test_a_thinned_front_keeps_its_ends(tmp_path):
+    m, candidates = random_case(tmp_path, 103, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
+    full = exact_solve(m, candidates=candidates)
+    thin = exact_solve(m, candidates=candidates, front_points=3)
+    assert len(full.front) > 4  # so that 3 points are a thinning
+    # Three memory levels spread from the lowest (no graphs) to the top, plus the optimum.
+    assert 2 <= len(thin.front) <= 4 and thin.front[0].capture_sizes == () == full.front[0].capture_sizes
+    assert thin.front[-1].capture_sizes == full.best.capture_sizes == thin.best.capture_sizes
+
+
 def test_exact_front_is_non_dominated_and_ends_at_the_optimum(tmp_path):
     m, candidates = random_case(tmp_path, 103, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
     exact = exact_solve(m, candidates=candidates)
@@ -125,8 +139,9 @@ DRAFTERS = [("eagle", {"num_layers": 1}), ("mtp", {"num_layers": 1}), ("dflash",
             ("draft_model", {"num_layers": 1})]
 
 
-def random_drafter_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]]:
-    """random_case with a draft model: its passes, graphs and their memory in the list's cost."""
+def random_drafter_case(tmp_path: Path, seed: int, *, estimate: bool = True) -> tuple[CostModel, list[int]]:
+    """random_case with a draft model: its passes, graphs and their memory in the list's cost; `estimate` False
+    switches vLLM's graph-memory estimate off (the real pool, drafter windows included, is then what counts)."""
     rnd = random.Random(10_000 + seed)
     method, drafter = DRAFTERS[seed % 4]
     mode = rnd.choice(["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "FULL"])
@@ -138,7 +153,7 @@ def random_drafter_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]
                "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
     kwargs = dict(num_speculative_tokens=spec, max_num_seqs=8, max_num_batched_tokens=32, traffic=traffic,
                   cudagraph_mode=mode, model_runner=runner, gpu_memory_utilization=util,
-                  speculative={"method": method, "drafter": drafter})
+                  estimate_cudagraph_memory=estimate, speculative={"method": method, "drafter": drafter})
     wl = handmade_workload(**kwargs)
     widths = list(range(1, 41))  # the drafter's passes reach T + N
     e = {w: rnd.uniform(1, 3) for w in widths}
@@ -170,3 +185,11 @@ def test_exact_solver_equals_brute_force_with_a_drafter(tmp_path, seed):
     m, candidates = random_drafter_case(tmp_path, seed)
     assert m.drafter is not None
     assert_matches_brute_force(m, candidates, proven=seed not in UNPROVEN_DRAFTER_SEEDS)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_exact_solver_equals_brute_force_with_a_drafter_and_no_estimate(tmp_path, seed):
+    # The estimate off: the real pool counts, the drafter's graphs per FULL decode window included.
+    m, candidates = random_drafter_case(tmp_path, seed, estimate=False)
+    assert not m.budget.estimate_enabled
+    assert_matches_brute_force(m, candidates, proven=seed not in UNPROVEN_NO_ESTIMATE_SEEDS)
