@@ -419,6 +419,16 @@ def test_measured_numbers_independent_of_the_model_against_hand_values(tmp_path,
     assert any("default: MEASURED GRAPH MEMORY" in w for w in record["warnings"])
     assert record["default"]["capture_headroom_bytes"] == 86 * MIB + 100 * MIB - int(95 * MIB * 1.05)
     assert record["tuned"]["capture_headroom_bytes"] == 42 * MIB + 100 * MIB - 41 * MIB
+    # V2's estimate here is the pool (PIECEWISE in full, FULL deltas 2 MiB >= the 1 MiB floor); none was measured.
+    assert [(record[n]["predicted_estimate_bytes"], record[n]["measured_estimate_bytes"]) for n in hand] == [
+        (86 * MIB, None), (42 * MIB, None)]
+    # Provenance: the profile as its metadata names it, and the trace as replayed.
+    assert record["profile"] == {"path": str(model.profile.path), "device_name": "handmade test fixture (not a "
+                                 "measurement)", "command": "tests/handmade_profiles.py",
+                                 "created_at": "2026-01-01T00:00:00Z", "compiled": True}
+    assert record["trace"]["seed"] == 5 and record["trace"]["steps"] == 400
+    assert record["trace"]["mean_tokens"] == pytest.approx(sum(tokens) / 400)
+    assert record["trace"]["uniform_decode_share"] == pytest.approx(len(uniform) / 400)
     # The measured speedup is the scripted device's, the predicted one the model's: they differ in direction too.
     d, t = hand["default"], hand["tuned"]
     measured_speedup = d["measured_step_ms"] / t["measured_step_ms"]
@@ -458,6 +468,9 @@ def test_lists_and_candidates(tmp_path):
     lists = lists_to_validate(search)
     assert list(lists)[:2] == ["default", "tuned"]
     assert "exact" not in lists  # the search chose the exact optimum
+    assert [c.capture_sizes for c in top_candidates(model, search, 1)] == [search.chosen.capture_sizes]
+    with pytest.raises(ValueError, match="k=0 must be >= 1"):
+        top_candidates(model, search, 0)
     cands = top_candidates(model, search, 3, trial_lists=[[1, 2, 4], [1, 2, 4]])
     assert cands[0].capture_sizes == search.chosen.capture_sizes
     assert len({c.capture_sizes for c in cands}) == len(cands) <= 3
@@ -498,7 +511,8 @@ def test_validate_run_writes_record_and_report_section(tmp_path):
         for key, value in law.items():
             assert r[key] == pytest.approx(value, rel=1e-12), (name, key)
         assert r["fits"]
-    assert on_disk["emitted"] == "tuned"
+    # The tuned list fits, so it ships even though nothing else was compared: no fallback, no note.
+    assert on_disk["emitted"] == "tuned" and on_disk["notes"] == []
     assert record["measured_speedup_tuned_over_default"] == pytest.approx(
         hand["default"][3]["measured_step_ms"] / hand["tuned"][3]["measured_step_ms"], rel=1e-12)
     report = (run / "report.md").read_text()
@@ -717,6 +731,11 @@ def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
     note = (f"chosen on the GPU: 'candidate-2' measured {0.4 + 0.01 * mean_tokens:.4f} ms per step vs the model's "
             f"pick {0.5 + 0.01 * mean_tokens:.4f} ms")
     assert note in record["notes"] and note in chosen.notes
+    # The trace is the seed's: another seed replays other steps (their mean tokens set the winner's figure).
+    _, seeded = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, seed=7, record_study=False)
+    seven = [s.num_tokens for s in sample_trace(model.workload.steps(), 300, 7)]
+    assert sum(seven) != 300 * mean_tokens and seeded["trace"]["seed"] == 7
+    assert seeded["candidate-2"]["measured_step_ms"] == pytest.approx(0.4 + 0.01 * sum(seven) / 300)
     # And where the model's pick is also the measured winner, the search comes back untouched.
     backend = DeviceScript(model, {search.chosen.capture_sizes: (100 * MIB, 0.4, 0.01)},
                            otherwise=(100 * MIB, 0.5, 0.01))
