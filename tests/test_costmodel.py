@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sys
@@ -167,6 +168,33 @@ def test_profile_from_another_model_shape_is_an_error(tmp_path):
         CostModel.from_files(path, wl)
 
 
+def test_profile_from_another_dtype_is_named_with_its_file_and_value(tmp_path):
+    wl = handmade_workload()  # float32
+    path = handmade_profile(tmp_path, wl, [1, 2])
+    _set_meta(path, model={**json.loads(path.with_suffix(".json").read_text())["model"], "dtype": "bfloat16"})
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, wl)
+    assert str(err.value) == "hand.csv: measured with model.dtype='bfloat16', workload hand has 'float32'"
+
+
+def test_the_kv_rule_takes_the_profiles_measured_weights_and_activations(tmp_path):
+    # An activation peak of 0 is a measurement like any other (not a missing one): non-KV = 123 + 0 MiB.
+    m = model_for(tmp_path, weights_bytes=123 * MIB, activation_peak_bytes=0)
+    assert m.budget.non_kv_cache_bytes == 123 * MIB
+    assert m.evaluate(()).kv_available_bytes == math.ceil(1000 * MIB * 0.9) - 123 * MIB
+    path = handmade_profile(tmp_path / "bad", handmade_workload(), [1, 2], activation_peak_bytes=-1)
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, handmade_workload())
+    assert str(err.value) == "hand.csv: metadata activation_peak_bytes=-1 must be a byte count >= 0"
+
+
+def test_off_peak_weight_is_noted(tmp_path):
+    wl = handmade_workload()
+    m = CostModel.from_files(handmade_profile(tmp_path, wl, [1, 2, 4, 8]), wl, off_peak_weight=0.25)
+    assert "the objective mixes 25% off-peak decode traffic (uniform over 1..8 requests) into the workload's steps" \
+        in m.notes
+
+
 def test_profile_without_memory_metadata_is_an_error(tmp_path):
     wl = handmade_workload()
     path = handmade_profile(tmp_path, wl, [1, 2], total_memory_bytes=None)
@@ -267,6 +295,15 @@ def test_v1_candidates_are_multiples_of_q_within_the_widest_decode_batch(tmp_pat
     assert m.candidates == [4, 8, 12, 16]
     e = m.evaluate((1, 2, 6, 16))
     assert e.runs_as == (4, 8, 16)
+    assert ("the V1 runner rewrites lists when speculating: the search offers multiples of q = 4 up to the widest "
+            "decode batch (16 tokens; wider ones would serve mixed steps only), lists V1 runs as written") in m.notes
+
+
+def test_full_decode_only_candidates_are_the_decode_windows(tmp_path):
+    # Only the rounded decode graphs exist: multiples of q = 2 up to max_num_seqs 4 x q.
+    wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=4, max_num_batched_tokens=32,
+                           cudagraph_mode="FULL_DECODE_ONLY")
+    assert model_for(tmp_path, wl, widths=range(1, 33)).candidates == [2, 4, 6, 8]
 
 
 def test_noisy_share_counts_the_widths_the_decision_rests_on(tmp_path):
