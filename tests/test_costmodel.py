@@ -188,6 +188,24 @@ def test_the_kv_rule_takes_the_profiles_measured_weights_and_activations(tmp_pat
     assert str(err.value) == "hand.csv: metadata activation_peak_bytes=-1 must be a byte count >= 0"
 
 
+def test_noisy_logits_are_read_as_a_running_max_and_their_absence_is_noted(tmp_path):
+    from tuner.profile_table import ProfileRow, read_profile, write_profile
+
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8])
+    assert any(n.startswith("no logits rows in hand.csv: ") for n in CostModel.from_files(path, wl).notes)
+    p = read_profile(path)
+    noisy = {1: 0.1, 2: 0.2, 4: 0.05, 8: 0.8}  # the 4-token reading is noise: wider never costs less
+    rows = p.rows + [ProfileRow(w, "logits", "ok", latency_ms=ms, latency_iqr_ms=0.0) for w, ms in noisy.items()]
+    m = CostModel.from_files(write_profile(tmp_path, "noisy-logits", rows, p.metadata), wl)
+    assert [float(m.logits_at(w)) for w in (1, 2, 4, 8)] == pytest.approx([0.1, 0.2, 0.2, 0.8])
+
+
+def test_the_ideal_list_is_every_width_up_to_the_widest_step(tmp_path):
+    m = model_for(tmp_path)  # steps 1..8 tokens
+    assert m.ideal().capture_sizes == (1, 2, 3, 4, 5, 6, 7, 8)
+
+
 def test_off_peak_weight_is_noted(tmp_path):
     wl = handmade_workload()
     m = CostModel.from_files(handmade_profile(tmp_path, wl, [1, 2, 4, 8]), wl, off_peak_weight=0.25)
@@ -313,3 +331,6 @@ def test_noisy_share_counts_the_widths_the_decision_rests_on(tmp_path):
     # Steps reach 8 tokens; the decision rests on the graph candidates (all five) and the eager widths up to 8.
     assert m.decision_widths() == [1, 2, 4, 8, 16]
     assert m.noisy_share == pytest.approx(2 / 5)
+    # The widest step's eager width counts even where its graph ran out of memory (no candidate there).
+    oom = CostModel.from_files(handmade_profile(tmp_path / "oom", wl, [1, 2, 4, 8, 16], oom=(8,)), wl)
+    assert oom.candidates == [1, 2, 4, 16] and oom.decision_widths() == [1, 2, 4, 8, 16]

@@ -75,6 +75,12 @@ def test_trtllm_kv_cache_pays_for_graphs_at_its_fraction(tmp_path):
     non_kv = (100 + 50) * MIB
     assert e.kv_available_bytes == int((1000 * MIB - non_kv - 81 * MIB) * 0.9)
     assert m.evaluate(()).kv_available_bytes - e.kv_available_bytes == pytest.approx(0.9 * 81 * MIB, abs=1)
+    # A deployment's own kv_cache_config.free_gpu_memory_fraction: KV = (1000 - 150 - 81 MiB) x 0.8.
+    wl = handmade_workload(engine="trtllm", max_num_seqs=8, num_speculative_tokens=0, max_num_batched_tokens=32,
+                           traffic=TRAFFIC, enable_padding=True, free_gpu_memory_fraction=0.8)
+    own = CostModel.from_files(handmade_profile(tmp_path / "own", wl, list(range(1, 33)),
+                                                standalone_bytes=lambda w: 10 * w * MIB, delta_bytes=lambda w: MIB), wl)
+    assert own.evaluate((4, 8)).kv_available_bytes == int((1000 * MIB - non_kv - 81 * MIB) * 0.8)
 
 
 def test_sglang_memory_rule_by_hand(tmp_path):
