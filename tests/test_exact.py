@@ -202,3 +202,11 @@ def test_exact_solver_equals_brute_force_with_a_drafter_in_v2_full_mode(tmp_path
     # (seed 29: a top charged without its drafter graphs picks a list one member short, still claiming proof).
     m, candidates = random_drafter_case(tmp_path, seed, mode="FULL", runner="v2")
     assert_matches_brute_force(m, candidates, proven=seed not in {24, 26, 30})
+
+
+@pytest.mark.parametrize("seed", [100, 133])
+def test_exact_solver_charges_the_drafters_decode_windows_in_v2(tmp_path, seed):
+    # V2 with FULL decode windows: the drafter's FULL graph of each window counts beside the target's. Of 150 drawn
+    # cases these two are where it decides the list (uncharged, 133 fell back to no graphs at all).
+    m, candidates = random_drafter_case(tmp_path, seed, mode="FULL_AND_PIECEWISE", runner="v2")
+    assert_matches_brute_force(m, candidates, proven=True)
