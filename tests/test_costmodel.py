@@ -159,6 +159,11 @@ def test_the_real_capture_must_fit_beside_the_estimate(tmp_path):
     assert e.capture_headroom_bytes == 100 * MIB - (240 + 2) * MIB
     assert not e.feasible and e.why_infeasible.startswith("the real capture would run out of memory")
     assert m.evaluate((2,)).feasible  # 60 + 2 MiB fits in the 100 MiB vLLM leaves
+    assert m.memory_fits((2,)) and not m.memory_fits((8,))
+    # A pool of exactly what vLLM leaves fits: 49 x 2 MiB alone + a 2 MiB delta = 100 MiB, headroom 0.
+    edge = model_for(tmp_path / "edge", wl, total_memory_bytes=1000 * MIB, standalone_bytes=lambda w: 49 * w * MIB)
+    e = edge.evaluate((2,))
+    assert e.capture_headroom_bytes == 0 and e.feasible and e.as_dict()["feasible"] is True
 
 
 def test_profile_from_another_model_shape_is_an_error(tmp_path):
@@ -186,6 +191,10 @@ def test_the_kv_rule_takes_the_profiles_measured_weights_and_activations(tmp_pat
     with pytest.raises(ModelError) as err:
         CostModel.from_files(path, handmade_workload())
     assert str(err.value) == "hand.csv: metadata activation_peak_bytes=-1 must be a byte count >= 0"
+    _set_meta(path, activation_peak_bytes=50 * MIB, weights_bytes="lots")
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, handmade_workload())
+    assert str(err.value) == "hand.csv: metadata weights_bytes='lots' must be a byte count >= 0"
 
 
 def test_noisy_logits_are_read_as_a_running_max_and_their_absence_is_noted(tmp_path):
@@ -199,6 +208,25 @@ def test_noisy_logits_are_read_as_a_running_max_and_their_absence_is_noted(tmp_p
     rows = p.rows + [ProfileRow(w, "logits", "ok", latency_ms=ms, latency_iqr_ms=0.0) for w, ms in noisy.items()]
     m = CostModel.from_files(write_profile(tmp_path, "noisy-logits", rows, p.metadata), wl)
     assert [float(m.logits_at(w)) for w in (1, 2, 4, 8)] == pytest.approx([0.1, 0.2, 0.2, 0.8])
+
+
+@pytest.mark.parametrize("fallback, what", [
+    ("eager", "the eager latency at the padded width (no launch saving credited)"),
+    ("full", "the FULL graph latency at the padded width")])
+def test_a_profile_without_piecewise_rows_says_how_piecewise_graphs_are_costed(tmp_path, fallback, what):
+    wl = handmade_workload()  # FULL_AND_PIECEWISE on V2
+    m = CostModel.from_files(handmade_profile(tmp_path, wl, [1, 2, 4, 8]), wl, piecewise_fallback=fallback)
+    assert (f"no piecewise rows with status ok in hand.csv: PIECEWISE (mixed-batch) graphs are costed at {what}, "
+            f"and their memory is taken from the full rows") in m.notes
+
+
+def test_full_rows_captured_without_piecewise_graphs_are_noted_for_v2(tmp_path):
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8])
+    note = "hand.csv captured its full graphs without piecewise graphs in the pool"
+    assert any(n.startswith(note) for n in CostModel.from_files(path, wl).notes)
+    _set_meta(path, capture_order="piecewise-then-full")  # as `cgtune profile` captures them now
+    assert not any(n.startswith(note) for n in CostModel.from_files(path, wl).notes)
 
 
 def test_the_ideal_list_is_every_width_up_to_the_widest_step(tmp_path):
@@ -331,6 +359,10 @@ def test_noisy_share_counts_the_widths_the_decision_rests_on(tmp_path):
     # Steps reach 8 tokens; the decision rests on the graph candidates (all five) and the eager widths up to 8.
     assert m.decision_widths() == [1, 2, 4, 8, 16]
     assert m.noisy_share == pytest.approx(2 / 5)
+    # A profile without the list: the per-width measurement details flag them.
+    detail = {"2": {"eager": {"noisy": False}, "full": {"noisy": True}}, "4": {"eager": {"noisy": False}}}
+    path = _set_meta(handmade_profile(tmp_path / "detail", wl, [1, 2, 4, 8]), measurements=detail)
+    assert CostModel.from_files(path, wl).noisy_widths == [2]
     # The widest step's eager width counts even where its graph ran out of memory (no candidate there).
     oom = CostModel.from_files(handmade_profile(tmp_path / "oom", wl, [1, 2, 4, 8, 16], oom=(8,)), wl)
     assert oom.candidates == [1, 2, 4, 16] and oom.decision_widths() == [1, 2, 4, 8, 16]

@@ -80,9 +80,12 @@ def test_vectorised_drafter_latency_matches_the_pass_rules(tmp_path, method, run
         sizes = tuple(sorted(rnd.sample(range(1, 49), rnd.randint(1, 7))))
         if m.v1_rewrite:
             sizes = tuple(sorted({s for s in sizes if s % m.q == 0} | {m.q}))
+        expected_ms = 0.0
         for st in m.steps:
             got = m._step_parts(m.runs_as(sizes), np.array([st.num_tokens]), np.array([st.uniform_decode]))[1][0]
             assert got == pytest.approx(by_rules(m, sizes, st.num_tokens, st.uniform_decode)), (sizes, st)
+            expected_ms += st.probability * got
+        assert m.expected_drafter_ms(sizes) == pytest.approx(expected_ms)  # the drafter's share of a step
 
 
 def test_worked_example_drafter_graphs_enter_the_pool_after_the_target(tmp_path):
