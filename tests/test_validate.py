@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profi
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.costmodel import CostModel  # noqa: E402
+from tuner.costmodel import GIB, CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
 from tuner.validate import (  # noqa: E402
@@ -315,16 +315,25 @@ def test_compare_list_errors_fit_and_loud_warning(tmp_path):
     huge = e.graph_estimate_bytes + b.slack_bytes + MIB  # more than vLLM left beside its KV cache
     no_fit = compare_list(model, "tuned", e, plan, samples, CaptureResult(huge))
     assert not no_fit.fits and no_fit.capture_headroom_bytes < 0
-    assert any("capture would run out of memory" in w and "never emitted" in w for w in no_fit.warnings)
+    charged = int(huge * 1.05)  # over the prediction by more than the margin: 5% on top
+    assert (f"tuned: the measured pool ({charged / GIB:.3f} GiB) exceeds vLLM's estimate plus the memory it does not "
+            f"request by {(charged - huge + MIB) / GIB:.3f} GiB: the capture would run out of memory; this list is "
+            f"never emitted") in no_fit.warnings
 
     # vLLM's estimate measured on the device: the KV check uses it, and its error against the prediction is kept.
     big_estimate = b.estimate_budget_bytes + MIB
     refused = compare_list(model, "tuned", e, plan, samples, CaptureResult(e.graph_memory_bytes),
                            measured_estimate_bytes=big_estimate)
     assert refused.kv_available_bytes == b.kv_available_bytes(big_estimate) < b.required_kv_bytes
-    assert not refused.fits and any("would refuse to start" in w for w in refused.warnings)
+    kv = b.kv_available_bytes(big_estimate)
+    assert not refused.fits and (
+        f"tuned: vLLM's graph-memory estimate ({big_estimate / GIB:.3f} GiB) leaves a KV cache of {kv / GIB:.2f} GiB "
+        f"< required {b.required_kv_bytes / GIB:.2f} GiB: vLLM would refuse to start; this list is never emitted"
+    ) in refused.warnings
     assert refused.estimate_error == pytest.approx(e.graph_estimate_bytes / big_estimate - 1)
-    assert any("predicted vLLM estimate" in w for w in refused.warnings)
+    assert (f"tuned: predicted vLLM estimate {e.graph_estimate_bytes / GIB:.3f} GiB is "
+            f"{e.graph_estimate_bytes / big_estimate - 1:+.1%} off the measured {big_estimate / GIB:.3f} GiB (goal 5%)"
+            ) in refused.warnings
 
     oom = compare_list(model, "tuned", e, plan, [], CaptureResult(None, oom="scripted OOM"))
     assert not oom.fits and math.isnan(oom.measured_step_ms) and "out of memory" in oom.warnings[0]
@@ -413,6 +422,19 @@ def test_measured_numbers_independent_of_the_model_against_hand_values(tmp_path,
         assert r["latency_error"] == pytest.approx(h["predicted_trace"] / h["measured_step_ms"] - 1, rel=1e-9)
         assert (r["dispatch"]["FULL"], r["dispatch"]["PIECEWISE"], r["dispatch"]["NONE"]) == h["dispatch"]
         assert r["fits"]
+    # Per step kind (mode, width run), sorted: tuned's decode steps replay FULL 4, 8 or 16, its mixed ones PIECEWISE
+    # 4, 8 or 16, and steps above 16 run eager at their own width; each group's mean is the law's over its steps.
+    kinds: dict[tuple[str, int], list[int]] = {}
+    for st in trace:
+        kind = ("NONE", st.num_tokens) if st.num_tokens > 16 else (
+            "FULL" if st.uniform_decode else "PIECEWISE", next(w for w in (4, 8, 16) if w >= st.num_tokens))
+        kinds.setdefault(kind, []).append(st.num_tokens)
+    assert [(g["mode"], g["width"], g["steps"]) for g in record["tuned"]["by_graph"]] == [
+        (mode, width, len(kinds[(mode, width)])) for mode, width in sorted(kinds)]
+    assert [g["measured_ms"] for g in record["tuned"]["by_graph"]] == pytest.approx(
+        [0.3 + 0.0213 * sum(kinds[k]) / len(kinds[k]) for k in sorted(kinds)])
+    # vLLM sizes KV from the estimate: ceil(1000 MiB x 0.9) = 900 MiB - non-KV 150 MiB - estimate.
+    assert [record[n]["kv_available_bytes"] for n in hand] == [(900 - 150 - 86) * MIB, (900 - 150 - 42) * MIB]
     assert record["default"]["memory_error"] == pytest.approx(86 / 95 - 1)  # -9.5%: over the 5% goal
     assert record["tuned"]["memory_error"] == pytest.approx(42 / 41 - 1)  # +2.4%
     # 95 MiB exceeds 86 x 1.05: the fit check charges 5% on top; headroom = estimate 86 + unrequested 100 - charged.
@@ -532,14 +554,16 @@ def test_validate_run_writes_record_and_report_section(tmp_path):
     assert (run / "report.md").read_text().count(BEGIN) == 1
 
 
-def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path):
+def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path, caplog):
     run, model, search = _run_dir(tmp_path)
     tuned_top = search.chosen.capture_sizes[-1]
     assert tuned_top != model.default_sizes[-1]
     t = search.chosen
     too_much = (t.graph_estimate_bytes + model.budget.slack_bytes + MIB) / t.graph_memory_bytes
-    record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, memory_factor={tuned_top: too_much}))
-    assert record["emitted"] == "default" and not record["tuned"]["fits"]
+    with caplog.at_level("WARNING", logger="tuner.validate"):
+        record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, memory_factor={tuned_top: too_much}))
+    assert record["emitted"] == "default" and not record["tuned"]["fits"] and record["command"] == ""
+    assert "TUNED LIST DOES NOT FIT ON THE DEVICE: emitted default instead" in caplog.messages
     config = json.loads((run / "compilation_config.json").read_text())
     assert config["cudagraph_capture_sizes"] == list(model.default_sizes)
     assert any("never emitted" in w for w in record["warnings"])
@@ -713,6 +737,8 @@ def test_tune_validate_records_gpu_trials_in_the_study_and_chooses_by_measuremen
 
 
 def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
+    import dataclasses
+
     from tuner.validate import validate_candidates
 
     run, model, search = _run_dir(tmp_path)
@@ -722,7 +748,13 @@ def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
     # Scripted device (not the model): every list 100 MiB and 0.5 + 0.01 ms per token, except the model's
     # second-best, 0.4 + 0.01: measured, it wins.
     backend = DeviceScript(model, {second: (100 * MIB, 0.4, 0.01)}, otherwise=(100 * MIB, 0.5, 0.01))
-    chosen, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, record_study=False)
+    said: list[str] = []
+    # No study to record into (storage "none", as an optuna-free run writes it): the measurements are still made.
+    assert search.storage == "none"
+    chosen, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, progress=said.append)
+    # candidate-2 is 1..24 without 4: 23 PIECEWISE graphs and the 12 FULL windows 2, 4, .., 24 (3 rounds up to 4).
+    assert second == tuple(w for w in range(1, 25) if w != 4)
+    assert "candidate-2: capturing 35 graphs, max 24" in said and "candidate-2: replaying 300 steps" in said
     assert record["lists"] == ["default", "tuned", "candidate-2", "candidate-3"]
     assert record["candidates"]["candidate-2"] == list(second)
     assert record["emitted"] == "candidate-2"
@@ -741,6 +773,35 @@ def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
                            otherwise=(100 * MIB, 0.5, 0.01))
     same, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, record_study=False)
     assert same is search and record["emitted"] == "tuned"
+    # The model's pick is vLLM's default: one measurement stands for both names.
+    default_pick = dataclasses.replace(search, chosen=search.default)
+    backend = DeviceScript(model, {}, otherwise=(100 * MIB, 0.5, 0.01))
+    same, record = validate_candidates(run, model, default_pick, 2, backend=backend, num_steps=300,
+                                       record_study=False)
+    assert record["tuned"]["capture_sizes"] == record["default"]["capture_sizes"] == list(model.default_sizes)
+    assert record["tuned"]["measured_step_ms"] == record["default"]["measured_step_ms"]
+    assert same is default_pick and record["emitted"] in ("default", "tuned")
+
+
+def test_without_a_backend_one_is_built_on_the_device_for_every_list_validated(tmp_path, monkeypatch):
+    import tuner.validate
+    from tuner.validate import validate_candidates
+
+    run, model, search = _run_dir(tmp_path)
+    built = []
+
+    def build(m, lists, device):  # stands in for the device's model; records what it was asked to build for
+        built.append((device, {name: e.capture_sizes for name, e in lists.items()}))
+        return DeviceScript(m, {}, otherwise=(100 * MIB, 0.5, 0.01))
+
+    monkeypatch.setattr(tuner.validate, "require_cuda", lambda: "cuda:7")
+    monkeypatch.setattr(tuner.validate, "build_backend", build)
+    validate_run(run, num_steps=50)
+    validate_candidates(run, model, search, 2, num_steps=50, record_study=False)
+    second = top_candidates(model, search, 2)[1].capture_sizes
+    assert built == [("cuda:7", {"default": model.default_sizes, "tuned": search.chosen.capture_sizes}),
+                     ("cuda:7", {"default": model.default_sizes, "tuned": search.chosen.capture_sizes,
+                                 "candidate-2": second})]
 
 
 def test_the_gpu_box_path_never_imports_optuna(tmp_path):
