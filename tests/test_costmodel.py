@@ -164,6 +164,7 @@ def test_the_real_capture_must_fit_beside_the_estimate(tmp_path):
     edge = model_for(tmp_path / "edge", wl, total_memory_bytes=1000 * MIB, standalone_bytes=lambda w: 49 * w * MIB)
     e = edge.evaluate((2,))
     assert e.capture_headroom_bytes == 0 and e.feasible and e.as_dict()["feasible"] is True
+    assert edge.memory_fits((2,))
 
 
 def test_profile_from_another_model_shape_is_an_error(tmp_path):
