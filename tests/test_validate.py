@@ -781,6 +781,11 @@ def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
     assert record["tuned"]["capture_sizes"] == record["default"]["capture_sizes"] == list(model.default_sizes)
     assert record["tuned"]["measured_step_ms"] == record["default"]["measured_step_ms"]
     assert same is default_pick and record["emitted"] in ("default", "tuned")
+    # Nothing fits by measurement (every pool 10 GiB): nothing ships, and the vLLM files go.
+    backend = DeviceScript(model, {}, otherwise=(10 * 1024 * MIB, 0.5, 0.01))
+    none, record = validate_candidates(run, model, search, 2, backend=backend, num_steps=100, record_study=False)
+    assert none is None and record["emitted"] is None
+    assert not (run / "compilation_config.json").exists() and not (run / "vllm-serve.yaml").exists()
 
 
 def test_without_a_backend_one_is_built_on_the_device_for_every_list_validated(tmp_path, monkeypatch):
