@@ -15,10 +15,10 @@
 # memory-rule files too (see TESTS below).
 #
 # How long (measured on the project's 2-core machine, shared, one test process): the clean run takes 0.5-1 min per
-# module; a mutant then about 0.3 s for vllm/dispatch.py and vllm/memory.py, 1.5-2 s for costmodel.py and
-# validate.py's decision, 4-5 s for exact.py (its brute-force cases). The default run (100 drawn per module; all of
-# dispatch.py's 98) took 13-15 min. A full run (SAMPLE=0) is 98 + 125 mutants of vLLM's dispatch and memory rules,
-# 1515 of exact.py, 1298 of costmodel.py and 787 of validate.py's decision: about 3 hours.
+# module; a mutant then about 0.2 s for vllm/dispatch.py and vllm/memory.py, 0.5 s for costmodel.py, 1-1.5 s for
+# validate.py's decision and 4-5 s for exact.py (its brute-force cases). The default run (100 drawn per module, all
+# of dispatch.py's 98) took 12-13 min. A full run (SAMPLE=0) is 98 + 125 mutants of vLLM's dispatch and memory rules,
+# 1515 of exact.py, 1298 of costmodel.py and 787 of validate.py's decision: about 2 hours, most of it exact.py's.
 # Score = (killed + timeout) / checked; "no tests" and survivors count against it. Read a survivor with
 # `cd $OUT/<module> && mutmut show NAME`.
 set -euo pipefail
