@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sys
@@ -162,6 +163,12 @@ def test_the_real_capture_must_fit_beside_the_estimate(tmp_path):
     assert e.capture_headroom_bytes == 100 * MIB - (240 + 2) * MIB
     assert not e.feasible and e.why_infeasible.startswith("the real capture would run out of memory")
     assert m.evaluate((2,)).feasible  # 60 + 2 MiB fits in the 100 MiB vLLM leaves
+    assert m.memory_fits((2,)) and not m.memory_fits((8,))
+    # A pool of exactly what vLLM leaves fits: 49 x 2 MiB alone + a 2 MiB delta = 100 MiB, headroom 0.
+    edge = model_for(tmp_path / "edge", wl, total_memory_bytes=1000 * MIB, standalone_bytes=lambda w: 49 * w * MIB)
+    e = edge.evaluate((2,))
+    assert e.capture_headroom_bytes == 0 and e.feasible and e.as_dict()["feasible"] is True
+    assert edge.memory_fits((2,))
 
 
 def test_profile_from_another_model_shape_is_an_error(tmp_path):
@@ -169,6 +176,74 @@ def test_profile_from_another_model_shape_is_an_error(tmp_path):
     path = handmade_profile(tmp_path, wl, [1, 2], shape_override={"num_layers": 3})
     with pytest.raises(ModelError, match=r"another model shape \(model.shape.num_layers=3"):
         CostModel.from_files(path, wl)
+
+
+def test_profile_from_another_dtype_is_named_with_its_file_and_value(tmp_path):
+    wl = handmade_workload()  # float32
+    path = handmade_profile(tmp_path, wl, [1, 2])
+    _set_meta(path, model={**json.loads(path.with_suffix(".json").read_text())["model"], "dtype": "bfloat16"})
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, wl)
+    assert str(err.value) == "hand.csv: measured with model.dtype='bfloat16', workload hand has 'float32'"
+
+
+def test_the_kv_rule_takes_the_profiles_measured_weights_and_activations(tmp_path):
+    # An activation peak of 0 is a measurement like any other (not a missing one): non-KV = 123 + 0 MiB.
+    m = model_for(tmp_path, weights_bytes=123 * MIB, activation_peak_bytes=0)
+    assert m.budget.non_kv_cache_bytes == 123 * MIB
+    assert m.evaluate(()).kv_available_bytes == math.ceil(1000 * MIB * 0.9) - 123 * MIB
+    path = handmade_profile(tmp_path / "bad", handmade_workload(), [1, 2], activation_peak_bytes=-1)
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, handmade_workload())
+    assert str(err.value) == "hand.csv: metadata activation_peak_bytes=-1 must be a byte count >= 0"
+    _set_meta(path, activation_peak_bytes=50 * MIB, weights_bytes="lots")
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, handmade_workload())
+    assert str(err.value) == "hand.csv: metadata weights_bytes='lots' must be a byte count >= 0"
+
+
+def test_noisy_logits_are_read_as_a_running_max_and_their_absence_is_noted(tmp_path):
+    from tuner.profile_table import ProfileRow, read_profile, write_profile
+
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8])
+    assert any(n.startswith("no logits rows in hand.csv: ") for n in CostModel.from_files(path, wl).notes)
+    p = read_profile(path)
+    noisy = {1: 0.1, 2: 0.2, 4: 0.05, 8: 0.8}  # the 4-token reading is noise: wider never costs less
+    rows = p.rows + [ProfileRow(w, "logits", "ok", latency_ms=ms, latency_iqr_ms=0.0) for w, ms in noisy.items()]
+    m = CostModel.from_files(write_profile(tmp_path, "noisy-logits", rows, p.metadata), wl)
+    assert [float(m.logits_at(w)) for w in (1, 2, 4, 8)] == pytest.approx([0.1, 0.2, 0.2, 0.8])
+
+
+@pytest.mark.parametrize("fallback, what", [
+    ("eager", "the eager latency at the padded width (no launch saving credited)"),
+    ("full", "the FULL graph latency at the padded width")])
+def test_a_profile_without_piecewise_rows_says_how_piecewise_graphs_are_costed(tmp_path, fallback, what):
+    wl = handmade_workload()  # FULL_AND_PIECEWISE on V2
+    m = CostModel.from_files(handmade_profile(tmp_path, wl, [1, 2, 4, 8]), wl, piecewise_fallback=fallback)
+    assert (f"no piecewise rows with status ok in hand.csv: PIECEWISE (mixed-batch) graphs are costed at {what}, "
+            f"and their memory is taken from the full rows") in m.notes
+
+
+def test_full_rows_captured_without_piecewise_graphs_are_noted_for_v2(tmp_path):
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8])
+    note = "hand.csv captured its full graphs without piecewise graphs in the pool"
+    assert any(n.startswith(note) for n in CostModel.from_files(path, wl).notes)
+    _set_meta(path, capture_order="piecewise-then-full")  # as `cgtune profile` captures them now
+    assert not any(n.startswith(note) for n in CostModel.from_files(path, wl).notes)
+
+
+def test_the_ideal_list_is_every_width_up_to_the_widest_step(tmp_path):
+    m = model_for(tmp_path)  # steps 1..8 tokens
+    assert m.ideal().capture_sizes == (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def test_off_peak_weight_is_noted(tmp_path):
+    wl = handmade_workload()
+    m = CostModel.from_files(handmade_profile(tmp_path, wl, [1, 2, 4, 8]), wl, off_peak_weight=0.25)
+    assert "the objective mixes 25% off-peak decode traffic (uniform over 1..8 requests) into the workload's steps" \
+        in m.notes
 
 
 def test_profile_without_memory_metadata_is_an_error(tmp_path):
@@ -271,6 +346,15 @@ def test_v1_candidates_are_multiples_of_q_within_the_widest_decode_batch(tmp_pat
     assert m.candidates == [4, 8, 12, 16]
     e = m.evaluate((1, 2, 6, 16))
     assert e.runs_as == (4, 8, 16)
+    assert ("the V1 runner rewrites lists when speculating: the search offers multiples of q = 4 up to the widest "
+            "decode batch (16 tokens; wider ones would serve mixed steps only), lists V1 runs as written") in m.notes
+
+
+def test_full_decode_only_candidates_are_the_decode_windows(tmp_path):
+    # Only the rounded decode graphs exist: multiples of q = 2 up to max_num_seqs 4 x q.
+    wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=4, max_num_batched_tokens=32,
+                           cudagraph_mode="FULL_DECODE_ONLY")
+    assert model_for(tmp_path, wl, widths=range(1, 33)).candidates == [2, 4, 6, 8]
 
 
 def test_noisy_share_counts_the_widths_the_decision_rests_on(tmp_path):
@@ -280,3 +364,10 @@ def test_noisy_share_counts_the_widths_the_decision_rests_on(tmp_path):
     # Steps reach 8 tokens; the decision rests on the graph candidates (all five) and the eager widths up to 8.
     assert m.decision_widths() == [1, 2, 4, 8, 16]
     assert m.noisy_share == pytest.approx(2 / 5)
+    # A profile without the list: the per-width measurement details flag them.
+    detail = {"2": {"eager": {"noisy": False}, "full": {"noisy": True}}, "4": {"eager": {"noisy": False}}}
+    path = _set_meta(handmade_profile(tmp_path / "detail", wl, [1, 2, 4, 8]), measurements=detail)
+    assert CostModel.from_files(path, wl).noisy_widths == [2]
+    # The widest step's eager width counts even where its graph ran out of memory (no candidate there).
+    oom = CostModel.from_files(handmade_profile(tmp_path / "oom", wl, [1, 2, 4, 8, 16], oom=(8,)), wl)
+    assert oom.candidates == [1, 2, 4, 16] and oom.decision_widths() == [1, 2, 4, 8, 16]

@@ -75,6 +75,12 @@ def test_trtllm_kv_cache_pays_for_graphs_at_its_fraction(tmp_path):
     non_kv = (100 + 50) * MIB
     assert e.kv_available_bytes == int((1000 * MIB - non_kv - 81 * MIB) * 0.9)
     assert m.evaluate(()).kv_available_bytes - e.kv_available_bytes == pytest.approx(0.9 * 81 * MIB, abs=1)
+    # A deployment's own kv_cache_config.free_gpu_memory_fraction: KV = (1000 - 150 - 81 MiB) x 0.8.
+    wl = handmade_workload(engine="trtllm", max_num_seqs=8, num_speculative_tokens=0, max_num_batched_tokens=32,
+                           traffic=TRAFFIC, enable_padding=True, free_gpu_memory_fraction=0.8)
+    own = CostModel.from_files(handmade_profile(tmp_path / "own", wl, list(range(1, 33)),
+                                                standalone_bytes=lambda w: 10 * w * MIB, delta_bytes=lambda w: MIB), wl)
+    assert own.evaluate((4, 8)).kv_available_bytes == int((1000 * MIB - non_kv - 81 * MIB) * 0.8)
 
 
 def test_sglang_memory_rule_by_hand(tmp_path):
@@ -100,10 +106,15 @@ def test_sglang_automatic_fraction_moves_with_the_lists_max(tmp_path):
     wl = handmade_workload(engine="sglang", max_num_seqs=512, max_num_batched_tokens=512,
                            traffic={"requests": {"kind": "uniform", "min": 1, "max": 512}}, gpu_memory_mib=10240)
     m = CostModel.from_files(handmade_profile(tmp_path, wl, [1, 8, 64, 512], total_memory_bytes=10240 * MIB), wl)
-    small, large = m.budget.fraction(8), m.budget.fraction(512)
-    assert large < small
+    # By hand (facts file 1.5, auto mfs; chunked_prefill_size is max_num_batched_tokens 512): reserved = 512
+    # + 1.5 x max(512, 2048) + tp x pp / 8 x 1024 + 2 x max_bs + 8 x 30 prefill buckets (4..32 by 4, 48..256 by 16,
+    # 288..512 by 32) = 3952 + 2 x max_bs MiB, no 10 GiB floor on a 10240-MiB GPU. max_bs 8: 3968 MiB,
+    # round(6272 / 10240, 3) = round(0.6125, 3) = 0.613 (the float 0.6125 lies just above the half); max_bs 512:
+    # 4976 MiB, round(5264 / 10240, 3) = round(0.51406, 3) = 0.514.
+    assert (m.budget.fraction(8), m.budget.fraction(512)) == (0.613, 0.514)
+    # KV = pre-load available x mfs - ...: the list's max moves KV by 10240 MiB x (0.613 - 0.514), about 1014 MiB.
     assert m.evaluate((1, 8)).kv_available_bytes - m.evaluate((1, 512)).kv_available_bytes == \
-        int(10240 * MIB * small) - int(10240 * MIB * large)
+        int(10240 * MIB * 0.613) - int(10240 * MIB * 0.514)
 
 
 def random_engine_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]]:
@@ -150,11 +161,10 @@ def test_exact_solver_respects_a_budget_that_moves_with_the_lists_max(tmp_path):
     # list's top. Weights are set so that the KV cache keeps the requirement only while the top stays at 64 requests.
     wl = handmade_workload(engine="sglang", max_num_seqs=512, max_num_batched_tokens=512,
                            traffic={"requests": {"kind": "uniform", "min": 1, "max": 512}}, gpu_memory_mib=10240)
-    probe = CostModel.from_files(handmade_profile(tmp_path / "p", wl, [1, 64, 256, 512],
-                                                  total_memory_bytes=10240 * MIB), wl)
-    kv64 = int(10240 * MIB * probe.budget.fraction(64))
-    kv256 = int(10240 * MIB * probe.budget.fraction(256))
-    assert kv64 > kv256
+    # Auto mfs by hand (as in the test above): reserved 3952 + 2 x max_bs MiB, so max_bs 64: 4080 MiB,
+    # round(6160 / 10240, 3) = round(0.60156, 3) = 0.602; max_bs 256: 4464 MiB, round(5776 / 10240, 3) = 0.564.
+    kv64 = int(10240 * MIB * 0.602)
+    kv256 = int(10240 * MIB * 0.564)
     weights = (kv64 + kv256) // 2 - wl.required_kv_bytes  # KV >= required at top 64, short at 256
     m = CostModel.from_files(handmade_profile(tmp_path / "m", wl, [1, 64, 256, 512], total_memory_bytes=10240 * MIB,
                                               weights_bytes=weights, activation_peak_bytes=0,

@@ -51,18 +51,33 @@ def random_case(tmp_path: Path, seed: int, *, mode: str | None = None, runner: s
     return model, candidates
 
 
-def assert_matches_brute_force(m: CostModel, candidates: list[int], *, proven: bool | None = None) -> None:
-    """The exact answer fits; proven optimal, it is as fast as the best of every subset; else (the capture-headroom
-    condition could bind) it is no faster than that best."""
+UNPROVEN_SEEDS = {3, 5, 6, 7, 10, 16, 18, 20, 21, 38}
+"""random_case seeds (of 0..39) whose answer the solver cannot prove optimal: the real capture may outgrow vLLM's
+estimate by more than what vLLM leaves unrequested (a gpu_memory_utilization of 0.99 or 1.0)."""
+UNPROVEN_DRAFTER_SEEDS = {0, 2, 4, 6, 10, 17, 20, 25, 30, 34}
+"""random_drafter_case seeds (of 0..47) likewise."""
+UNPROVEN_NO_ESTIMATE_SEEDS = {10}
+"""random_drafter_case seeds (of 0..23) unproven with vLLM's estimate switched off."""
+UNPROVEN_TOLERANCE = 0.06
+"""An unproven answer is at most this much slower than brute force. Worst seen: 5.3% (drafter seed 34), 2.1% (drafter
+seed 30); every other unproven case is within 0.6%, most exactly optimal. The empty list, which always fits, is 8% to
+26% slower than the optimum in 13 of the 20 unproven cases: a solver that gave up on them fails here."""
+
+
+def assert_matches_brute_force(m: CostModel, candidates: list[int], *, proven: bool) -> None:
+    """The exact answer fits and says whether it is proven; proven optimal, it is as fast as the best of every subset;
+    else (the capture-headroom condition could bind) it is no faster than that best and within UNPROVEN_TOLERANCE."""
     exact = exact_solve(m, candidates=candidates)
     brute = brute_force(m, candidates)
     assert exact.best.feasible
-    if proven is not None:
-        assert exact.exact_memory is proven
-    if exact.exact_memory:
+    assert exact.exact_memory is proven
+    if proven:
         assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+        # Proven means counted in a unit that divides every figure: the fixtures' figures are whole MiB.
+        assert exact.memory_unit_bytes % MIB == 0
     else:
-        assert exact.best.expected_step_ms >= brute.expected_step_ms - 1e-12
+        assert brute.expected_step_ms - 1e-12 <= exact.best.expected_step_ms <= \
+            brute.expected_step_ms * (1 + UNPROVEN_TOLERANCE)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -70,7 +85,9 @@ def test_exact_solver_equals_brute_force(tmp_path, seed):
     m, candidates = random_case(tmp_path, seed)
     # Not proven only where the real capture can outgrow the estimate by more than vLLM's unrequested memory
     # (here: a gpu_memory_utilization near 1).
-    assert_matches_brute_force(m, candidates, proven=True if m.budget.slack_bytes > 10 * MIB else None)
+    if seed in UNPROVEN_SEEDS:
+        assert m.budget.slack_bytes <= 10 * MIB
+    assert_matches_brute_force(m, candidates, proven=seed not in UNPROVEN_SEEDS)
 
 
 @pytest.mark.parametrize("seed", range(100, 124))
@@ -97,6 +114,16 @@ def test_cases_with_room_beside_the_estimate_are_proven_optimal(tmp_path):
             assert exact_solve(m, candidates=candidates).exact_memory, seed
 
 
+def test_a_thinned_front_keeps_its_ends(tmp_path):
+    m, candidates = random_case(tmp_path, 103, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
+    full = exact_solve(m, candidates=candidates)
+    thin = exact_solve(m, candidates=candidates, front_points=3)
+    assert len(full.front) > 4  # so that 3 points are a thinning
+    # Three memory levels spread from the lowest (no graphs) to the top, plus the optimum.
+    assert 2 <= len(thin.front) <= 4 and thin.front[0].capture_sizes == () == full.front[0].capture_sizes
+    assert thin.front[-1].capture_sizes == full.best.capture_sizes == thin.best.capture_sizes
+
+
 def test_exact_front_is_non_dominated_and_ends_at_the_optimum(tmp_path):
     m, candidates = random_case(tmp_path, 103, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
     exact = exact_solve(m, candidates=candidates)
@@ -112,12 +139,14 @@ DRAFTERS = [("eagle", {"num_layers": 1}), ("mtp", {"num_layers": 1}), ("dflash",
             ("draft_model", {"num_layers": 1})]
 
 
-def random_drafter_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]]:
-    """random_case with a draft model: its passes, graphs and their memory in the list's cost."""
+def random_drafter_case(tmp_path: Path, seed: int, *, estimate: bool = True, mode: str | None = None,
+                        runner: str | None = None) -> tuple[CostModel, list[int]]:
+    """random_case with a draft model: its passes, graphs and their memory in the list's cost; `estimate` False
+    switches vLLM's graph-memory estimate off (the real pool, drafter windows included, is then what counts)."""
     rnd = random.Random(10_000 + seed)
     method, drafter = DRAFTERS[seed % 4]
-    mode = rnd.choice(["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "FULL"])
-    runner = rnd.choice(["v1", "v2"])
+    mode = mode or rnd.choice(["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "FULL"])
+    runner = runner or rnd.choice(["v1", "v2"])
     spec = rnd.choice([1, 3])
     q = spec + 1
     util = rnd.choice([0.9, 0.9, 0.99])
@@ -125,7 +154,7 @@ def random_drafter_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]
                "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
     kwargs = dict(num_speculative_tokens=spec, max_num_seqs=8, max_num_batched_tokens=32, traffic=traffic,
                   cudagraph_mode=mode, model_runner=runner, gpu_memory_utilization=util,
-                  speculative={"method": method, "drafter": drafter})
+                  estimate_cudagraph_memory=estimate, speculative={"method": method, "drafter": drafter})
     wl = handmade_workload(**kwargs)
     widths = list(range(1, 41))  # the drafter's passes reach T + N
     e = {w: rnd.uniform(1, 3) for w in widths}
@@ -156,4 +185,28 @@ def random_drafter_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]
 def test_exact_solver_equals_brute_force_with_a_drafter(tmp_path, seed):
     m, candidates = random_drafter_case(tmp_path, seed)
     assert m.drafter is not None
-    assert_matches_brute_force(m, candidates)
+    assert_matches_brute_force(m, candidates, proven=seed not in UNPROVEN_DRAFTER_SEEDS)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_exact_solver_equals_brute_force_with_a_drafter_and_no_estimate(tmp_path, seed):
+    # The estimate off: the real pool counts, the drafter's graphs per FULL decode window included.
+    m, candidates = random_drafter_case(tmp_path, seed, estimate=False)
+    assert not m.budget.estimate_enabled
+    assert_matches_brute_force(m, candidates, proven=seed not in UNPROVEN_NO_ESTIMATE_SEEDS)
+
+
+@pytest.mark.parametrize("seed", range(24, 32))
+def test_exact_solver_equals_brute_force_with_a_drafter_in_v2_full_mode(tmp_path, seed):
+    # V2 in FULL mode: the estimate's count form, the drafter's graphs counted in full beside each member and the top
+    # (seed 29: a top charged without its drafter graphs picks a list one member short, still claiming proof).
+    m, candidates = random_drafter_case(tmp_path, seed, mode="FULL", runner="v2")
+    assert_matches_brute_force(m, candidates, proven=seed not in {24, 26, 30})
+
+
+@pytest.mark.parametrize("seed", [100, 133])
+def test_exact_solver_charges_the_drafters_decode_windows_in_v2(tmp_path, seed):
+    # V2 with FULL decode windows: the drafter's FULL graph of each window counts beside the target's. Of 150 drawn
+    # cases these two are where it decides the list (uncharged, 133 fell back to no graphs at all).
+    m, candidates = random_drafter_case(tmp_path, seed, mode="FULL_AND_PIECEWISE", runner="v2")
+    assert_matches_brute_force(m, candidates, proven=True)

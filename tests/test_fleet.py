@@ -1,5 +1,5 @@
-"""Fleet studies: the plan, one worker on SQLite, three worker processes on PostgreSQL with one killed mid-trial,
-and storage passwords that never reach an output."""
+"""Fleet studies: the plan, one worker on SQLite, a dead worker's trial retried on SQLite, three worker processes on
+PostgreSQL with one killed mid-trial, and storage passwords that never reach an output."""
 
 from __future__ import annotations
 
@@ -176,6 +176,50 @@ def test_three_workers_on_postgres_one_killed_mid_trial(inputs, pg_url, tmp_path
     assert fleet.chosen.capture_sizes == alone.chosen.capture_sizes and fleet.source == alone.source
     assert fleet.study_best == alone.study_best
     assert "cgtune-test" not in fleet.storage and fleet.storage.startswith("postgresql+psycopg2://cgtune:***@")
+
+
+def test_a_trial_abandoned_by_a_dead_worker_is_retried_on_sqlite(inputs, tmp_path, monkeypatch):
+    """The stale-trial retry without PostgreSQL: a worker claims a trial, beats, and dies without a word; past the
+    grace period the next worker fails it and reruns it in the same slot, and the study counts one retry."""
+    import types
+
+    import optuna
+
+    import tuner.fleet as fleet
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    name, _ = create(url, inputs, n=3)  # heartbeats every 1 s, stale after 2 s
+    spec = fleet.load_spec(url, name)
+    storage = fleet._open_storage(url, spec)
+    study = optuna.load_study(study_name=name, storage=storage)
+    claimed = fleet._pop_waiting(study, url)  # the dead worker's claim, as run_worker makes it
+    assert claimed is not None
+    optuna.Trial(study, claimed).set_user_attr("worker", "dead-host:1")
+    beat = fleet._Heartbeat(storage, claimed, spec.heartbeat_interval_s)
+    time.sleep(spec.heartbeat_interval_s + 0.5)  # it beat while alive
+    beat.stop()  # the host dies: no tell, no more heartbeats
+    time.sleep(spec.grace_period_s + 1)  # past the grace period
+
+    # A worker that never retries would wait forever on the RUNNING trial: bound its polling instead of hanging.
+    waited = {"s": 0.0}
+
+    def bounded_sleep(seconds: float) -> None:
+        waited["s"] += seconds
+        assert waited["s"] < 30, "the worker waited 30 s on the dead worker's trial: it was never failed and retried"
+        time.sleep(seconds)
+
+    monkeypatch.setattr(fleet, "time", types.SimpleNamespace(sleep=bounded_sleep, monotonic=time.monotonic))
+    assert run_worker(url, name, progress=False, poll_s=0.2) == {"complete": 3, "failed": 0}
+
+    ts = trials(url, name)
+    assert_each_slot_complete_once(ts, 3)  # nothing lost, nothing counted twice
+    [killed] = [t for t in ts if t.state.name == "FAIL"]
+    assert killed._trial_id == claimed and killed.user_attrs["worker"] == "dead-host:1"
+    [retry] = [t for t in ts if t.system_attrs.get("failed_trial") == killed.number]
+    assert retry.state.name == "COMPLETE" and retry.user_attrs["slot"] == killed.user_attrs["slot"]
+    assert retry.user_attrs["worker"] != "dead-host:1"
+    [status] = study_status(url, name)
+    assert status.done and status.counts["failed"] == 1 and status.counts["retried"] == 1
 
 
 def test_passwords_never_reach_errors(capsys):

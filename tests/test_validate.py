@@ -9,13 +9,14 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.costmodel import CostModel  # noqa: E402
+from tuner.costmodel import GIB, CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
 from tuner.validate import (  # noqa: E402
@@ -78,7 +79,9 @@ def one_thread():
 
 class ScriptedBackend:
     """Test fixture: capture results and step timings are scripted, not measured. Each step 'takes' the model's
-    prediction times `latency_factor`; the pool 'takes' the prediction times `memory_factor`."""
+    prediction times `latency_factor`; the pool 'takes' the prediction times `memory_factor`. Derived from the
+    predictions, so it tests plumbing (the fit check, the fallback, the files), never the comparison itself: for that,
+    DeviceScript."""
 
     device_name = FIXTURE_DEVICE
     graphs_supported = True
@@ -115,6 +118,68 @@ class ScriptedBackend:
     def release(self):
         self.released += 1
         return 0
+
+
+class DeviceScript:
+    """Test fixture: a device whose numbers owe nothing to the cost model. Each list has its own pool and its own step
+    law, step_ms = offset_ms + ms_per_token x the step's real tokens, so means, quantiles, tokens/s and speedups
+    follow by hand from the trace's tokens. Scripted, not measured."""
+
+    device_name = FIXTURE_DEVICE
+    graphs_supported = True
+    max_num_tokens: int | None = None
+
+    def __init__(self, model: CostModel, lists: dict[tuple[int, ...], tuple[int, float, float]],
+                 otherwise: tuple[int, float, float] | None = None) -> None:
+        """`lists`: capture sizes -> (pool bytes, offset_ms, ms_per_token); `otherwise`: for any other list."""
+        self.by_graphs = {tuple(model.graphs(sizes)): script for sizes, script in lists.items()}
+        self.otherwise = otherwise
+        self.current: tuple[int, float, float] | None = None
+        self.captured: list[list[tuple[str, int]]] = []
+
+    def metadata(self) -> dict[str, object]:
+        return {"device_name": FIXTURE_DEVICE}
+
+    def capture(self, graphs):
+        self.captured.append(list(graphs))
+        self.current = self.by_graphs.get(tuple(graphs), self.otherwise)
+        assert self.current is not None, f"no script for the list of {graphs}"
+        return CaptureResult(self.current[0], graphs=len(graphs))
+
+    def time_steps(self, plan):
+        _, offset_ms, ms_per_token = self.current
+        return [offset_ms + ms_per_token * p.num_tokens for p in plan]
+
+    def release(self):
+        return 0
+
+
+def _law(offset_ms: float, ms_per_token: float, tokens: list[int]) -> dict[str, float]:
+    """What DeviceScript's law gives over a trace's tokens, by hand: the mean, and the quantiles of the tokens mapped
+    through the law (an increasing affine map commutes with a linear-interpolation quantile)."""
+    mean_tokens = sum(tokens) / len(tokens)
+    mean_ms = offset_ms + ms_per_token * mean_tokens
+    return {"measured_step_ms": mean_ms,
+            "p50_step_ms": offset_ms + ms_per_token * float(np.percentile(tokens, 50)),
+            "p99_step_ms": offset_ms + ms_per_token * float(np.percentile(tokens, 99)),
+            "tokens_per_s": mean_tokens / mean_ms * 1e3}
+
+
+def _table(section: str) -> dict[str, list[str]]:
+    """The validation section's table, row by row: list name -> its cells (from a section or a whole report.md)."""
+    lines = section[section.index(BEGIN):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| list |")) + 2
+    rows = {}
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells
+    return rows
+
+
+def _flag(error: float, goal: float) -> str:
+    return " **(!)**" if abs(error) > goal else ""
 
 
 # ---------------------------------------------------------------------------------------------- trace
@@ -250,16 +315,25 @@ def test_compare_list_errors_fit_and_loud_warning(tmp_path):
     huge = e.graph_estimate_bytes + b.slack_bytes + MIB  # more than vLLM left beside its KV cache
     no_fit = compare_list(model, "tuned", e, plan, samples, CaptureResult(huge))
     assert not no_fit.fits and no_fit.capture_headroom_bytes < 0
-    assert any("capture would run out of memory" in w and "never emitted" in w for w in no_fit.warnings)
+    charged = int(huge * 1.05)  # over the prediction by more than the margin: 5% on top
+    assert (f"tuned: the measured pool ({charged / GIB:.3f} GiB) exceeds vLLM's estimate plus the memory it does not "
+            f"request by {(charged - huge + MIB) / GIB:.3f} GiB: the capture would run out of memory; this list is "
+            f"never emitted") in no_fit.warnings
 
     # vLLM's estimate measured on the device: the KV check uses it, and its error against the prediction is kept.
     big_estimate = b.estimate_budget_bytes + MIB
     refused = compare_list(model, "tuned", e, plan, samples, CaptureResult(e.graph_memory_bytes),
                            measured_estimate_bytes=big_estimate)
     assert refused.kv_available_bytes == b.kv_available_bytes(big_estimate) < b.required_kv_bytes
-    assert not refused.fits and any("would refuse to start" in w for w in refused.warnings)
+    kv = b.kv_available_bytes(big_estimate)
+    assert not refused.fits and (
+        f"tuned: vLLM's graph-memory estimate ({big_estimate / GIB:.3f} GiB) leaves a KV cache of {kv / GIB:.2f} GiB "
+        f"< required {b.required_kv_bytes / GIB:.2f} GiB: vLLM would refuse to start; this list is never emitted"
+    ) in refused.warnings
     assert refused.estimate_error == pytest.approx(e.graph_estimate_bytes / big_estimate - 1)
-    assert any("predicted vLLM estimate" in w for w in refused.warnings)
+    assert (f"tuned: predicted vLLM estimate {e.graph_estimate_bytes / GIB:.3f} GiB is "
+            f"{e.graph_estimate_bytes / big_estimate - 1:+.1%} off the measured {big_estimate / GIB:.3f} GiB (goal 5%)"
+            ) in refused.warnings
 
     oom = compare_list(model, "tuned", e, plan, [], CaptureResult(None, oom="scripted OOM"))
     assert not oom.fits and math.isnan(oom.measured_step_ms) and "out of memory" in oom.warnings[0]
@@ -303,12 +377,122 @@ def test_a_list_named_twice_is_measured_once(tmp_path):
     assert results["tuned"].measured_step_ms == results["default"].measured_step_ms
 
 
+def test_measured_numbers_independent_of_the_model_against_hand_values(tmp_path, capsys):
+    """A scripted device whose pools and step laws owe nothing to the predictions: every measured figure in
+    validation.json, the report's table (cell by cell), the speedup sentence and the printed table is its hand value."""
+    from tuner.commands.validate import _print_table
+    from tuner.validate_report import render_section
+
+    model = _model(tmp_path)
+    assert model.default_sizes == (1, 2, 4, 8, 16, 24, 32)  # vLLM's grid, up to max_num_batched_tokens 32
+    lists = {"default": model.evaluate(model.default_sizes), "tuned": model.evaluate((4, 8, 16))}
+    # Scripted: default 95 MiB and 0.5 + 0.0213 ms per token; tuned 41 MiB and 0.3 + 0.0213 ms per token (odd
+    # figures, so no mean lands on a rounding edge of the table's 4 decimals).
+    backend = DeviceScript(model, {(1, 2, 4, 8, 16, 24, 32): (95 * MIB, 0.5, 0.0213),
+                                   (4, 8, 16): (41 * MIB, 0.3, 0.0213)})
+    trace, results, _ = validate_lists(model, lists, backend, num_steps=400, seed=5)
+    record = build_record(model, backend.metadata(), trace, results, seed=5, emitted="tuned")
+    tokens = [s.num_tokens for s in trace]
+    uniform = [s for s in trace if s.uniform_decode]
+    mixed = [s for s in trace if not s.uniform_decode]
+    assert len(trace) == 400 and uniform and mixed
+
+    hand = {
+        # Handmade profile: a graph alone 2 w MiB, each later one 2 MiB (q = 2, FULL_AND_PIECEWISE).
+        # default: PIECEWISE 1..32 (7) + FULL 2, 4, 8, 16, 24 (5) = 12 graphs; PIECEWISE 32 alone 64 + 11 x 2 = 86 MiB.
+        # Every decode step (2..24 tokens) has a FULL window, every mixed one (1..32) a PIECEWISE graph.
+        "default": {"graphs": 12, "predicted": 86 * MIB, "measured": 95 * MIB, **_law(0.5, 0.0213, tokens),
+                    "dispatch": (len(uniform), len(mixed), 0)},
+        # tuned: PIECEWISE 4, 8, 16 + FULL 4, 8, 16 = 6 graphs; 32 + 5 x 2 = 42 MiB. Steps above 16 tokens run eager.
+        "tuned": {"graphs": 6, "predicted": 42 * MIB, "measured": 41 * MIB, **_law(0.3, 0.0213, tokens),
+                  "dispatch": (sum(s.num_tokens <= 16 for s in uniform), sum(s.num_tokens <= 16 for s in mixed),
+                               sum(s.num_tokens > 16 for s in trace))},
+    }
+    for name, h in hand.items():
+        r = record[name]
+        # The model's latency for each replayed step, through step_latency_ms (not the code under test's own path).
+        h["predicted_trace"] = float(np.mean([model.step_latency_ms(s.num_tokens, s.uniform_decode,
+                                                                    lists[name].capture_sizes) for s in trace]))
+        assert r["num_graphs"] == h["graphs"]
+        assert (r["predicted_graph_bytes"], r["measured_graph_bytes"]) == (h["predicted"], h["measured"])
+        assert r["memory_error"] == pytest.approx(h["predicted"] / h["measured"] - 1)
+        for key in ("measured_step_ms", "p50_step_ms", "p99_step_ms", "tokens_per_s"):
+            assert r[key] == pytest.approx(h[key], rel=1e-12), (name, key)
+        assert r["predicted_trace_step_ms"] == pytest.approx(h["predicted_trace"], rel=1e-12)
+        assert r["latency_error"] == pytest.approx(h["predicted_trace"] / h["measured_step_ms"] - 1, rel=1e-9)
+        assert (r["dispatch"]["FULL"], r["dispatch"]["PIECEWISE"], r["dispatch"]["NONE"]) == h["dispatch"]
+        assert r["fits"]
+    # Per step kind (mode, width run), sorted: tuned's decode steps replay FULL 4, 8 or 16, its mixed ones PIECEWISE
+    # 4, 8 or 16, and steps above 16 run eager at their own width; each group's mean is the law's over its steps.
+    kinds: dict[tuple[str, int], list[int]] = {}
+    for st in trace:
+        kind = ("NONE", st.num_tokens) if st.num_tokens > 16 else (
+            "FULL" if st.uniform_decode else "PIECEWISE", next(w for w in (4, 8, 16) if w >= st.num_tokens))
+        kinds.setdefault(kind, []).append(st.num_tokens)
+    assert [(g["mode"], g["width"], g["steps"]) for g in record["tuned"]["by_graph"]] == [
+        (mode, width, len(kinds[(mode, width)])) for mode, width in sorted(kinds)]
+    assert [g["measured_ms"] for g in record["tuned"]["by_graph"]] == pytest.approx(
+        [0.3 + 0.0213 * sum(kinds[k]) / len(kinds[k]) for k in sorted(kinds)])
+    # vLLM sizes KV from the estimate: ceil(1000 MiB x 0.9) = 900 MiB - non-KV 150 MiB - estimate.
+    assert [record[n]["kv_available_bytes"] for n in hand] == [(900 - 150 - 86) * MIB, (900 - 150 - 42) * MIB]
+    assert record["default"]["memory_error"] == pytest.approx(86 / 95 - 1)  # -9.5%: over the 5% goal
+    assert record["tuned"]["memory_error"] == pytest.approx(42 / 41 - 1)  # +2.4%
+    # 95 MiB exceeds 86 x 1.05: the fit check charges 5% on top; headroom = estimate 86 + unrequested 100 - charged.
+    assert any("default: MEASURED GRAPH MEMORY" in w for w in record["warnings"])
+    assert record["default"]["capture_headroom_bytes"] == 86 * MIB + 100 * MIB - int(95 * MIB * 1.05)
+    assert record["tuned"]["capture_headroom_bytes"] == 42 * MIB + 100 * MIB - 41 * MIB
+    # V2's estimate here is the pool (PIECEWISE in full, FULL deltas 2 MiB >= the 1 MiB floor); none was measured.
+    assert [(record[n]["predicted_estimate_bytes"], record[n]["measured_estimate_bytes"]) for n in hand] == [
+        (86 * MIB, None), (42 * MIB, None)]
+    # Provenance: the profile as its metadata names it, and the trace as replayed.
+    assert record["profile"] == {"path": str(model.profile.path), "device_name": "handmade test fixture (not a "
+                                 "measurement)", "command": "tests/handmade_profiles.py",
+                                 "created_at": "2026-01-01T00:00:00Z", "compiled": True}
+    assert record["trace"]["seed"] == 5 and record["trace"]["steps"] == 400
+    assert record["trace"]["mean_tokens"] == pytest.approx(sum(tokens) / 400)
+    assert record["trace"]["uniform_decode_share"] == pytest.approx(len(uniform) / 400)
+    # The measured speedup is the scripted device's, the predicted one the model's: they differ in direction too.
+    d, t = hand["default"], hand["tuned"]
+    measured_speedup = d["measured_step_ms"] / t["measured_step_ms"]
+    predicted_speedup = d["predicted_trace"] / t["predicted_trace"]
+    assert measured_speedup > 1 > predicted_speedup
+    assert record["measured_speedup_tuned_over_default"] == pytest.approx(measured_speedup, rel=1e-12)
+    assert record["predicted_speedup_tuned_over_default"] == pytest.approx(predicted_speedup, rel=1e-12)
+
+    section = render_section(record)
+    rows = _table(section)
+    assert list(rows) == ["default", "tuned"]
+    for name, h in hand.items():
+        mem_err = h["predicted"] / h["measured"] - 1
+        lat_err = h["predicted_trace"] / h["measured_step_ms"] - 1
+        assert rows[name] == [
+            name, str(h["graphs"]), f"{h['predicted'] / (1 << 30):.3f}", f"{h['measured'] / (1 << 30):.3f}",
+            f"{mem_err:+.1%}{_flag(mem_err, 0.05)}", f"{h['predicted_trace']:.4f}", f"{h['measured_step_ms']:.4f}",
+            f"{lat_err:+.1%}{_flag(lat_err, 0.03)}", f"{h['p50_step_ms']:.4f}", f"{h['p99_step_ms']:.4f}",
+            f"{h['tokens_per_s']:,.0f}", " / ".join(map(str, h["dispatch"])), "yes"], name
+    assert rows["default"][2:5] == ["0.084", "0.093", "-9.5% **(!)**"] and rows["tuned"][2:5] == [
+        "0.041", "0.040", "+2.4%"]
+    assert (f"Measured speedup of tuned over default (mean step latency, same steps): **{measured_speedup:.3f}x** "
+            f"(the model predicted {predicted_speedup:.3f}x).") in section
+    assert "Emitted list: **tuned**." in section
+
+    _print_table(record)  # `cgtune validate`'s printed table
+    printed = capsys.readouterr().out
+    assert (f"measured speedup tuned over default: {measured_speedup:.3f}x (predicted {predicted_speedup:.3f}x); "
+            f"emitted: tuned") in printed
+    assert [line.split()[:3] for line in printed.splitlines()[2:4]] == [["default", "0.084", "0.093"],
+                                                                        ["tuned", "0.041", "0.040"]]
+
+
 def test_lists_and_candidates(tmp_path):
     model = _model(tmp_path)
     search = _search(model)
     lists = lists_to_validate(search)
     assert list(lists)[:2] == ["default", "tuned"]
     assert "exact" not in lists  # the search chose the exact optimum
+    assert [c.capture_sizes for c in top_candidates(model, search, 1)] == [search.chosen.capture_sizes]
+    with pytest.raises(ValueError, match="k=0 must be >= 1"):
+        top_candidates(model, search, 0)
     cands = top_candidates(model, search, 3, trial_lists=[[1, 2, 4], [1, 2, 4]])
     assert cands[0].capture_sizes == search.chosen.capture_sizes
     assert len({c.capture_sizes for c in cands}) == len(cands) <= 3
@@ -316,38 +500,70 @@ def test_lists_and_candidates(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- run directory
+def _png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk (and a check that the file is one)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", path
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
 def test_validate_run_writes_record_and_report_section(tmp_path):
+    from tuner.validate_report import render_plot
+
     run, model, search = _run_dir(tmp_path)
-    backend = ScriptedBackend(model, memory_factor=1.01, latency_factor=0.99)
+    tuned = search.chosen.capture_sizes
+    assert tuned == tuple(range(1, 25))  # the exact optimum here: every width up to 12 requests x q 2
+    # Scripted device (not the model): default 90 MiB, 0.6 + 0.0117 ms per token; tuned 120 MiB, 0.45 + 0.0117.
+    backend = DeviceScript(model, {model.default_sizes: (90 * MIB, 0.6, 0.0117), tuned: (120 * MIB, 0.45, 0.0117)})
     record = validate_run(run, num_steps=400, seed=3, backend=backend, command="pytest")
     on_disk = json.loads((run / VALIDATION_FILE).read_text())
     assert on_disk["device_name"] == FIXTURE_DEVICE
     assert on_disk["workload"]["name"] == model.workload.name
     assert on_disk["profile"]["path"].endswith("profile.csv")
-    for name in ("default", "tuned"):
-        for key in ("predicted_graph_bytes", "measured_graph_bytes", "predicted_step_ms", "measured_step_ms",
-                    "p50_step_ms", "p99_step_ms"):
-            assert on_disk[name][key] is not None, (name, key)
-    assert on_disk["tuned"]["capture_sizes"] == list(search.chosen.capture_sizes)
-    assert on_disk["emitted"] == "tuned"
+    tokens = [s.num_tokens for s in sample_trace(model.workload.steps(), 400, seed=3)]  # the very steps replayed
+    # Predicted pools by hand (a graph alone 2 w MiB, each later one 2 MiB): default 12 graphs, PIECEWISE 32 alone
+    # 64 + 11 x 2 = 86 MiB; tuned PIECEWISE 1..24 and FULL 2..24 (even), 36 graphs, 48 + 35 x 2 = 118 MiB.
+    hand = {"default": (search.default, 86 * MIB, 90 * MIB, _law(0.6, 0.0117, tokens)),
+            "tuned": (search.chosen, 118 * MIB, 120 * MIB, _law(0.45, 0.0117, tokens))}
+    for name, (evaluation, predicted, measured, law) in hand.items():
+        r = on_disk[name]
+        assert r["capture_sizes"] == list(evaluation.capture_sizes)
+        assert (r["predicted_graph_bytes"], r["measured_graph_bytes"]) == (predicted, measured)
+        assert r["predicted_step_ms"] == pytest.approx(evaluation.expected_step_ms)
+        for key, value in law.items():
+            assert r[key] == pytest.approx(value, rel=1e-12), (name, key)
+        assert r["fits"]
+    # The tuned list fits, so it ships even though nothing else was compared: no fallback, no note.
+    assert on_disk["emitted"] == "tuned" and on_disk["notes"] == []
     assert record["measured_speedup_tuned_over_default"] == pytest.approx(
-        record["predicted_speedup_tuned_over_default"])
+        hand["default"][3]["measured_step_ms"] / hand["tuned"][3]["measured_step_ms"], rel=1e-12)
     report = (run / "report.md").read_text()
     assert report.count(BEGIN) == 1 and report.count(END) == 1 and "Validation on the device" in report
-    assert FIXTURE_DEVICE in report and (run / "plots" / "validation.png").is_file()
+    assert FIXTURE_DEVICE in report
+    rows = _table(report)
+    assert [rows[n][2:4] for n in ("default", "tuned")] == [["0.084", "0.088"], ["0.115", "0.117"]]
+    assert [rows[n][6] for n in ("default", "tuned")] == [f"{hand[n][3]['measured_step_ms']:.4f}"
+                                                          for n in ("default", "tuned")]
+    # The plot: a PNG of the figure's size (11 x 4.5 in at 110 dpi) with the lists drawn on it.
+    plot = run / "plots" / "validation.png"
+    assert _png_size(plot) == (1210, 495)
+    blank = render_plot({**record, "lists": []}, tmp_path / "blank.png")
+    assert _png_size(blank) == (1210, 495) and blank.read_bytes() != plot.read_bytes()
     # Validating again replaces the section instead of adding a second one.
     validate_run(run, num_steps=200, seed=4, backend=ScriptedBackend(model))
     assert (run / "report.md").read_text().count(BEGIN) == 1
 
 
-def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path):
+def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path, caplog):
     run, model, search = _run_dir(tmp_path)
     tuned_top = search.chosen.capture_sizes[-1]
     assert tuned_top != model.default_sizes[-1]
     t = search.chosen
     too_much = (t.graph_estimate_bytes + model.budget.slack_bytes + MIB) / t.graph_memory_bytes
-    record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, memory_factor={tuned_top: too_much}))
-    assert record["emitted"] == "default" and not record["tuned"]["fits"]
+    with caplog.at_level("WARNING", logger="tuner.validate"):
+        record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, memory_factor={tuned_top: too_much}))
+    assert record["emitted"] == "default" and not record["tuned"]["fits"] and record["command"] == ""
+    assert "TUNED LIST DOES NOT FIT ON THE DEVICE: emitted default instead" in caplog.messages
     config = json.loads((run / "compilation_config.json").read_text())
     assert config["cudagraph_capture_sizes"] == list(model.default_sizes)
     assert any("never emitted" in w for w in record["warnings"])
@@ -395,27 +611,65 @@ def test_unreadable_search_json_is_a_validation_error(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- CPU end to end
 def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
-    """Real timings on the tiny model, eagerly on the CPU (FULL steps run the body at the padded width): the
-    accounting is exercised end to end; no graph memory exists here, so none is reported."""
+    """The tiny model really runs every step eagerly on the CPU (FULL steps the body at the padded width), timed by an
+    injected clock whose durations are scripted, so the accounting end to end has hand values: no graph memory exists
+    here, so none is reported and nothing fits."""
     from tuner.measure.decoder import build_model
+    from tuner.measure.timing import FakeClock
     from tuner.validate import TorchBackend
 
     run, model, search = _run_dir(tmp_path)
-    backend = TorchBackend(build_model(model.workload, 32, "cpu"))
+    # Scripted durations, in replay order: default 1.0 ms per step; tuned 0.4 ms for its first 150 steps, 0.6 after.
+    clock = FakeClock([1.0] * 300 + [0.4] * 150 + [0.6] * 150)
+    backend = TorchBackend(build_model(model.workload, 32, "cpu"), clock, chunk_steps=128)
     record = validate_run(run, num_steps=300, seed=0, backend=backend)
-    assert record["device"]["device"] == "cpu"
-    for name in ("default", "tuned"):
+    assert clock.calls == 600  # every step of both lists timed once, across chunks of 128
+    assert record["device"]["device"] == "cpu" and record["device"]["clock"] == "FakeClock"
+    tokens = sum(s.num_tokens for s in sample_trace(model.workload.steps(), 300, seed=0))
+    # tuned: sorted, 150 x 0.4 then 150 x 0.6; the median interpolates halfway at position 149.5, the p99 (296.01)
+    # lies among the 0.6s.
+    hand = {"default": (1.0, 1.0, 1.0), "tuned": (0.5, 0.5, 0.6)}
+    for name, (mean_ms, p50_ms, p99_ms) in hand.items():
         r = record[name]
         assert r["measured_graph_bytes"] is None and not r["fits"]
-        assert r["measured_step_ms"] > 0 and r["p50_step_ms"] <= r["p99_step_ms"]
-        assert r["tokens_per_s"] > 0
+        assert (r["measured_step_ms"], r["p50_step_ms"], r["p99_step_ms"]) == pytest.approx((mean_ms, p50_ms, p99_ms))
+        assert r["tokens_per_s"] == pytest.approx(tokens / (300 * mean_ms) * 1e3)
         d = r["dispatch"]
         assert d["FULL"] + d["PIECEWISE"] + d["NONE"] == 300
         assert sum(g["steps"] for g in r["by_graph"]) == 300
+        assert sum(g["steps"] * g["measured_ms"] for g in r["by_graph"]) == pytest.approx(300 * mean_ms)
+    assert record["measured_speedup_tuned_over_default"] == pytest.approx(2.0)
     assert any("no CUDA graphs here" in w for w in record["warnings"])
     # No fallback is emitted from a CPU run: nothing was measured that could overrule the search.
     assert json.loads((run / "compilation_config.json").read_text())["cudagraph_capture_sizes"] == \
         list(search.chosen.capture_sizes)
+
+
+def test_build_backend_is_as_wide_as_every_graph_and_step_and_compiled_as_the_profile(tmp_path):
+    from tuner.validate import build_backend
+
+    model = _model(tmp_path)  # profile widths 1..32; a default deployment's step is compiled
+    assert model.profile.metadata["compiled"] is True
+    backend = build_backend(model, {"default": model.evaluate((2, 4)), "tuned": model.evaluate((4, 8))}, "cpu")
+    # Graphs reach 8 tokens, but mixed steps reach max_num_batched_tokens 32, which the profile measured eagerly.
+    assert backend.model.max_num_tokens == 32 and backend.model.device.type == "cpu"
+    assert backend.model.compiled and backend.metadata()["compiled"] is True
+
+    # The profile measured eager steps only up to 16 tokens: the model is not built wider than the model extrapolates.
+    wl = model.workload
+    narrow = CostModel.from_files(handmade_profile(tmp_path / "narrow", wl, list(range(1, 17)),
+                                                   standalone_bytes=lambda w: 2 * w * MIB), wl)
+    backend = build_backend(narrow, {"default": narrow.evaluate((2, 4))}, "cpu")
+    assert backend.model.max_num_tokens == 16
+
+    # An enforce_eager deployment was profiled uncompiled: validation builds it uncompiled too.
+    eager_wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=12, max_num_batched_tokens=32,
+                                 traffic=MIXED_TRAFFIC, enforce_eager=True)
+    eager = CostModel.from_files(handmade_profile(tmp_path / "eager", eager_wl, list(range(1, 33))), eager_wl)
+    assert eager.profile.metadata["compiled"] is False
+    backend = build_backend(eager, {"default": eager.evaluate(())}, "cpu")
+    assert backend.model.max_num_tokens == 32
+    assert not backend.model.compiled and backend.metadata()["compiled"] is False
 
 
 def test_exact_run_writes_a_run_directory_without_optuna(tmp_path):
@@ -459,27 +713,100 @@ def test_tune_validate_records_gpu_trials_in_the_study_and_chooses_by_measuremen
     search = run_search(model, SearchConfig(n_trials=12, progress=False), run_dir=run)
     write_run(run, model, search, command="pytest", plots=False)
     model_only = len(optuna.load_study(study_name=search.study_name, storage=search.storage).trials)
-    # Fixture: the model's pick 'measures' 30% slower than predicted, every other list as predicted.
-    top = search.chosen.capture_sizes[-1]
-    backend = ScriptedBackend(model, latency_factor={top: 1.3})
+    # Scripted device (not the model): vLLM's default 80 MiB and 0.3 + 0.01 ms per token, every other list 100 MiB and
+    # 0.5 + 0.01: the default, slowest by prediction, is the measured winner.
+    backend = DeviceScript(model, {model.default_sizes: (80 * MIB, 0.3, 0.01)}, otherwise=(100 * MIB, 0.5, 0.01))
     chosen, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=400, command="pytest")
-    fastest = min((r for n, r in record.items() if n in record["lists"] and r["fits"]),
-                  key=lambda r: r["measured_step_ms"])
-    assert list(chosen.chosen.capture_sizes) == fastest["capture_sizes"]
-    assert record["emitted"] in record["lists"] and "candidates" in record
-    assert {"default", "tuned"} <= set(record["lists"])
+    assert record["emitted"] == "default" and chosen.source == "gpu-validated"
+    assert chosen.chosen.capture_sizes == model.default_sizes
+    assert {"default", "tuned"} <= set(record["lists"]) and set(record["candidates"]) == set(record["lists"])
+    mean_tokens = float(np.mean([s.num_tokens for s in sample_trace(model.workload.steps(), 400, 0)]))
     study = optuna.load_study(study_name=search.study_name, storage=search.storage)
     gpu = [t for t in study.trials if t.user_attrs.get("source") == "gpu-validation"]
     distinct = {tuple(record[n]["capture_sizes"]) for n in record["lists"]}
     assert len(study.trials) == model_only + len(gpu) and len(gpu) == len(distinct)
     for t in gpu:
-        assert t.value == pytest.approx(t.user_attrs["measured"]["measured_step_ms"])
+        offset_ms = 0.3 if t.user_attrs["list_name"] == "default" else 0.5
+        assert t.value == pytest.approx(offset_ms + 0.01 * mean_tokens)  # the scripted law's mean, by hand
         assert t.user_attrs["device_name"] == FIXTURE_DEVICE and "kv_shortfall_gib" in t.constraints
     # The study still resumes with GPU trials in it.
     before = len(study.trials)
     again = run_search(model, SearchConfig(n_trials=before + 2, progress=False), run_dir=run)
     assert again.trials["total"] == before + 2
     assert (run / VALIDATION_FILE).is_file()
+
+
+def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
+    import dataclasses
+
+    from tuner.validate import validate_candidates
+
+    run, model, search = _run_dir(tmp_path)
+    cands = top_candidates(model, search, 3)
+    assert cands[0].capture_sizes == search.chosen.capture_sizes  # the model's pick ranks first by prediction
+    second = cands[1].capture_sizes
+    # Scripted device (not the model): every list 100 MiB and 0.5 + 0.01 ms per token, except the model's
+    # second-best, 0.4 + 0.01: measured, it wins.
+    backend = DeviceScript(model, {second: (100 * MIB, 0.4, 0.01)}, otherwise=(100 * MIB, 0.5, 0.01))
+    said: list[str] = []
+    # No study to record into (storage "none", as an optuna-free run writes it): the measurements are still made.
+    assert search.storage == "none"
+    chosen, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, progress=said.append)
+    # candidate-2 is 1..24 without 4: 23 PIECEWISE graphs and the 12 FULL windows 2, 4, .., 24 (3 rounds up to 4).
+    assert second == tuple(w for w in range(1, 25) if w != 4)
+    assert "candidate-2: capturing 35 graphs, max 24" in said and "candidate-2: replaying 300 steps" in said
+    assert record["lists"] == ["default", "tuned", "candidate-2", "candidate-3"]
+    assert record["candidates"]["candidate-2"] == list(second)
+    assert record["emitted"] == "candidate-2"
+    assert chosen is not search and chosen.source == "gpu-validated" and chosen.chosen.capture_sizes == second
+    mean_tokens = float(np.mean([s.num_tokens for s in sample_trace(model.workload.steps(), 300, 0)]))
+    note = (f"chosen on the GPU: 'candidate-2' measured {0.4 + 0.01 * mean_tokens:.4f} ms per step vs the model's "
+            f"pick {0.5 + 0.01 * mean_tokens:.4f} ms")
+    assert note in record["notes"] and note in chosen.notes
+    # The trace is the seed's: another seed replays other steps (their mean tokens set the winner's figure).
+    _, seeded = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, seed=7, record_study=False)
+    seven = [s.num_tokens for s in sample_trace(model.workload.steps(), 300, 7)]
+    assert sum(seven) != 300 * mean_tokens and seeded["trace"]["seed"] == 7
+    assert seeded["candidate-2"]["measured_step_ms"] == pytest.approx(0.4 + 0.01 * sum(seven) / 300)
+    # And where the model's pick is also the measured winner, the search comes back untouched.
+    backend = DeviceScript(model, {search.chosen.capture_sizes: (100 * MIB, 0.4, 0.01)},
+                           otherwise=(100 * MIB, 0.5, 0.01))
+    same, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, record_study=False)
+    assert same is search and record["emitted"] == "tuned"
+    # The model's pick is vLLM's default: one measurement stands for both names.
+    default_pick = dataclasses.replace(search, chosen=search.default)
+    backend = DeviceScript(model, {}, otherwise=(100 * MIB, 0.5, 0.01))
+    same, record = validate_candidates(run, model, default_pick, 2, backend=backend, num_steps=300,
+                                       record_study=False)
+    assert record["tuned"]["capture_sizes"] == record["default"]["capture_sizes"] == list(model.default_sizes)
+    assert record["tuned"]["measured_step_ms"] == record["default"]["measured_step_ms"]
+    assert same is default_pick and record["emitted"] in ("default", "tuned")
+    # Nothing fits by measurement (every pool 10 GiB): nothing ships, and the vLLM files go.
+    backend = DeviceScript(model, {}, otherwise=(10 * 1024 * MIB, 0.5, 0.01))
+    none, record = validate_candidates(run, model, search, 2, backend=backend, num_steps=100, record_study=False)
+    assert none is None and record["emitted"] is None
+    assert not (run / "compilation_config.json").exists() and not (run / "vllm-serve.yaml").exists()
+
+
+def test_without_a_backend_one_is_built_on_the_device_for_every_list_validated(tmp_path, monkeypatch):
+    import tuner.validate
+    from tuner.validate import validate_candidates
+
+    run, model, search = _run_dir(tmp_path)
+    built = []
+
+    def build(m, lists, device):  # stands in for the device's model; records what it was asked to build for
+        built.append((device, {name: e.capture_sizes for name, e in lists.items()}))
+        return DeviceScript(m, {}, otherwise=(100 * MIB, 0.5, 0.01))
+
+    monkeypatch.setattr(tuner.validate, "require_cuda", lambda: "cuda:7")
+    monkeypatch.setattr(tuner.validate, "build_backend", build)
+    validate_run(run, num_steps=50)
+    validate_candidates(run, model, search, 2, num_steps=50, record_study=False)
+    second = top_candidates(model, search, 2)[1].capture_sizes
+    assert built == [("cuda:7", {"default": model.default_sizes, "tuned": search.chosen.capture_sizes}),
+                     ("cuda:7", {"default": model.default_sizes, "tuned": search.chosen.capture_sizes,
+                                 "candidate-2": second})]
 
 
 def test_the_gpu_box_path_never_imports_optuna(tmp_path):

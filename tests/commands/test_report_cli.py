@@ -200,7 +200,9 @@ def test_validate_uses_the_recorded_mismatch_setting_or_the_flag(inputs, tmp_pat
 
 
 # ---------------------------------------------------------------------------------------------- printed summary
-def test_printed_summary_shows_estimate_real_pool_and_kv_in_gib_and_tokens(inputs, tmp_path, capsys):
+def test_printed_summary_agrees_with_summary_json_on_estimate_pool_and_kv(inputs, tmp_path, capsys):
+    """A consistency check: the printed lines carry the run's own summary.json figures (the figures themselves are
+    held to hand values in the cost-model tests), plus the KV figures of vLLM's default list by hand."""
     wl, profile, _ = inputs
     out = tmp_path / "run"
     code, stdout, err = search(capsys, wl, profile, out)
@@ -215,6 +217,13 @@ def test_printed_summary_shows_estimate_real_pool_and_kv_in_gib_and_tokens(input
             f"{t['max_concurrency']:.2f}x (default {d['kv_available_bytes'] / gib:.3f} GiB = {d['kv_tokens']:,} "
             f"tokens)") in stdout
     assert t["kv_tokens"] == t["kv_available_bytes"] // 512 and "runs as another list" not in stdout
+    # vLLM's default by hand (facts file, V2): 1, 2, 4, 8, 16..64 by 8 is 11 PIECEWISE graphs and FULL windows 2, 4,
+    # 8, 16, 24, 32, 40, 48 (up to 24 requests x q 2), 19 graphs; PIECEWISE 64 alone 128 MiB + 18 x 2 = 164 MiB. The
+    # estimate counts PIECEWISE in full and the 8 FULL as 2 + 7 x max(2, 1) MiB: 164 MiB too. KV = ceil(400 MiB x 0.9)
+    # - non-KV (100 weights + 50 activations) - 164 = 46 MiB = 0.045 GiB, 46 MiB / 512 B per token = 94,208 tokens.
+    assert (d["vllm_graph_estimate_bytes"], d["graph_memory_bytes"], d["kv_available_bytes"]) == (164 * MIB,) * 2 + (
+        46 * MIB,)
+    assert "(default 0.160), real pool" in stdout and "(default 0.045 GiB = 94,208 tokens)" in stdout
 
 
 def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, capsys):

@@ -52,16 +52,17 @@ def test_real_require_cuda_without_a_gpu(inputs, tmp_path, capsys):
 
 @pytest.fixture()
 def scripted(monkeypatch):
-    """Stand-in for the GPU: the scripted test backend of tests/test_validate.py (numbers are fixtures)."""
+    """Stand-in for the GPU: the scripted device of tests/test_validate.py, whose numbers owe nothing to the model
+    (test fixtures): set `script` to (per-list scripts, the script of any other list) before the command runs."""
     import tuner.validate
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from test_validate import ScriptedBackend
+    from test_validate import DeviceScript
 
     made = {}
 
-    def build(model, lists, device, **factors):
-        made["backend"] = ScriptedBackend(model, **made.get("factors", {}))
+    def build(model, lists, device, **kwargs):
+        made["backend"] = DeviceScript(model, *made["script"])
         return made["backend"]
 
     monkeypatch.setattr(tuner.validate, "require_cuda", lambda: "cpu")
@@ -75,26 +76,32 @@ def test_validate_ships_the_measured_winner_and_keeps_it_out_of_the_model_rankin
 
     from tuner.report import load_run
     from tuner.search import SearchConfig, run_search
+    from tuner.validate import sample_trace
 
     wl, profile = inputs
     out = tmp_path / "run"
-    # First a plain search, to learn the model's pick; then the stand-in 'measures' that list 30% slower.
+    # First a plain search, to learn the model's pick; then the scripted device measures vLLM's default fastest
+    # (0.3 + 0.01 ms per token against 0.5 + 0.01 for every other list, 50 MiB each: all fit).
     code, _, err = run(capsys, "search", wl, "--profile", profile, "--out", out, "--trials", 12, "--no-progress")
     assert code == 0, err
     model, search = load_run(out)
-    scripted["factors"] = {"latency_factor": {search.chosen.capture_sizes[-1]: 1.3}}
+    default = (1, 2, 4, 8, 16, 24, 32)  # vLLM's grid up to max_num_batched_tokens 32
+    assert model.default_sizes == default and search.chosen.capture_sizes != default
+    scripted["script"] = ({default: (50 * MIB, 0.3, 0.01)}, (50 * MIB, 0.5, 0.01))
     code, stdout, err = run(capsys, "tune", wl, "--profile", profile, "--out", out, "--trials", 12, "--no-progress",
                             "--validate", 3, "--validate-steps", 300)
     assert code == 0, err
     assert "validate:" in stdout and "shipped" in stdout
     record = json.loads((out / "validation.json").read_text())
-    assert record["command"].endswith("--validate 3") and record["emitted"] in record["lists"]
+    assert record["command"].endswith("--validate 3") and record["emitted"] == "default"
+    replayed = sample_trace(model.workload.steps(), 300, seed=0)
+    assert record["default"]["measured_step_ms"] == pytest.approx(
+        0.3 + 0.01 * sum(s.num_tokens for s in replayed) / 300)
     _, shipped = load_run(out)
+    assert shipped.source == "gpu-validated" and shipped.chosen.capture_sizes == default
     cc = json.loads((out / "compilation_config.json").read_text())
-    assert cc["cudagraph_capture_sizes"] == list(shipped.chosen.capture_sizes) == record[record["emitted"]][
-        "capture_sizes"]
-    if record["emitted"] != "tuned":
-        assert shipped.source == "gpu-validated"
+    assert cc["cudagraph_capture_sizes"] == list(default)
+    assert any("chosen on the GPU: 'default'" in n for n in shipped.notes)
 
     study = optuna.load_study(study_name=search.study_name, storage=f"sqlite:///{out / 'study.db'}")
     gpu = [t for t in study.trials if t.user_attrs.get("source") == "gpu-validation"]
@@ -113,7 +120,7 @@ def test_validate_ships_the_measured_winner_and_keeps_it_out_of_the_model_rankin
 def test_validate_when_nothing_fits_returns_1_and_removes_the_vllm_files(inputs, tmp_path, capsys, scripted):
     wl, profile = inputs
     out = tmp_path / "run"
-    scripted["factors"] = {"memory_factor": 1000.0}  # every measured pool far over the budget
+    scripted["script"] = ({}, (10 * 1024 * MIB, 0.5, 0.01))  # every measured pool 10 GiB, far over the budget
     code, _, err = run(capsys, "tune", wl, "--profile", profile, "--out", out, "--trials", 8, "--no-progress",
                        "--validate", 2, "--validate-steps", 200)
     assert code == 1

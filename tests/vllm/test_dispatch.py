@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.vllm import Dispatcher, default_capture_sizes, full_decode_sizes
+from tuner.vllm.dispatch import Dispatch
 
 
 def test_padding_to_next_captured_size():
@@ -79,11 +80,30 @@ def test_capture_order_mixed_first_then_full_largest_first():
                           ("FULL", 2)]
 
 
-@pytest.mark.parametrize("bad", [dict(cudagraph_mode="SOME"), dict(decode_query_len=0), dict(max_num_seqs=0)])
-def test_bad_dispatcher_config(bad):
+@pytest.mark.parametrize("bad, message", [
+    (dict(cudagraph_mode="SOME"),
+     "cudagraph_mode='SOME' must be one of NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"),
+    (dict(decode_query_len=0), "decode_query_len=0 must be >= 1"),
+    (dict(max_num_seqs=0), "max_num_seqs=0 must be >= 1")])
+def test_bad_dispatcher_config_names_the_field_and_value(bad, message):
     kwargs = dict(cudagraph_mode="PIECEWISE", decode_query_len=1, max_num_seqs=4) | bad
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as err:
         Dispatcher([1, 2], **kwargs)
+    assert str(err.value) == message
+
+
+def test_the_smallest_valid_config_and_the_defaults():
+    # One request at a time is a valid deployment; q defaults to 1, so FULL decode widths are the sizes themselves
+    # (with q = 2 they would round to 2 and 4).
+    d = Dispatcher([1, 3], max_num_seqs=1)
+    assert d.decode_graph_sizes == [1] and d.dispatch(1, uniform_decode=True) == Dispatch("FULL", 1)
+    assert Dispatcher([1, 3], max_num_seqs=8).decode_graph_sizes == [1, 3]
+    with pytest.raises(ValueError) as err:
+        d.dispatch(0)
+    assert str(err.value) == "num_tokens=0 must be >= 1"
+    # Under NONE nothing is captured, so nothing is the max either.
+    assert Dispatcher([1, 3], cudagraph_mode="NONE", max_num_seqs=8).max_size == 0
+    assert Dispatcher([1, 3], cudagraph_mode="PIECEWISE", max_num_seqs=8).max_size == 3
 
 
 def test_every_width_dispatches_to_a_size_at_least_as_wide():

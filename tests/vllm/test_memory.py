@@ -14,7 +14,14 @@ from handmade_profiles import MIB, handmade_workload  # noqa: E402
 
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.profile_table import ProfileRow, write_profile  # noqa: E402
-from tuner.vllm.memory import GraphCost, KvRule, estimate_v1_bytes, estimate_v2_bytes, pool_bytes  # noqa: E402
+from tuner.vllm.memory import (  # noqa: E402
+    GraphCost,
+    KvRule,
+    estimate_bytes,
+    estimate_v1_bytes,
+    estimate_v2_bytes,
+    pool_bytes,
+)
 
 
 def two_mode_profile(tmp_path: Path, workload, widths=range(1, 9)) -> Path:
@@ -87,6 +94,12 @@ def test_v1_estimate_puts_a_drafter_graph_into_the_sample_it_follows():
          GraphCost("target", "PIECEWISE", 2, 20 * MIB, 4 * MIB), GraphCost("drafter", "PIECEWISE", 2, 3 * MIB, 1 * MIB)]
     # First sample: 80 + 3 (the drafter captured with it); second: 8 + 2 = 10 per graph, x (3 - 1).
     assert estimate_v1_bytes(g) == (83 + 2 * 10) * MIB
+
+
+def test_an_unknown_runner_is_named_with_its_value():
+    with pytest.raises(ValueError) as err:
+        estimate_bytes([GraphCost("target", "FULL", 8, 8 * MIB, MIB)], "v3")
+    assert str(err.value) == "runner='v3' must be v1 or v2"
 
 
 def test_kv_rule():

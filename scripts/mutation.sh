@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Mutation testing (mutmut 3) of the modules a tuning decision rests on, each against its own tests only: the exact
+# solver, the cost model, vLLM's dispatch and memory rules, and validate's decision (fit check, choice, record).
+# A developer tool, not part of .ci/run. Needs the `mutation` extra: pip install -e '.[test,mutation]'.
+#
+# usage: scripts/mutation.sh [MODULE...]     MODULE: exact costmodel dispatch memory validate (default: all five)
+#   SAMPLE=N     mutants drawn per module, seeded (default 100; 0: every mutant)
+#   SEED=K       seed of the draw (default 0)
+#   BUDGET_S=S   wall seconds per module, mutmut's clean run included (default 2400); the mutants checked by then
+#                are scored, the rest stay "not checked"
+#   OUT=DIR      per-module work trees and reports (default ${TMPDIR:-/tmp}/cgtune-mutation)
+# Each module runs in its own copy of the tracked files (mutmut writes mutants/ there, never into the repository),
+# one test process at a time (a 2-core machine shared with others). "Its own tests" are the files that test that
+# module's rules: for the solver its brute-force cases under every engine, for the cost model its drafter and
+# memory-rule files too (see TESTS below).
+#
+# How long (measured on the project's 2-core machine, shared, one test process): the clean run takes 0.5-1 min per
+# module; a mutant then about 0.2 s for vllm/dispatch.py and vllm/memory.py, 0.5 s for costmodel.py, 1-1.5 s for
+# validate.py's decision and 4-5 s for exact.py (its brute-force cases). The default run (100 drawn per module, all
+# of dispatch.py's 98) took 12-13 min. A full run (SAMPLE=0) is 98 + 125 mutants of vLLM's dispatch and memory rules,
+# 1515 of exact.py, 1298 of costmodel.py and 787 of validate.py's decision: about 2 hours, most of it exact.py's.
+# Score = (killed + timeout) / checked; "no tests" and survivors count against it. Read a survivor with
+# `cd $OUT/<module> && mutmut show NAME`.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-${TMPDIR:-/tmp}/cgtune-mutation}
+SAMPLE=${SAMPLE:-100}
+SEED=${SEED:-0}
+BUDGET_S=${BUDGET_S:-2400}
+for var in SAMPLE SEED BUDGET_S; do
+  [[ ${!var} =~ ^[0-9]+$ ]] || { echo "mutation.sh: $var=${!var} must be a whole number" >&2; exit 2; }
+done
+command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed (pip install -e '.[mutation]')" >&2; exit 2; }
+
+# module -> file to mutate | mutant-name globs (validate: its decision only, not the device backend) | its tests
+declare -A FILE GLOBS TESTS
+FILE[exact]=tuner/exact.py;            GLOBS[exact]='tuner.exact.*'
+# The solver against brute force: vLLM's rules, and SGLang's and TensorRT-LLM's.
+TESTS[exact]='tests/test_exact.py tests/test_engines.py::test_exact_solver_equals_brute_force_for_sglang_and_trtllm
+tests/test_engines.py::test_exact_solver_respects_a_budget_that_moves_with_the_lists_max'
+FILE[costmodel]=tuner/costmodel.py;    GLOBS[costmodel]='tuner.costmodel.*'
+# The cost model's tests: its own file, its drafter side, vLLM's memory cases and the other engines' rules through it
+# (not the solver's brute-force cases, which exact's run covers).
+TESTS[costmodel]='tests/test_costmodel.py tests/test_drafter_cost.py tests/vllm/test_memory.py tests/test_engines.py
+-k not(brute_force or cases_are_not_trivial or every_process)'
+FILE[dispatch]=tuner/vllm/dispatch.py; GLOBS[dispatch]='tuner.vllm.dispatch.*'
+TESTS[dispatch]='tests/vllm/test_dispatch.py'
+FILE[memory]=tuner/vllm/memory.py;     GLOBS[memory]='tuner.vllm.memory.*'
+TESTS[memory]='tests/vllm/test_memory.py'
+FILE[validate]=tuner/validate.py
+GLOBS[validate]='tuner.validate.x_compare_list* tuner.validate.x_choose_measured* tuner.validate.x_lists_to_validate*
+tuner.validate.x_top_candidates* tuner.validate.x_step_statistics* tuner.validate.x_target_memory*
+tuner.validate.x_build_record* tuner.validate.x_validate_candidates* tuner.validate.x_validate_run*
+tuner.validate.xǁListValidationǁ*'
+# The decision's tests; the subprocess, torch-backend and plot-heavy ones test other parts and cost minutes.
+TESTS[validate]='tests/test_validate.py -k not(gpu_box or torch_backend or cpu_eager or build_backend or estimate_is_measured)'
+
+run_module() {
+  local name=$1 work="$OUT/$1"
+  echo "== $name: ${FILE[$name]} against ${TESTS[$name]}"
+  rm -rf "$work" && mkdir -p "$work"
+  (cd "$REPO" && git ls-files -z | xargs -0 cp --parents -t "$work")
+  cp "$REPO/${FILE[$name]}" "$work/${FILE[$name]}"  # the working copy, committed or not
+  python3 - "$work/setup.cfg" "${FILE[$name]}" "${TESTS[$name]}" <<'EOF'
+import sys
+path, target, tests = sys.argv[1:]
+files, _, keyword = " ".join(tests.split()).partition(" -k ")  # one pytest argument per line
+args = files.split() + (["-k", keyword.strip()] if keyword else [])
+lines = ["[mutmut]", "source_paths = tuner", f"only_mutate = {target}", "pytest_add_cli_args_test_selection ="]
+lines += [f"    {a}" for a in args]
+open(path, "w").write("\n".join(lines) + "\n")
+EOF
+  cd "$work"
+  # Generate the mutants only: mutmut writes them, then refuses a name that matches none (expected here).
+  mutmut run --max-children 1 "none.none" > generate.log 2>&1 || true
+  mutmut results --all true 2>/dev/null | sed 's/^ *//; s/:.*//' > all.txt
+  [ -s all.txt ] || { tail -20 generate.log; return 1; }
+  python3 - all.txt "${GLOBS[$name]}" "$SAMPLE" "$SEED" <<'EOF'
+import fnmatch, random, sys
+names = [n for n in open(sys.argv[1]).read().split() if n]
+globs, sample, seed = sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+names = sorted(n for n in names if any(fnmatch.fnmatchcase(n, g) for g in globs))
+open("matched.txt", "w").write("".join(f"{n}\n" for n in names))
+random.Random(seed).shuffle(names)
+open("sample.txt", "w").write("".join(f"{n}\n" for n in sorted(names if sample <= 0 else names[:sample])))
+EOF
+  echo "   $(wc -l < sample.txt) of $(wc -l < matched.txt) mutants drawn (seed $SEED)"
+  timeout "$BUDGET_S" nice mutmut run --max-children 1 $(cat sample.txt) > run.log 2>&1 || true
+  mutmut results --all true 2>/dev/null | sed 's/^ *//' > results.txt || true
+  python3 - results.txt "$name" sample.txt <<'EOF' | tee -a "$OUT/summary.txt"
+import collections, sys
+drawn = set(open(sys.argv[3]).read().split())
+status = dict(line.rsplit(": ", 1) for line in open(sys.argv[1]).read().splitlines() if ": " in line)
+status = {name: s for name, s in status.items() if name in drawn}
+counts = collections.Counter(status.values())
+checked = sum(v for k, v in counts.items() if k not in ("not checked", "skipped"))
+caught = counts["killed"] + counts["timeout"]
+score = f"{caught / checked:.0%}" if checked else "-"
+print(f"{sys.argv[2]:<10} score {score:>4} ({caught}/{checked} checked; " +
+      ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")")
+for name, s in sorted(status.items()):
+    if s not in ("killed", "timeout", "not checked"):
+        print(f"    {s}: {name}")
+EOF
+  cd - >/dev/null
+}
+
+mkdir -p "$OUT"
+: > "$OUT/summary.txt"
+for m in "${@:-exact costmodel dispatch memory validate}"; do
+  for name in $m; do
+    [ -n "${FILE[$name]:-}" ] || { echo "mutation.sh: unknown module '$name' (exact costmodel dispatch memory validate)" >&2; exit 2; }
+    run_module "$name"
+  done
+done
+echo "summary: $OUT/summary.txt"
