@@ -1,0 +1,197 @@
+"""Lower bounds on the exact solver's program, in bytes, by Lagrangian relaxation: for many columns (a pass and a
+price λ in ms per byte) at once, the cheapest chains under latency + λ x memory, forward and backward over the
+candidates. A chain within a budget M costs at least its relaxed cost - λ M, so the columns bound the latency of
+every fitting list through a node or an edge, and the chains they pick are lists to start from."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.exact_program import ANY, C0, NODES, Edge, Program
+
+__all__ = ["Columns", "Relaxation", "TimeUp", "edge_bound", "float_slack", "relax", "sweep_back"]
+
+_INF = math.inf
+
+
+class TimeUp(Exception):
+    """The time budget ran out in the middle of a sweep."""
+
+
+@dataclass
+class Columns:
+    """The (pass, λ) pairs relaxed together."""
+
+    cls: np.ndarray
+    """Per column, the pass's class (-1: nothing charged below the top; ANY: every class at its least value)."""
+    lam: np.ndarray
+    """Per column, the price of a byte in ms."""
+    per_graph: np.ndarray
+    """Per column, the bytes each per-graph charge costs."""
+
+    def __len__(self) -> int:
+        return len(self.lam)
+
+    @staticmethod
+    def join(parts: Sequence[Columns]) -> Columns:
+        return Columns(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("cls", "lam", "per_graph")))
+
+
+@dataclass
+class Relaxation:
+    """Forward (and, once swept back, backward) costs of every node under each column."""
+
+    cols: Columns
+    f: np.ndarray
+    """(NODES, n + 1, columns): the cheapest relaxed chain from the start to the node."""
+    lat: np.ndarray
+    """The latency of that chain."""
+    mem: np.ndarray
+    """Its bytes."""
+    back_pos: np.ndarray
+    back_node: np.ndarray
+    close: np.ndarray
+    """(2, n, columns): relaxed cost of the cheapest chain closed at candidate j in state 0/1 (the tail added, less
+    λ x the budget of a list topped there); inf where no list may end so."""
+    h: np.ndarray
+    """(NODES, n + 1, columns): the cheapest relaxed completion from the node to a close, less λ x its budget (inf
+    for columns not swept back yet)."""
+
+    def lower_bound(self) -> np.ndarray:
+        """Per column: a lower bound on the latency of every fitting chain of its pass."""
+        return self.close.min(axis=(0, 1))
+
+    def close_cut(self, cols: np.ndarray) -> float:
+        """A lower bound on every fitting chain of a pass the columns `cols` all relax: per top (and state) the best
+        column's, the least over tops."""
+        return float(self.close[:, :, cols].max(axis=2).min())
+
+    def chain(self, col: int, program: Program, mem_extra: np.ndarray, limit: np.ndarray
+              ) -> tuple[tuple[int, ...], float, float, bool]:
+        """The column's cheapest closed chain: (its widths, its latency, its bytes, whether they fit its budget)."""
+        st, j = np.unravel_index(int(np.argmin(self.close[:, :, col])), self.close.shape[:2])
+        if not np.isfinite(self.close[st, j, col]):
+            return (), _INF, _INF, False
+        node, pos = C0 + int(st), int(j) + 1
+        lat = float(self.lat[node, pos, col] + program.close_tail[st, j])
+        mem = float(self.mem[node, pos, col] + mem_extra[j])
+        members = []
+        while pos > 0:
+            members.append(int(program.c[pos - 1]))
+            node, pos = int(self.back_node[node, pos, col]), int(self.back_pos[node, pos, col])
+        return tuple(sorted(members)), lat, mem, mem <= limit[j]
+
+
+def float_slack(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, cols: Columns) -> np.ndarray:
+    """Per column, more than the float error of its bounds: two sums of up to n + 2 terms, each term at most the
+    latency of the empty list plus λ x every byte a list could take or be allowed."""
+    most = sum(float(np.abs(a).sum()) for a in fig.values()) + float(np.abs(limit).max(initial=0.0))
+    return 2.0 * (program.n + 2) * np.finfo(float).eps * (program.base + cols.lam * (most + cols.per_graph * program.n))
+
+
+def relax(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, cols: Columns, *,
+          check: Callable[[], None]) -> Relaxation:
+    """Sweep forward: the cheapest relaxed chain to every node under every column. `fig`: memory figures in bytes;
+    `limit`: per candidate, the bytes a list topped by it may take (< 0: none may top there); `check` raises TimeUp
+    when the time budget is spent. Bounds come out lowered by more than their float error."""
+    n, C = program.n, len(cols)
+    f = np.full((NODES, n + 1, C), _INF)
+    lat = np.zeros((NODES, n + 1, C))
+    mem = np.zeros((NODES, n + 1, C))
+    back_pos = np.zeros((NODES, n + 1, C), dtype=np.int32)
+    back_node = np.zeros((NODES, n + 1, C), dtype=np.int8)
+    every = np.arange(C)
+    for node in program.starts(-1):
+        f[node, 0, :] = 0.0 if node != C0 else np.where(cols.cls == -1, 0.0, _INF)
+    for j in range(n):
+        check()
+        k = j + 1
+        for e in program.edges(j):
+            if e.hi <= e.lo:
+                continue
+            block = f[e.frm, e.lo:e.hi, :] + e.cost[e.lo:e.hi, None]
+            if e.placing:
+                block = np.where(program.placing_mask(e.lo, e.hi, cols.cls), block, _INF)
+            arg = np.argmin(block, axis=0)
+            charge = e.base(fig, j) + (cols.per_graph if e.per_graph else 0.0)
+            val = block[arg, every] + cols.lam * charge
+            if not e.enabled(-1):
+                val = np.where(cols.cls == -1, _INF, val)
+            better = val < f[e.to, k]
+            if not better.any():
+                continue
+            pred = e.lo + arg
+            f[e.to, k] = np.where(better, val, f[e.to, k])
+            lat[e.to, k] = np.where(better, lat[e.frm, pred, every] + e.cost[pred], lat[e.to, k])
+            mem[e.to, k] = np.where(better, mem[e.frm, pred, every] + charge, mem[e.to, k])
+            back_pos[e.to, k] = np.where(better, pred, back_pos[e.to, k])
+            back_node[e.to, k] = np.where(better, e.frm, back_node[e.to, k])
+    ends = _ends(program, fig, limit, cols)
+    close = f[C0:C0 + 2, 1:, :] + ends
+    return Relaxation(cols, f, lat, mem, back_pos, back_node, np.where(np.isfinite(close), close, _INF),
+                      h=np.full((NODES, n + 1, C), _INF))
+
+
+def _ends(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, cols: Columns) -> np.ndarray:
+    """(2, n, columns): what closing at candidate j in state 0/1 adds to a relaxed chain: the tail, λ x (the top's
+    extra bytes - the budget of a list topped there), less the float slack; inf where no list may end so."""
+    fits = fig["extra"] <= limit
+    ends = np.empty((2, program.n, len(cols)))
+    for st in (0, 1):
+        tail = np.where(fits, program.close_tail[st], _INF)
+        ends[st] = tail[:, None] + cols.lam[None, :] * (fig["extra"] - limit)[:, None]
+    return np.where(np.isfinite(ends), ends - float_slack(program, fig, limit, cols)[None, None, :], _INF)
+
+
+def sweep_back(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, rel: Relaxation, sel: np.ndarray, *,
+               check: Callable[[], None],
+               on_placing: Callable[[Edge, int, np.ndarray], None] | None = None) -> None:
+    """Sweep backward for the columns `sel`: the cheapest relaxed completion of every node (into `rel.h`). At each
+    placing edge, once the completions past it are known, `on_placing(edge, j, bounds)` gets the bound through each
+    predecessor lo..hi-1 under each column of `sel`."""
+    n = program.n
+    cols = Columns(rel.cols.cls[sel], rel.cols.lam[sel], rel.cols.per_graph[sel])
+    h = np.full((NODES, n + 1, len(sel)), _INF)
+    h[C0:C0 + 2, 1:, :] = _ends(program, fig, limit, cols)
+    f = rel.f[:, :, sel]
+    for j in range(n - 1, -1, -1):
+        check()
+        k = j + 1
+        for e in program.edges(j):
+            if e.hi <= e.lo:
+                continue
+            charge = e.base(fig, j) + (cols.per_graph if e.per_graph else 0.0)
+            ahead = cols.lam * charge + h[e.to, k]
+            if not e.enabled(-1):
+                ahead = np.where(cols.cls == -1, _INF, ahead)
+            block = e.cost[e.lo:e.hi, None] + ahead[None, :]
+            if e.placing:
+                block = np.where(program.placing_mask(e.lo, e.hi, cols.cls), block, _INF)
+                if on_placing is not None:
+                    on_placing(e, j, f[e.frm, e.lo:e.hi, :] + block)
+            np.minimum(h[e.frm, e.lo:e.hi], block, out=h[e.frm, e.lo:e.hi])
+    assert rel.h is not None
+    rel.h[:, :, sel] = h
+
+
+def edge_bound(rel: Relaxation, program: Program, e: Edge, j: int, fig: dict[str, np.ndarray], sel: np.ndarray,
+               preds: np.ndarray) -> np.ndarray:
+    """Per predecessor position in `preds`, a lower bound on every fitting chain of a pass through the edge from it
+    (the best of the columns `sel`, all relaxations of that pass, all swept back)."""
+    assert rel.h is not None
+    cols = rel.cols
+    lam, cls = cols.lam[sel], cols.cls[sel]
+    charge = e.base(fig, j) + (cols.per_graph[sel] if e.per_graph else 0.0)
+    ahead = lam * charge + rel.h[e.to, j + 1, sel]
+    block = rel.f[e.frm][preds][:, sel] + e.cost[preds][:, None] + ahead[None, :]
+    if e.placing:
+        pred_cls = program.pred_cls[preds][:, None]
+        ok = (pred_cls == cls[None, :]) | ((cls[None, :] == ANY) & (pred_cls >= 0))
+        block = np.where(ok, block, _INF)
+    if not e.enabled(-1):
+        block = np.where(cls[None, :] == -1, _INF, block)
+    return block.max(axis=1)
