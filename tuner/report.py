@@ -193,6 +193,11 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "exact_memory_unit_bytes": search.exact.memory_unit_bytes,
         "exact_memory": search.exact.exact_memory,
         "exact_resource": search.exact.resource,
+        "exact_lower_bound_ms": search.exact.lower_bound_ms,
+        "exact_gap_bound": search.exact.gap,
+        "exact_stopped_early": search.exact.stopped_early,
+        "exact_seconds": search.exact.seconds,
+        "exact_unproven": list(search.exact.unproven),
         "notes": list(search.notes),
         "cgtune_version": __version__,
         **_meta(model),
@@ -338,7 +343,8 @@ def _source_lines(search: SearchResult) -> list[str]:
     """How the tuned list was found: the study's best within 1% of the exact optimum, or the exact answer, and why."""
     gap = search.gap
     if search.source == "study" and gap is not None:
-        return [f"The optuna study's best is within {gap:.2%} of the exact optimum."]
+        what = "the exact optimum" if search.exact.exact_memory else "the exact solver's list"
+        return [f"The optuna study's best is within {gap:.2%} of {what}."]
     if search.source == "exact":
         if gap is None:
             why = "no study trial was feasible."
@@ -468,9 +474,9 @@ def _exact_line(search: SearchResult) -> str:
     if ex.exact_memory:
         how = "every memory figure is a whole number of units, so its answer is the proven optimum"
     else:
-        how = ("figures were rounded to the nearest unit, or the real-capture condition it does not carry could bind; "
-               "its answer was re-checked in bytes, so it fits both conditions, but is not proven optimal")
-    return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
+        how = ex.caveat().removeprefix("the exact solver's answer ").replace("fits", "its answer fits", 1)
+    return (f"- exact solver: {ex.num_candidates} candidate widths in {ex.seconds:.1f} s; it counted {axis} in units "
+            f"of {unit}: {how}")
 
 
 def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
@@ -511,8 +517,8 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
                      "max_num_seqs, speculative_num_draft_tokens = q, max_bs from its GPU-memory table for the "
                      "profile's device), each batch size times q tokens and evaluated as a vLLM list under vLLM's "
                      "dispatch and memory rule: a comparison of lists, not of engines.")
-    # The memory unit is stated once, in the Search section; the search's own note says it again.
-    notes = [n for n in search.notes if not n.startswith("the exact solver counted memory in")]
+    # The exact solver's caveat is stated once, in the Search section; the search's own note says it again.
+    notes = [n for n in search.notes if not n.startswith("the exact solver's answer fits both memory conditions")]
     if notes:
         lines += ["", "## Assumptions and notes", ""] + [f"- {n}" for n in notes]
     _, origin = profile_provenance(model)
