@@ -212,7 +212,8 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path, model: 
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
     gap = result.gap
     engine = model.serving.engine
-    how = {"study": f"optuna study, {gap:.2%} from the exact optimum" if gap is not None else "optuna study",
+    exact = "the exact optimum" if result.exact.exact_memory else "the exact solver's list, not proven optimal"
+    how = {"study": f"optuna study, {gap:+.2%} vs {exact}" if gap is not None else "optuna study",
            "exact": "exact solver; see the notes in summary.json", "default": list_label("default", engine),
            "gpu-validated": "fastest measured on the GPU by --validate"}[result.source]
     if engine != "vllm":
