@@ -18,7 +18,7 @@ from itertools import combinations
 import numpy as np
 
 from tuner.costmodel import GIB, CostModel, Evaluation
-from tuner.exact_bounds import Columns, Relaxation, TimeUp, edge_bound, float_slack, relax, sweep_back
+from tuner.exact_bounds import Columns, EdgeBounds, Relaxation, TimeUp, float_slack, relax, sweep_back
 from tuner.exact_levels import Levels
 from tuner.exact_program import (ANY, C0, FIGURES, Edge, Program, latency_layers, memory_figures, round_up,
                                  window_query_len)
@@ -391,12 +391,15 @@ class _Solve:
         new = np.arange(len(first), len(rel.cols))
         cut2 = {cls: _INF for cls in still}
 
+        # The first columns' bounds through a placing edge, per predecessor (the same for every class pass).
+        relaxed = {cls: EdgeBounds(rel, program, self.fig, cols) for cls, cols in self.relax_cols.items()}
+
         def on_placing_own(e: Edge, j: int, through: np.ndarray) -> None:
             preds = np.arange(e.lo, e.hi)
+            first_bound = {cls: bound(e, j, preds) for cls, bound in relaxed.items()}
             for cls in still:
                 at = own[cls] - len(first)
-                rows = np.maximum(through[:, at].max(axis=1),
-                                  edge_bound(rel, program, e, j, self.fig, self.pass_cols[cls], preds))
+                rows = np.maximum(through[:, at].max(axis=1), first_bound[-1 if cls == -1 else ANY])
                 cut2[cls] = min(cut2[cls], float(rows.min()))
 
         sweep_back(program, self.fig, self.limit, rel, new, check=self.check,
@@ -488,9 +491,8 @@ class _Solve:
         if rel is None:
             return None
         sel = self.pass_cols[cls] if same and cls in self.pass_cols else self.relax_cols[-1 if cls == -1 else ANY]
-        threshold = self._beat()
-        program, fig = self.program, self.fig
-        return lambda e, j, preds: edge_bound(rel, program, e, j, fig, sel, preds) < threshold
+        threshold, bound = self._beat(), EdgeBounds(rel, self.program, self.fig, sel)
+        return lambda e, j, preds: bound(e, j, preds) < threshold
 
     def _fastest_fitting(self, units: dict[str, np.ndarray], B: int, passes: list[tuple[int, int]],
                          limit: np.ndarray, pred_cls: np.ndarray, per_pass: int = 400) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from tuner.exact_program import ANY, C0, NODES, Edge, Program
 
-__all__ = ["Columns", "Relaxation", "TimeUp", "edge_bound", "float_slack", "relax", "sweep_back"]
+__all__ = ["Columns", "EdgeBounds", "Relaxation", "TimeUp", "float_slack", "relax", "sweep_back"]
 
 _INF = math.inf
 
@@ -178,20 +178,24 @@ def sweep_back(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, 
     rel.h[:, :, sel] = h
 
 
-def edge_bound(rel: Relaxation, program: Program, e: Edge, j: int, fig: dict[str, np.ndarray], sel: np.ndarray,
-               preds: np.ndarray) -> np.ndarray:
-    """Per predecessor position in `preds`, a lower bound on every fitting chain of a pass through the edge from it
-    (the best of the columns `sel`, all relaxations of that pass, all swept back)."""
-    assert rel.h is not None
-    cols = rel.cols
-    lam, cls = cols.lam[sel], cols.cls[sel]
-    charge = e.base(fig, j) + (cols.per_graph[sel] if e.per_graph else 0.0)
-    ahead = lam * charge + rel.h[e.to, j + 1, sel]
-    block = rel.f[e.frm][preds][:, sel] + e.cost[preds][:, None] + ahead[None, :]
-    if e.placing:
-        pred_cls = program.pred_cls[preds][:, None]
-        ok = (pred_cls == cls[None, :]) | ((cls[None, :] == ANY) & (pred_cls >= 0))
-        block = np.where(ok, block, _INF)
-    if not e.enabled(-1):
-        block = np.where(cls[None, :] == -1, _INF, block)
-    return block.max(axis=1)
+class EdgeBounds:
+    """Lower bounds through the transitions of one pass, from the columns `sel` of a relaxation (all relaxing that
+    pass, all swept back), sliced once."""
+
+    def __init__(self, rel: Relaxation, program: Program, fig: dict[str, np.ndarray], sel: np.ndarray) -> None:
+        self.program, self.fig = program, fig
+        self.f, self.h = rel.f[:, :, sel], rel.h[:, :, sel]
+        self.lam, self.cls, self.per_graph = rel.cols.lam[sel], rel.cols.cls[sel], rel.cols.per_graph[sel]
+
+    def __call__(self, e: Edge, j: int, preds: np.ndarray) -> np.ndarray:
+        """Per predecessor position in `preds`, a bound on every fitting chain of the pass through the edge from it:
+        the best column's."""
+        charge = e.base(self.fig, j) + (self.per_graph if e.per_graph else 0.0)
+        ahead = self.lam * charge + self.h[e.to, j + 1]
+        block = self.f[e.frm, preds] + e.cost[preds][:, None] + ahead[None, :]
+        if e.placing:
+            pred_cls, cls = self.program.pred_cls[preds][:, None], self.cls[None, :]
+            block = np.where((pred_cls == cls) | ((cls == ANY) & (pred_cls >= 0)), block, _INF)
+        if not e.enabled(-1):
+            block = np.where(self.cls[None, :] == -1, _INF, block)
+        return block.max(axis=1)

@@ -258,20 +258,39 @@ class Edge:
 class Program:
     """Candidates, latency layers and memory kind of one exact solve: transitions per candidate and closes."""
 
+    CACHE_FLOATS = 32 << 20
+    """Transitions are kept between sweeps while their costs take at most this many floats (256 MiB)."""
+
     def __init__(self, kind: str, c: np.ndarray, r: np.ndarray, q: int, decode_limit: int, sep: bool,
                  layers: list[Layer], base: float, constant: float, classes: np.ndarray) -> None:
         self.kind, self.c, self.r, self.q, self.decode_limit, self.sep = kind, c, r, q, decode_limit, sep
         self.layers, self.base, self.constant = layers, base, constant
-        self.n = len(c)
+        self.n = n = len(c)
         pos = np.concatenate([[0], c])
-        self.r_pos = np.concatenate([[0], r])
+        self.r_pos = r_pos = np.concatenate([[0], r])
         self.pred_cls = np.concatenate([[-1], classes]).astype(np.int64)
         """Per position, the per-graph class of the candidate there (-1: the empty start)."""
-        self._member_at = [(layer, layer.steps.mass(pos), layer.steps.eager(np.minimum(pos, layer.cap)))
-                           for layer in layers if layer.kind in ("member", "exact")]
-        self._window_at = [(layer, layer.steps.mass(self.r_pos), layer.steps.eager(self.r_pos))
+        # Each layer's prefix sums read once at every position and candidate: a transition only indexes them.
+        self._member_at = []
+        for layer in layers:
+            if layer.kind in ("member", "exact"):
+                st = layer.steps
+                at = {"mass": st.mass(c), "eager": st.eager(c), "eager_pos": st.eager(np.minimum(pos, layer.cap)),
+                      "mass_pos": st.mass(pos), "eager_cap": float(st.eager(layer.cap)) if layer.cap < math.inf
+                      else 0.0}
+                if layer.kind == "exact":  # steps of exactly c_j: j's own graph
+                    at["point_mass"], at["point_eager"] = at["mass"] - st.mass(c - 1), at["eager"] - st.eager(c - 1)
+                self._member_at.append((layer, at))
+        self._window_at = [(layer, {"mass_pos": layer.steps.mass(r_pos), "eager_pos": layer.steps.eager(r_pos),
+                                    "mass": layer.steps.mass(r), "eager": layer.steps.eager(r),
+                                    "mass_below": layer.steps.mass(r - q), "eager_below": layer.steps.eager(r - q)})
                            for layer in layers if layer.kind == "window"]
+        # Positions are sorted: those in j's window are a tail [first_same, j + 1), those whose window lies beyond
+        # max_num_seqs requests a range [first_beyond, first_same).
+        self._first_same = np.searchsorted(r_pos, r, side="left")
+        self._first_beyond = np.minimum(self._first_same, np.searchsorted(r_pos, decode_limit, side="right"))
         self.close_tail = self._close_tails()
+        self._cache: list[list[Edge]] | None = [] if 1.5 * n * n <= self.CACHE_FLOATS else None
 
     def starts(self, cls: int) -> tuple[int, ...]:
         """Nodes a chain of the pass may start from at position 0 (the empty start): phase A, and phase C (a list
@@ -284,8 +303,18 @@ class Program:
         cls = np.asarray(cls)[None, :]
         return (pred == cls) | ((cls == ANY) & (pred >= 0))
 
-    def edges(self, j: int) -> Iterator[Edge]:
-        """The transitions that add candidate j, grouped by target node, predecessor range and charge."""
+    def edges(self, j: int) -> list[Edge]:
+        """The transitions that add candidate j, grouped by target node, predecessor range and charge (computed once
+        and kept while they fit, as every sweep goes over them all)."""
+        cache = self._cache
+        if cache is not None and j < len(cache):
+            return cache[j]
+        out = list(self._edges(j))
+        if cache is not None and j == len(cache):
+            cache.append(out)
+        return out
+
+    def _edges(self, j: int) -> Iterator[Edge]:
         kind = self.kind
         for to_state, lo, hi, frm_state, cost, opens in self._transitions(j):
             if kind == "real":
@@ -307,62 +336,48 @@ class Program:
     def _close_tails(self) -> np.ndarray:
         """(2, n): latency a chain in state 0/1 adds when candidate j is its top (the steps above it, eager, and the
         latency no list changes); inf where a chain cannot end so."""
+        member_tail = sum((layer.steps.eager_total - layer.steps.eager(np.minimum(self.c, layer.cap))
+                           for layer, _ in self._member_at), np.zeros(self.n))
+        if not self.sep:
+            return np.stack([member_tail + self.constant, np.full(self.n, math.inf)])
         tails = np.full((2, self.n), math.inf)
-        for j in range(self.n):
-            c_j = self.c[j]
-            member_tail = sum(float(layer.steps.eager_total - layer.steps.eager(min(c_j, layer.cap)))
-                              for layer, _, _ in self._member_at)
-            if not self.sep:
-                tails[0, j] = member_tail + self.constant
-                continue
-            r_j = self.r[j]
-            for st, top in ((0, c_j), (1, r_j)):
-                window_tail = sum(float(layer.steps.eager_total - layer.steps.eager(top))
-                                  for layer, _, _ in self._window_at)
-                allowed = (r_j == c_j and c_j <= self.decode_limit) if st == 0 else \
-                    (r_j > c_j or r_j > self.decode_limit)
-                if allowed:
-                    tails[st, j] = window_tail + member_tail + self.constant
+        within = self.r <= self.decode_limit
+        for st, top, allowed in ((0, self.c, (self.r == self.c) & within), (1, self.r, (self.r > self.c) | ~within)):
+            window_tail = sum((layer.steps.eager_total - layer.steps.eager(top) for layer, _ in self._window_at),
+                              np.zeros(self.n))
+            tails[st] = np.where(allowed, window_tail + member_tail + self.constant, math.inf)
         return tails
 
     def _transitions(self, j: int) -> list[tuple[int, int, int, int, np.ndarray, bool]]:
         """(to_state, lo, hi, from_state, latency cost, opens a FULL window) for adding candidate j on top of the
         chains ending at positions lo..hi-1, window by window as vLLM dispatches; costs are over positions 0..j.
-
-        Positions are sorted, so those in j's window are a tail [first_same, k) and those whose window lies beyond
-        max_num_seqs requests a range [first_beyond, first_same). State 1 means j's window has no FULL graph (its
-        rounded width exceeds the max, so j is the top, or the window is beyond max_num_seqs requests)."""
+        State 1 means j's window has no FULL graph (its rounded width exceeds the max, so j is the top, or the window
+        is beyond max_num_seqs requests)."""
         k = j + 1
-        c_j = self.c[j]
         members = np.zeros(k)
-        for layer, mass_pos, eager_pos in self._member_at:
-            st = layer.steps
+        for layer, at in self._member_at:
             if layer.kind == "exact":
                 # Steps up to c_j above the predecessor run eager, except those of exactly c_j: j's graph.
-                point_mass = st.mass(c_j) - st.mass(c_j - 1)
-                point_eager = st.eager(c_j) - st.eager(c_j - 1)
-                members = members + (st.eager(c_j) - eager_pos[:k]) - point_eager + point_mass * layer.lat[j]
-            elif c_j <= layer.cap:
-                members = members + (st.mass(c_j) - mass_pos[:k]) * layer.lat[j]
+                members += (at["eager"][j] - at["eager_pos"][:k]) - at["point_eager"][j] + \
+                    at["point_mass"][j] * layer.lat[j]
+            elif self.c[j] <= layer.cap:
+                members += (at["mass"][j] - at["mass_pos"][:k]) * layer.lat[j]
             else:  # j serves none of this layer's steps: those up to the cap above the predecessor run eager
-                members = members + (st.eager(layer.cap) - eager_pos[:k])
+                members += at["eager_cap"] - at["eager_pos"][:k]
         if not self.sep:
             return [(0, 0, k, 0, members, False)]
-        r_pos, r_j = self.r_pos, self.r[j]
-        first_same = int(np.searchsorted(r_pos[:k], r_j, side="left"))
-        first_beyond = min(first_same, int(np.searchsorted(r_pos[:k], self.decode_limit, side="right")))
+        first_same, first_beyond = int(self._first_same[j]), int(self._first_beyond[j])
         normal = np.zeros(k)
         flag = np.zeros(k)
-        below = r_j - self.q
-        for layer, mass_rpos, eager_rpos in self._window_at:
-            st = layer.steps
-            normal = normal + (st.mass(r_j) - mass_rpos[:k]) * layer.lat[j]
+        for layer, at in self._window_at:
+            normal += (at["mass"][j] - at["mass_pos"][:k]) * layer.lat[j]
             if layer.pad is not None:
-                pad = (st.mass(below) - mass_rpos[:k]) * layer.pad[j]
+                flag += (at["mass_below"][j] - at["mass_pos"][:k]) * layer.pad[j]
             else:
-                pad = st.eager(below) - eager_rpos[:k]
-            flag = flag + pad + (st.eager(r_j) - st.eager(below))
+                flag += at["eager_below"][j] - at["eager_pos"][:k]
+            flag += at["eager"][j] - at["eager_below"][j]
         out = []
+        r_j, c_j = self.r[j], self.c[j]
         if r_j <= self.decode_limit:
             out += [(0, first_same, k, 0, members, False), (0, 0, first_same, 0, members + normal, True)]
         if r_j > c_j or r_j > self.decode_limit:
