@@ -2,9 +2,9 @@
 KV cache) and whose real capture fits, under the cost model; the yardstick every optuna study is held to.
 
 Lagrangian bounds (`tuner.exact_bounds`) over the program of `tuner.exact_program` find good lists and rule out
-nearly every transition that cannot lead to a better one; a dynamic program over memory levels
-(`tuner.exact_levels`) over what is left proves the optimum. Past a time budget the best list found is returned with
-a proven lower bound on the optimum."""
+the passes and transitions that cannot lead to a better one; a dynamic program over memory levels
+(`tuner.exact_levels`) over what is left proves the optimum. This module sets the program up, runs the two, and
+answers: past a time budget, the best list found with a proven lower bound on the optimum."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from itertools import combinations
 import numpy as np
 
 from tuner.costmodel import GIB, CostModel, Evaluation
-from tuner.exact_bounds import Columns, EdgeBounds, Relaxation, TimeUp, float_slack, relax, sweep_back
+from tuner.exact_bounds import Bounds, Columns, Relaxation, TimeUp, float_slack
 from tuner.exact_levels import Levels
-from tuner.exact_program import (ANY, C0, FIGURES, Edge, Program, latency_layers, memory_figures, round_up,
-                                 window_query_len)
+from tuner.exact_program import FIGURES, Edge, Program, latency_layers, memory_figures, round_up, window_query_len
 
 __all__ = ["APPROXIMATED", "ExactResult", "SearchError", "brute_force", "exact_solve", "pareto_front", "round_up"]
 
@@ -31,12 +30,6 @@ _INF = math.inf
 _TIE = 2e-14
 """Lists within this share of the list to beat (or within twice the float error of a sum over the candidates) are
 ties, not worth proving faster: the same sums in another order differ by about as much."""
-_GRID = np.concatenate([[0.0], np.logspace(-3, 4, 15)])
-"""Prices of a byte tried first, in units of the empty list's latency per budget byte (steps of 10^0.5)."""
-_NEAR = 10.0 ** np.array([-1 / 3, -1 / 6, 0.0, 1 / 6, 1 / 3])
-"""Prices tried per pass, as multiples of the best first price of the relaxation it belongs to."""
-_TINY = 1e-6
-"""A price (in the units of _GRID) that only breaks ties between chains of equal latency."""
 APPROXIMATED = ("the program approximates the step latency (several speculative tiers, or DFlash under cudagraph_mode "
                 "FULL)")
 """Why an answer whose latency layers are not the cost model's is not proven (and has no bound)."""
@@ -135,7 +128,8 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     a lower budget on an overshoot, a rounded-up pass last), so the answer always fits.
 
     Time. Past `seconds` (None: no limit; read with `clock`), the fastest fitting list found so far is returned with
-    `stopped_early` and a proven lower bound on the optimum (one forward sweep of the bounds always runs first).
+    `stopped_early` and a proven lower bound on the optimum (the bounds' first forward sweeps, at price 0 and on
+    the grid, always run to their end: they are that bound).
     `bounds=False` skips the bounds: every pass over every transition (the reference the pruning is tested against).
     """
     return _Solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
@@ -148,7 +142,7 @@ class _Solve:
     def __init__(self, model: CostModel, *, memory_buckets: int, candidates: Sequence[int] | None,
                  front_points: int, seconds: float | None, clock: Callable[[], float],
                  incumbents: Sequence[Sequence[int]], bounds: bool) -> None:
-        self.model, self.bounds = model, bounds
+        self.model, self.use_bounds = model, bounds
         self.cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
         self.memory_buckets, self.front_points, self.incumbents = memory_buckets, front_points, incumbents
         self.clock = clock
@@ -161,11 +155,6 @@ class _Solve:
         self.tie = 0.0
         self.passes = 1
         self.level_solves = 0
-        self.rel: Relaxation | None = None
-        self.relax_cols: dict[int, np.ndarray] = {}
-        self.relax_lb: dict[int, float] = {}
-        self.pass_cols: dict[int, np.ndarray] = {}
-        self.pass_lb: dict[int, float] = {}
         self.solved: dict[int, float] = {}
 
     def check(self) -> None:
@@ -190,8 +179,8 @@ class _Solve:
         for sizes in [model.default_sizes, *self.incumbents]:
             self._consider(tuple(sorted({int(w) for w in sizes} & allowed)))
         try:
-            if self.bounds:
-                self._bounds()
+            if self.use_bounds:
+                self.bounds.run()
             self._levels()
         except TimeUp:
             self.stopped = True
@@ -233,15 +222,15 @@ class _Solve:
             return None  # the program's latency is not the cost model's: nothing it bounds holds for the model
         if proven:
             return self.best.expected_step_ms
-        if not self.bounds:
+        if not self.use_bounds:
             return None
         parts = [self.ub]
-        if self.pass_lb:
-            for cls, lb in self.pass_lb.items():
+        if self.bounds.pass_lb:
+            for cls, lb in self.bounds.pass_lb.items():
                 solved = self.solved.get(cls)
                 parts.append(solved if self.exact_memory and solved is not None else lb)
         else:
-            parts += list(self.relax_lb.values())
+            parts += list(self.bounds.relax_lb.values())
         return float(min(min(parts), self.best.expected_step_ms))
 
     def _front(self) -> list[Evaluation]:
@@ -291,6 +280,10 @@ class _Solve:
                                self.classes)
         classes = sorted(set(self.classes.tolist())) if mem.kind != "real" else []
         self.passes = 1 + len(classes)
+        self.tie = 2.0 * float(float_slack(self.program, self.fig, self.limit,  # at price 0: latency sums only
+                                           Columns(np.array([-1]), np.zeros(1), np.zeros(1)))[0])
+        self.bounds = Bounds(self.program, self.fig, self.limit, self.budget_bytes, self.classes, mem.per_graph,
+                             found=self._chains, beat=self._beat, check=self.check, front=self.front_points > 1)
         self.headroom = any(self._headroom_can_break(float(np.max(mem.per_graph[self.classes == p]))) for p in classes)
 
     def to_units(self, x: np.ndarray, how: str) -> np.ndarray:
@@ -315,103 +308,6 @@ class _Solve:
         return worst > slack
 
     # ------------------------------------------------------------------------------------------------ bounds
-    def _bounds(self) -> None:
-        """Relax every pass at once on a wide grid of prices (always run to the end: the bound of last resort), sweep
-        back for bounds per pass, node and transition, then relax the passes still open on prices near their best."""
-        program, kind = self.program, self.program.kind
-        lam0 = program.base / max(float(self.budget_bytes), 1.0)
-        classes = sorted(set(self.classes.tolist())) if kind != "real" else []
-        p_bytes = {cls: float(self.mem.per_graph[self.classes == cls].min()) for cls in classes}
-        groups = [(-1, 0.0)] + ([(ANY, min(p_bytes.values()))] if classes else [])
-        # Price 0 first (the fastest chains, memory aside): where they fit, nothing else is needed. Beside it a price
-        # too small to trade any latency for memory, which breaks price 0's ties (graphs no step uses) toward less.
-        first = Columns.join([Columns(np.array([cls, cls]), np.array([0.0, lam0 * _TINY]), np.array([pg, pg]))
-                              for cls, pg in groups])
-        rel = self.rel = relax(program, self.fig, self.limit, first, check=lambda: None)
-        self.tie = 2.0 * float(float_slack(program, self.fig, self.limit, first)[0])  # at λ = 0: latency sums only
-        self._chains(rel, range(len(first)))
-        if min(rel.lower_bound()[rel.cols.lam == 0]) < self._beat():
-            more = Columns.join([Columns(np.full(len(_GRID) - 1, cls), lam0 * _GRID[1:], np.full(len(_GRID) - 1, pg))
-                                 for cls, pg in groups])
-            rel = self.rel = _joined(rel, relax(program, self.fig, self.limit, more, check=lambda: None))
-            self._chains(rel, range(len(first), len(rel.cols)))
-            first = rel.cols
-        self.relax_cols = {cls: np.flatnonzero(rel.cols.cls == cls) for cls, _ in groups}
-        self.relax_lb = {cls: rel.close_cut(cols) for cls, cols in self.relax_cols.items()}
-        if min(self.relax_lb.values()) >= self._beat():
-            if len(first) == 2 * len(groups) and self.front_points > 1:
-                # Settled at price 0: a few prices more, only for lists that trade latency for memory (the front).
-                cls, pg = groups[-1]
-                lams = lam0 * np.logspace(-1, 3, 8)
-                more = relax(program, self.fig, self.limit, Columns(np.full(8, cls), lams, np.full(8, pg)),
-                             check=self.check)
-                self._chains(more, range(8), best=0)
-            return  # the list to beat is the optimum
-        self.check()
-
-        # Back over the first columns. Every list of a pass places its top over its second (a class pass), or over
-        # the start or never (the -1 pass): the least bound over those placing edges bounds the pass.
-        slot = {cls: i for i, cls in enumerate(classes)}
-        cut = np.full(len(classes) + 1, _INF)  # per class, the -1 pass last
-        none_cols, any_cols = self.relax_cols[-1], self.relax_cols.get(ANY, np.zeros(0, dtype=np.int64))
-
-        def on_placing(e: Edge, j: int, through: np.ndarray) -> None:
-            cut[-1] = min(cut[-1], float(through[:, none_cols].max(axis=1).min()))
-            if len(any_cols):
-                rows = through[:, any_cols].max(axis=1)
-                pred = program.pred_cls[e.lo:e.hi]
-                ok = pred >= 0
-                np.minimum.at(cut, np.array([slot[int(p)] for p in pred[ok]], dtype=np.int64), rows[ok])
-
-        sweep_back(program, self.fig, self.limit, rel, np.arange(len(first)), check=self.check,
-                   on_placing=on_placing if kind != "real" else None)
-        self.pass_cols[-1] = none_cols
-        self.pass_lb[-1] = self.relax_lb[-1] if kind == "real" else \
-            max(self.relax_lb[-1], min(cut[-1], float(rel.h[C0, 0, none_cols].max())))
-        for cls in classes:
-            self.pass_cols[cls] = any_cols
-            self.pass_lb[cls] = max(self.relax_lb[ANY], float(cut[slot[cls]]))
-        still = [cls for cls in self.pass_lb if self.pass_lb[cls] < self._beat()]
-        if not still:
-            return
-        self.check()
-
-        # The passes still open, on prices near the best of the relaxation each belongs to.
-        at_best = {cls: float(first.lam[cols[int(np.argmax(rel.lower_bound()[cols]))]])
-                   for cls, cols in self.relax_cols.items()}
-        near = {cls: (lambda lam: lam * _NEAR if lam > 0 else lam0 * _GRID[1] * np.array([0.0, 0.01, 0.03, 0.1, 0.3]))(
-            at_best[-1 if cls == -1 else ANY]) for cls in still}
-        second = Columns.join([Columns(np.full(len(near[cls]), cls), near[cls],
-                                       np.full(len(near[cls]), p_bytes.get(cls, 0.0))) for cls in still])
-        rel = self.rel = _joined(rel, relax(program, self.fig, self.limit, second, check=self.check))
-        own, offset = {}, len(first)
-        for cls in still:
-            own[cls] = np.arange(offset, offset + len(near[cls]))
-            offset += len(near[cls])
-        new = np.arange(len(first), len(rel.cols))
-        cut2 = {cls: _INF for cls in still}
-
-        # The first columns' bounds through a placing edge, per predecessor (the same for every class pass).
-        relaxed = {cls: EdgeBounds(rel, program, self.fig, cols) for cls, cols in self.relax_cols.items()}
-
-        def on_placing_own(e: Edge, j: int, through: np.ndarray) -> None:
-            preds = np.arange(e.lo, e.hi)
-            first_bound = {cls: bound(e, j, preds) for cls, bound in relaxed.items()}
-            for cls in still:
-                at = own[cls] - len(first)
-                rows = np.maximum(through[:, at].max(axis=1), first_bound[-1 if cls == -1 else ANY])
-                cut2[cls] = min(cut2[cls], float(rows.min()))
-
-        sweep_back(program, self.fig, self.limit, rel, new, check=self.check,
-                   on_placing=on_placing_own if kind != "real" else None)
-        for cls in still:
-            sel = np.concatenate([self.pass_cols[cls], own[cls]])
-            lb = max(self.pass_lb[cls], rel.close_cut(sel))
-            if kind != "real":
-                lb = max(lb, cut2[cls] if cls != -1 else min(cut2[cls], float(rel.h[C0, 0, sel].max())))
-            self.pass_cols[cls], self.pass_lb[cls] = sel, lb
-        self._chains(rel, range(len(first), len(rel.cols)))
-
     def _beat(self) -> float:
         """A bound at or above this rules a list out: it cannot beat the list to beat by more than float noise."""
         return self.ub - max(_TIE * self.ub, self.tie)
@@ -453,8 +349,8 @@ class _Solve:
             passes = [(-1, 0)] + ([(int(p), int(p)) for p in sorted(set(classes.tolist()))]
                                   if program.kind != "real" else [])
             results = []
-            for cls, p in sorted(passes, key=lambda cp: self._pass_bound(cp[0], same)):
-                if self._pass_bound(cls, same) >= self._beat():
+            for cls, p in sorted(passes, key=lambda cp: self.bounds.pass_bound(cp[0], same)):
+                if self.bounds.pass_bound(cls, same) >= self._beat():
                     continue  # no list of the pass can beat the list to beat
                 levels = Levels(program, units, cls, p, B, pred_cls, alive=self._alive(cls, same), check=self.check)
                 self.level_solves += 1
@@ -479,19 +375,12 @@ class _Solve:
             budget_limit -= max(self.unit, -e.kv_margin_bytes)
         self.dp_failed = True
 
-    def _pass_bound(self, cls: int, same: bool) -> float:
-        """The bound on every list of a pass (its own where the bounds' classes are this attempt's)."""
-        if same and cls in self.pass_lb:
-            return self.pass_lb[cls]
-        return self.relax_lb.get(-1 if cls == -1 else ANY, -_INF)
-
     def _alive(self, cls: int, same: bool) -> Callable[[Edge, int, np.ndarray], np.ndarray] | None:
         """Which transitions of a pass may still lead to a list faster than the one to beat."""
-        rel = self.rel
-        if rel is None:
+        bound = self.bounds.edges(cls, same)
+        if bound is None:
             return None
-        sel = self.pass_cols[cls] if same and cls in self.pass_cols else self.relax_cols[-1 if cls == -1 else ANY]
-        threshold, bound = self._beat(), EdgeBounds(rel, self.program, self.fig, sel)
+        threshold = self._beat()
         return lambda e, j, preds: bound(e, j, preds) < threshold
 
     def _fastest_fitting(self, units: dict[str, np.ndarray], B: int, passes: list[tuple[int, int]],
@@ -505,13 +394,6 @@ class _Solve:
             for m in drops[::-1][:per_pass]:
                 if math.isfinite(totals[m]):
                     self._consider(backtrack(m))
-
-
-def _joined(a: Relaxation, b: Relaxation) -> Relaxation:
-    """Two forward relaxations of one program as one, column sets side by side."""
-    parts = {k: np.concatenate([getattr(a, k), getattr(b, k)], axis=-1)
-             for k in ("f", "lat", "mem", "back_pos", "back_node", "close", "h")}
-    return Relaxation(Columns.join([a.cols, b.cols]), **parts)
 
 
 def pareto_front(evals: Sequence[Evaluation]) -> list[Evaluation]:

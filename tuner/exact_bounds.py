@@ -13,7 +13,7 @@ import numpy as np
 
 from tuner.exact_program import ANY, C0, NODES, Edge, Program
 
-__all__ = ["Columns", "EdgeBounds", "Relaxation", "TimeUp", "float_slack", "relax", "sweep_back"]
+__all__ = ["Bounds", "Columns", "EdgeBounds", "Relaxation", "TimeUp", "float_slack", "relax", "sweep_back"]
 
 _INF = math.inf
 
@@ -60,6 +60,12 @@ class Relaxation:
     h: np.ndarray
     """(NODES, n + 1, columns): the cheapest relaxed completion from the node to a close, less λ x its budget (inf
     for columns not swept back yet)."""
+
+    def join(self, other: Relaxation) -> Relaxation:
+        """Two relaxations of one program as one, column sets side by side."""
+        parts = {k: np.concatenate([getattr(self, k), getattr(other, k)], axis=-1)
+                 for k in ("f", "lat", "mem", "back_pos", "back_node", "close", "h")}
+        return Relaxation(Columns.join([self.cols, other.cols]), **parts)
 
     def lower_bound(self) -> np.ndarray:
         """Per column: a lower bound on the latency of every fitting chain of its pass."""
@@ -199,3 +205,160 @@ class EdgeBounds:
         if not e.enabled(-1):
             block = np.where(self.cls[None, :] == -1, _INF, block)
         return block.max(axis=1)
+
+
+GRID = np.concatenate([[0.0], np.logspace(-3, 4, 15)])
+"""Prices of a byte tried for every pass, in units of the empty list's latency per budget byte (steps of 10^0.5)."""
+NEAR = 10.0 ** np.array([-1 / 3, -1 / 6, 0.0, 1 / 6, 1 / 3])
+"""Prices tried per pass still open, as multiples of the best grid price of the relaxation it belongs to."""
+TINY = 1e-6
+"""A price (in GRID's units) too small to trade latency for memory: it only breaks ties between equally fast chains
+(graphs no step uses) toward less memory."""
+
+Found = Callable[[Relaxation, range, int], None]
+"""(relaxation, new columns, how many of their fastest fitting chains to try as the list to beat)."""
+
+
+class Bounds:
+    """Every bound the solver uses on one program, built in rounds that stop as soon as they prove the list to beat:
+    price 0 for every pass together (where the fastest chains fit, nothing else is needed), a grid of prices, the
+    sweep back (bounds per node, transition and pass), then the passes still open on prices near their best.
+    `found` gets the chains of each round's columns, `beat()` is the bound at or above which nothing is worth
+    proving, `check()` raises TimeUp past the time budget (the forward sweeps of the first two rounds always run to
+    their end: they are the bound of last resort)."""
+
+    def __init__(self, program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, budget_bytes: int,
+                 classes: np.ndarray, per_graph: np.ndarray, *, found: Found, beat: Callable[[], float],
+                 check: Callable[[], None], front: bool = True) -> None:
+        self.program, self.fig, self.limit = program, fig, limit
+        self.found, self.beat, self.check, self.front = found, beat, check, front
+        self.lam0 = program.base / max(float(budget_bytes), 1.0)
+        self.classes = sorted(set(classes.tolist())) if program.kind != "real" else []
+        self.class_of = classes
+        self.p_bytes = {cls: float(per_graph[classes == cls].min()) for cls in self.classes}
+        self.groups = [(-1, 0.0)] + ([(ANY, min(self.p_bytes.values()))] if self.classes else [])
+        """The relaxations of every pass: the -1 pass, and every class pass at once (ANY)."""
+        self.rel: Relaxation | None = None
+        self.relax_cols: dict[int, np.ndarray] = {}
+        """Per relaxation (-1, ANY), its columns."""
+        self.relax_lb: dict[int, float] = {}
+        """Per relaxation, a lower bound on every fitting list it relaxes."""
+        self.pass_cols: dict[int, np.ndarray] = {}
+        """Per pass, the columns that relax it (once swept back)."""
+        self.pass_lb: dict[int, float] = {}
+        """Per pass, a lower bound on every fitting list of it (once swept back)."""
+
+    def pass_bound(self, cls: int, same: bool = True) -> float:
+        """A lower bound on every list of a pass (its own where `same`: the pass has this program's classes)."""
+        if same and cls in self.pass_lb:
+            return self.pass_lb[cls]
+        return self.relax_lb.get(-1 if cls == -1 else ANY, -_INF)
+
+    def edges(self, cls: int, same: bool = True) -> EdgeBounds | None:
+        """Bounds through the transitions of a pass (None before the sweep back)."""
+        if self.rel is None or not self.pass_cols:
+            return None
+        sel = self.pass_cols[cls] if same and cls in self.pass_cols else self.relax_cols[-1 if cls == -1 else ANY]
+        return EdgeBounds(self.rel, self.program, self.fig, sel)
+
+    def run(self) -> None:
+        if self._first() and self._back():
+            self._open_passes()
+
+    def _columns(self, groups: Sequence[tuple[int, float]], lams: np.ndarray) -> Columns:
+        return Columns.join([Columns(np.full(len(lams), cls), lams, np.full(len(lams), pg)) for cls, pg in groups])
+
+    def _relax(self, cols: Columns, check: Callable[[], None]) -> Relaxation:
+        """The columns relaxed, joined to those before; `found` gets their chains."""
+        new = relax(self.program, self.fig, self.limit, cols, check=check)
+        self.rel = new if self.rel is None else self.rel.join(new)
+        self.found(self.rel, range(len(self.rel.cols) - len(cols), len(self.rel.cols)), 4)
+        return self.rel
+
+    def _first(self) -> bool:
+        """Price 0 (and a tiny one), then the grid where price 0 does not settle it: False when settled."""
+        rel = self._relax(self._columns(self.groups, np.array([0.0, self.lam0 * TINY])), lambda: None)
+        settled_at_zero = min(rel.lower_bound()[rel.cols.lam == 0]) >= self.beat()
+        if not settled_at_zero:
+            rel = self._relax(self._columns(self.groups, self.lam0 * GRID[1:]), lambda: None)
+        self.relax_cols = {cls: np.flatnonzero(rel.cols.cls == cls) for cls, _ in self.groups}
+        self.relax_lb = {cls: rel.close_cut(cols) for cls, cols in self.relax_cols.items()}
+        if min(self.relax_lb.values()) < self.beat():
+            return True
+        if settled_at_zero and self.front:
+            # A few prices more, only for lists that trade latency for memory (the front); skipped past the budget.
+            try:
+                more = relax(self.program, self.fig, self.limit,
+                             self._columns(self.groups[-1:], self.lam0 * np.logspace(-1, 3, 8)), check=self.check)
+                self.found(more, range(len(more.cols)), 0)
+            except TimeUp:
+                pass
+        return False
+
+    def _back(self) -> bool:
+        """Sweep the first columns back. Every list of a class pass places its top over its second, every list of
+        the -1 pass over the start or never: the least bound over those placing edges bounds the pass. False when
+        every pass is ruled out."""
+        self.check()
+        rel, program, classes = self.rel, self.program, self.classes
+        assert rel is not None
+        slot = {cls: i for i, cls in enumerate(classes)}
+        cut = np.full(len(classes) + 1, _INF)  # per class, the -1 pass last
+        none_cols, any_cols = self.relax_cols[-1], self.relax_cols.get(ANY, np.zeros(0, dtype=np.int64))
+
+        def on_placing(e: Edge, j: int, through: np.ndarray) -> None:
+            cut[-1] = min(cut[-1], float(through[:, none_cols].max(axis=1).min()))
+            if len(any_cols):
+                rows = through[:, any_cols].max(axis=1)
+                pred = program.pred_cls[e.lo:e.hi]
+                ok = pred >= 0
+                np.minimum.at(cut, np.array([slot[int(p)] for p in pred[ok]], dtype=np.int64), rows[ok])
+
+        sweep_back(program, self.fig, self.limit, rel, np.arange(len(rel.cols)), check=self.check,
+                   on_placing=on_placing if program.kind != "real" else None)
+        self.pass_cols[-1] = none_cols
+        self.pass_lb[-1] = self.relax_lb[-1] if program.kind == "real" else \
+            max(self.relax_lb[-1], min(cut[-1], float(rel.h[C0, 0, none_cols].max())))
+        for cls in classes:
+            self.pass_cols[cls] = any_cols
+            self.pass_lb[cls] = max(self.relax_lb[ANY], float(cut[slot[cls]]))
+        return any(lb < self.beat() for lb in self.pass_lb.values())
+
+    def _open_passes(self) -> None:
+        """The passes still open, each on prices near the best of the relaxation it belongs to, swept back."""
+        self.check()
+        rel, program = self.rel, self.program
+        assert rel is not None
+        still = [cls for cls in self.pass_lb if self.pass_lb[cls] < self.beat()]
+        before = len(rel.cols)
+        lower = rel.lower_bound()
+        near = {}
+        for cls in still:
+            cols = self.relax_cols[-1 if cls == -1 else ANY]
+            lam = float(rel.cols.lam[cols[int(np.argmax(lower[cols]))]])
+            near[cls] = lam * NEAR if lam > 0 else self.lam0 * GRID[1] * np.array([0.0, 0.01, 0.03, 0.1, 0.3])
+        rel = self._relax(Columns.join([self._columns([(cls, self.p_bytes.get(cls, 0.0))], near[cls])
+                                        for cls in still]), self.check)
+        own, offset = {}, before
+        for cls in still:
+            own[cls] = np.arange(offset, offset + len(near[cls]))
+            offset += len(near[cls])
+        cut = {cls: _INF for cls in still}
+        # The first columns' bounds through a placing edge, per predecessor (the same for every class pass).
+        first = {cls: EdgeBounds(rel, program, self.fig, cols) for cls, cols in self.relax_cols.items()}
+
+        def on_placing(e: Edge, j: int, through: np.ndarray) -> None:
+            preds = np.arange(e.lo, e.hi)
+            first_bound = {cls: bound(e, j, preds) for cls, bound in first.items()}
+            for cls in still:
+                rows = np.maximum(through[:, own[cls] - before].max(axis=1), first_bound[-1 if cls == -1 else ANY])
+                cut[cls] = min(cut[cls], float(rows.min()))
+
+        sweep_back(program, self.fig, self.limit, rel, np.arange(before, len(rel.cols)), check=self.check,
+                   on_placing=on_placing if program.kind != "real" else None)
+        for cls in still:
+            sel = np.concatenate([self.pass_cols[cls], own[cls]])
+            lb = max(self.pass_lb[cls], rel.close_cut(sel))
+            if program.kind != "real":
+                lb = max(lb, cut[cls] if cls != -1 else min(cut[cls], float(rel.h[C0, 0, sel].max())))
+            self.pass_cols[cls], self.pass_lb[cls] = sel, lb
