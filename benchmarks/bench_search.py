@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tuner.costmodel import CostModel
 from tuner.profile_table import ProfileRow, write_profile
-from tuner.search import SearchConfig, exact_solve, run_search
+from tuner.search import ExactResult, SearchConfig, exact_solve, run_search
 from tuner.workload import load_workload
 
 __all__ = ["main", "synthetic_profile"]
@@ -114,11 +114,7 @@ def main() -> int:
         csv_path, n_widths = synthetic_profile(Path(tmp), args.workload, stride=args.stride, dense=args.dense)
         wl = load_workload(args.workload)
         model = _model(csv_path, wl, args)
-        exact_times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            exact = exact_solve(model, seconds=args.exact_seconds)
-            exact_times.append(time.perf_counter() - t0)
+        exact, exact_times = _time_exact(model, args)
         storage = None if args.storage == "sqlite" else ""
         config = SearchConfig(n_trials=args.trials, progress=False, storage=storage, exact_seconds=args.exact_seconds)
         t0 = time.perf_counter()
@@ -162,6 +158,16 @@ def _model(csv_path: Path, wl: object, args: argparse.Namespace) -> CostModel:
     return model
 
 
+def _time_exact(model: CostModel, args: argparse.Namespace) -> tuple[ExactResult, list[float]]:
+    """The exact solver's answer and its wall time in each of --repeat runs."""
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        exact = exact_solve(model, seconds=args.exact_seconds)
+        times.append(time.perf_counter() - t0)
+    return exact, times
+
+
 def _machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     return (f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
@@ -181,12 +187,7 @@ def _scaling(args: argparse.Namespace) -> int:
     for stride in STRIDES:
         with tempfile.TemporaryDirectory() as tmp:
             csv_path, n_widths = synthetic_profile(Path(tmp), args.workload, stride=stride)
-            model = _model(csv_path, wl, args)
-            times = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                exact = exact_solve(model, seconds=args.exact_seconds)
-                times.append(time.perf_counter() - t0)
+            exact, times = _time_exact(_model(csv_path, wl, args), args)
         gap = "-" if exact.gap is None else f"{exact.gap:.2%}"
         rows.append({"stride": stride, "widths": n_widths, "best_s": min(times), "proven": exact.exact_memory,
                      "gap": exact.gap, "stopped_early": exact.stopped_early})

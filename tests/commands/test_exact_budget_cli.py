@@ -10,17 +10,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py (import-mode=importlib)
-from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from handmade_profiles import MIB, write_handmade_inputs  # noqa: E402
 from cli_runner import run  # noqa: E402
-
-SPEC = handmade_spec(name="cli-budget", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
-                     traffic=mixed_traffic(24, 64))
+from test_search_cli import SPEC  # noqa: E402
 
 
 @pytest.fixture()
 def inputs(tmp_path):
-    # 300 MiB of device memory: about 120 MiB of graph estimate fit, so the budget binds and the bounds alone do
-    # not prove the answer; the program over memory levels has work to do.
+    # test_search_cli's workload on 300 MiB of device memory: about 120 MiB of graph estimate fit, so the budget
+    # binds and the bounds alone do not prove the answer; the program over memory levels has work to do.
     return write_handmade_inputs(tmp_path, SPEC, list(range(1, 65)), total_memory_bytes=300 * MIB,
                                  standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
 
@@ -40,7 +39,7 @@ def test_exact_seconds_must_be_a_positive_number(inputs, tmp_path, capsys, comma
 def test_a_spent_exact_budget_is_said_and_the_faster_list_ships(inputs, tmp_path, capsys):
     wl_path, profile, _ = inputs
     out = tmp_path / "spent"
-    # A nanosecond: the solver's first sweep of bounds runs to its end (the bound of last resort), nothing after it.
+    # A nanosecond: the bounds' first forward sweeps run to their end (the bound of last resort), nothing after them.
     code, stdout, err = run(capsys, "tune", wl_path, "--profile", profile, "--out", out, "--trials", 20,
                             "--exact-seconds", "1e-9", "--no-progress")
     assert code == 0, err
