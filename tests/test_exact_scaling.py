@@ -196,8 +196,8 @@ class StepClock:
 
 def test_past_its_time_budget_the_solver_returns_its_best_list_with_a_proven_bound(tmp_path):
     for model, candidates in hard_cases(tmp_path, 4):
-        # The first reading starts the budget; every later one is past it: the first sweep of the bounds runs to
-        # its end, nothing after it.
+        # The first reading starts the budget; every later one is past it: the bounds' first forward sweeps run to
+        # their end, nothing after them.
         exact, brute = check(model, candidates, seconds=5.0, clock=StepClock(10.0))
         assert exact.stopped_early and not exact.exact_memory and exact.level_solves == 0
         assert exact.unproven[0].startswith("stopped at its time budget")

@@ -81,15 +81,14 @@ class ExactResult:
             return None
         return max(0.0, self.best.expected_step_ms / self.lower_bound_ms - 1.0)
 
-    def caveat(self) -> str:
+    def caveat(self, subject: str = "the exact solver's answer") -> str:
         """One sentence on an answer not proven optimal: why, and how far from the optimum it can be ("" if proven)."""
         if self.exact_memory:
             return ""
         gap = self.gap
         bound = ("no bound on its gap is proven" if gap is None or self.lower_bound_ms is None else
                  f"it is within {gap:.2%} of the optimum (a proven lower bound: {self.lower_bound_ms:.4f} ms)")
-        return f"the exact solver's answer fits both memory conditions but is not proven optimal " \
-               f"({'; '.join(self.unproven)}): {bound}"
+        return f"{subject} fits both memory conditions but is not proven optimal ({'; '.join(self.unproven)}): {bound}"
 
 
 def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,

@@ -211,6 +211,8 @@ GRID = np.concatenate([[0.0], np.logspace(-3, 4, 15)])
 """Prices of a byte tried for every pass, in units of the empty list's latency per budget byte (steps of 10^0.5)."""
 NEAR = 10.0 ** np.array([-1 / 3, -1 / 6, 0.0, 1 / 6, 1 / 3])
 """Prices tried per pass still open, as multiples of the best grid price of the relaxation it belongs to."""
+FRONT = np.array([5, 7, 9, 11, 13])
+"""The grid prices (10^-1 .. 10^3) every solve relaxes, for a front of lists even where price 0 settles it."""
 TINY = 1e-6
 """A price (in GRID's units) too small to trade latency for memory: it only breaks ties between equally fast chains
 (graphs no step uses) toward less memory."""
@@ -276,24 +278,20 @@ class Bounds:
         return self.rel
 
     def _first(self) -> bool:
-        """Price 0 (and a tiny one), then the grid where price 0 does not settle it: False when settled."""
-        rel = self._relax(self._columns(self.groups, np.array([0.0, self.lam0 * TINY])), lambda: None)
-        settled_at_zero = min(rel.lower_bound()[rel.cols.lam == 0]) >= self.beat()
-        if not settled_at_zero:
-            rel = self._relax(self._columns(self.groups, self.lam0 * GRID[1:]), lambda: None)
+        """Price 0 (and a tiny one) for every relaxation, with a few grid prices for the last (lists that trade
+        latency for memory, for the front, even where price 0 settles it); then the rest of the grid where price 0
+        does not settle it. False when settled."""
+        last, front = self.groups[-1], GRID[FRONT] if self.front else np.zeros(0)
+        first = Columns.join([self._columns(self.groups, np.array([0.0, self.lam0 * TINY])),
+                              self._columns([last], self.lam0 * front)])
+        rel = self._relax(first, lambda: None)
+        if min(rel.lower_bound()[rel.cols.lam == 0]) < self.beat():
+            rest = [self._columns([(cls, pg)], self.lam0 * np.setdiff1d(GRID[1:], front if cls == last[0] else []))
+                    for cls, pg in self.groups]
+            rel = self._relax(Columns.join(rest), lambda: None)
         self.relax_cols = {cls: np.flatnonzero(rel.cols.cls == cls) for cls, _ in self.groups}
         self.relax_lb = {cls: rel.close_cut(cols) for cls, cols in self.relax_cols.items()}
-        if min(self.relax_lb.values()) < self.beat():
-            return True
-        if settled_at_zero and self.front:
-            # A few prices more, only for lists that trade latency for memory (the front); skipped past the budget.
-            try:
-                more = relax(self.program, self.fig, self.limit,
-                             self._columns(self.groups[-1:], self.lam0 * np.logspace(-1, 3, 8)), check=self.check)
-                self.found(more, range(len(more.cols)), 0)
-            except TimeUp:
-                pass
-        return False
+        return min(self.relax_lb.values()) < self.beat()
 
     def _back(self) -> bool:
         """Sweep the first columns back. Every list of a class pass places its top over its second, every list of

@@ -477,7 +477,7 @@ def _exact_line(search: SearchResult) -> str:
     if ex.exact_memory:
         how = "every memory figure is a whole number of units, so its answer is the proven optimum"
     else:
-        how = ex.caveat().removeprefix("the exact solver's answer ").replace("fits", "its answer fits", 1)
+        how = ex.caveat("its answer")
     return (f"- exact solver: {ex.num_candidates} candidate widths in {ex.seconds:.1f} s; it counted {axis} in units "
             f"of {unit}: {how}")
 
