@@ -478,8 +478,8 @@ def _exact_line(search: SearchResult) -> str:
         how = "every memory figure is a whole number of units, so its answer is the proven optimum"
     else:
         how = ex.caveat("its answer")
-    return (f"- exact solver: {ex.num_candidates} candidate widths in {ex.seconds:.1f} s; it counted {axis} in units "
-            f"of {unit}: {how}")
+    took = f" in {ex.seconds:.1f} s" if ex.seconds > 0 else ""  # runs written before it was timed say nothing
+    return f"- exact solver: {ex.num_candidates} candidate widths{took}; it counted {axis} in units of {unit}: {how}"
 
 
 def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
