@@ -15,6 +15,8 @@ from tuner.exact_program import C0, NODES, Edge, Program
 __all__ = ["Levels"]
 
 _INF = math.inf
+_CHUNK = 512
+"""Predecessor rows added up at once (a block of at most this many rows x levels)."""
 
 Alive = Callable[[Edge, int, np.ndarray], np.ndarray]
 """(edge, candidate j, predecessor positions) -> which of them may still lead to a better list."""
@@ -41,10 +43,12 @@ class Levels:
         for j in range(n):
             check()
             for e, units, preds in self._edges(j):
-                block = self.rows[self.row_of[e.frm, preds], : B + 1 - units] + e.cost[preds, None]
                 row = self._row(e.to, j + 1)  # may grow the rows: index them after
                 target = self.rows[row, units:]
-                np.minimum(target, block.min(axis=0), out=target)
+                for at in range(0, len(preds), _CHUNK):  # a bounded block, however many predecessors are alive
+                    some = preds[at:at + _CHUNK]
+                    block = self.rows[self.row_of[e.frm, some], : B + 1 - units] + e.cost[some, None]
+                    np.minimum(target, block.min(axis=0), out=target)
 
     def _row(self, node: int, pos: int) -> int:
         row = int(self.row_of[node, pos])
