@@ -64,7 +64,7 @@ class ExactResult:
     stopped_early: bool = False
     """The time budget ran out before the optimum was proven."""
     seconds: float = 0.0
-    """Wall time the solver took."""
+    """Wall time the solver took (not written with a run: it would make the files differ from run to run)."""
     passes: int = 1
     """Passes of the program (one per value of vLLM's extrapolated per-graph term, and one without a second)."""
     level_solves: int = 0
@@ -146,6 +146,7 @@ class _Solve:
         self.memory_buckets, self.front_points, self.incumbents = memory_buckets, front_points, incumbents
         self.clock = clock
         self.started = clock()
+        self.budget_s = seconds
         self.deadline = None if seconds is None else self.started + seconds
         self.seen: dict[tuple[int, ...], Evaluation] = {}
         self.pool: dict[tuple[int, ...], float] = {}
@@ -189,7 +190,7 @@ class _Solve:
         if self.stopped:
             log.info("exact solver: stopped at its time budget after %.1f s", seconds)
         unproven = [why for why, yes in (
-            (f"stopped at its time budget after {seconds:.1f} s", self.stopped),
+            (f"stopped at its time budget of {self.budget_s or 0:g} s", self.stopped),
             (f"memory figures rounded to units of {self.unit / (1 << 20):.3f} MiB", not self.exact_memory),
             ("the real capture could outgrow vLLM's estimate by more than the memory vLLM does not request",
              self.headroom or self.capture_binds),

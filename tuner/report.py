@@ -196,7 +196,6 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "exact_lower_bound_ms": search.exact.lower_bound_ms,
         "exact_gap_bound": search.exact.gap,
         "exact_stopped_early": search.exact.stopped_early,
-        "exact_seconds": search.exact.seconds,
         "exact_unproven": list(search.exact.unproven),
         "notes": list(search.notes),
         "cgtune_version": __version__,
@@ -478,8 +477,7 @@ def _exact_line(search: SearchResult) -> str:
         how = "every memory figure is a whole number of units, so its answer is the proven optimum"
     else:
         how = ex.caveat("its answer")
-    took = f" in {ex.seconds:.1f} s" if ex.seconds > 0 else ""  # runs written before it was timed say nothing
-    return f"- exact solver: {ex.num_candidates} candidate widths{took}; it counted {axis} in units of {unit}: {how}"
+    return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
 
 
 def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,

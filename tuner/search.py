@@ -130,8 +130,8 @@ class SearchResult:
                       "memory_unit_bytes": self.exact.memory_unit_bytes, "exact_memory": self.exact.exact_memory,
                       "num_candidates": self.exact.num_candidates, "resource": self.exact.resource,
                       "lower_bound_ms": self.exact.lower_bound_ms, "stopped_early": self.exact.stopped_early,
-                      "seconds": self.exact.seconds, "passes": self.exact.passes,
-                      "level_solves": self.exact.level_solves, "unproven": list(self.exact.unproven)},
+                      "passes": self.exact.passes, "level_solves": self.exact.level_solves,
+                      "unproven": list(self.exact.unproven)},
             "study_name": self.study_name, "storage": self.storage, "objective": self.objective,
             "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
         }
@@ -146,9 +146,8 @@ class SearchResult:
         exact = ExactResult(model.evaluate(ex["best"]), [model.evaluate(s) for s in ex["front"]],
                             int(ex["memory_unit_bytes"]), bool(ex["exact_memory"]), int(ex["num_candidates"]),
                             str(ex.get("resource", "estimate")), ex.get("lower_bound_ms"),
-                            bool(ex.get("stopped_early", False)), float(ex.get("seconds", 0.0)),
-                            int(ex.get("passes", 1)), int(ex.get("level_solves", 0)),
-                            tuple(ex.get("unproven", ())))
+                            bool(ex.get("stopped_early", False)), passes=int(ex.get("passes", 1)),
+                            level_solves=int(ex.get("level_solves", 0)), unproven=tuple(ex.get("unproven", ())))
         return cls(model.evaluate(data["chosen"]), data["source"], exact, ev(data["study_best"]),
                    model.evaluate(data["default"]), data["study_name"], data["storage"], data["objective"],
                    dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]))
