@@ -26,7 +26,6 @@ __all__ = ["APPROXIMATED", "ExactResult", "SearchError", "brute_force", "exact_s
 
 log = logging.getLogger(__name__)
 
-_INF = math.inf
 _TIE = 2e-14
 """Lists within this share of the list to beat (or within twice the float error of a sum over the candidates) are
 ties, not worth proving faster: the same sums in another order differ by about as much."""

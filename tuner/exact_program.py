@@ -14,8 +14,8 @@ import numpy as np
 from tuner.costmodel import CostModel
 from tuner.vllm.memory import MIB
 
-__all__ = ["A0", "C0", "C1", "NODES", "Edge", "Memory", "Pass", "Program", "latency_layers", "memory_figures",
-           "round_up", "window_query_len"]
+__all__ = ["A0", "ANY", "C0", "C1", "FIGURES", "NODES", "Edge", "Layer", "Memory", "Prefix", "Program",
+           "latency_layers", "memory_figures", "round_up", "window_query_len"]
 
 A0, A1, C0, C1 = 0, 1, 2, 3
 """Nodes of a position, phase * 2 + state. Phases: A (windows, or members, still charged the pass's per-graph term)
@@ -211,20 +211,11 @@ def memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[Memo
         b.estimate_budget_bytes, "estimate"
 
 
-@dataclass(frozen=True)
-class Pass:
-    """A part of the program the per-graph term splits off: the lists whose second (the window, or member, just below
-    the top) has per-graph class `cls`, every charged graph below the top costing `per_graph`; or (`cls` -1) the
-    lists with nothing charged below the top (one window or member, or none), the only pass of a `real` program."""
-
-    cls: int
-    """The per-graph class of the second; -1: no second; ANY (bounds only): any class, charged its least value."""
-    per_graph: float = 0.0
-    """What each charged graph below the top costs in this pass (units in the program over levels, bytes in bounds)."""
-
-
 ANY = -2
-"""A `Pass.cls` for bounds: every pass with a second at once, each charged graph at the least per-graph value."""
+"""Passes are named by the per-graph class of their second (the window, or member, just below the top): the lists
+whose second has that class, each charged graph below the top costing its value; -1 names the lists with nothing
+charged below the top (one window or member, or none), the only pass of a `real` program. ANY (bounds only): every
+pass with a second at once, each charged graph at the least per-graph value."""
 
 
 @dataclass
