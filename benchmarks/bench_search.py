@@ -1,15 +1,20 @@
 """Search benchmark (not a test): optuna study time for 300 trials over ~400 candidate widths, and exact-solver
 time, on a synthetic profile. The profile's numbers are made up to give the solver a realistic shape; they are
-timing fixtures, never measurements. Targets: study <= 10 s, exact solver <= 2 s.
+timing fixtures, never measurements. Targets (TARGETS): study <= 10 s, exact solver <= 2 s at ~400 widths, and
+exact-solver time growing close to linearly with the widths (2072 widths at most 10x the time of 295).
 
-    python benchmarks/bench_search.py [--trials 300] [--storage sqlite|memory] [--repeat 3]
+    python benchmarks/bench_search.py [--trials 300] [--storage sqlite|memory] [--repeat 3] [--stride S]
+    python benchmarks/bench_search.py --scaling [--repeat 2] [--graph-budget-gib G]   # exact solver per stride
     python benchmarks/bench_search.py --quality     # study gap to the exact optimum over workloads x budgets
+    python benchmarks/bench_search.py --write-profile DIR [--dense]    # the synthetic profile, for cgtune tune
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -18,7 +23,7 @@ from pathlib import Path
 
 from tuner.costmodel import CostModel
 from tuner.profile_table import ProfileRow, write_profile
-from tuner.search import SearchConfig, exact_solve, run_search
+from tuner.search import ExactResult, SearchConfig, exact_solve, run_search
 from tuner.workload import load_workload
 
 __all__ = ["main", "synthetic_profile"]
@@ -26,16 +31,25 @@ __all__ = ["main", "synthetic_profile"]
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 GIB = 1 << 30
+TARGETS = {"study_s": 10, "exact_solver_s": 2, "scaling_ratio": 10}
+"""Speed goals: a 300-trial study and the exact solver at ~400 widths (stride 32), and the exact solver's time at
+2072 widths (stride 4) over its time at 295 (stride 64), measured in one run."""
+STRIDES = (64, 32, 16, 8, 4)
+"""`--scaling`: 295, 413, 650, 1124 and 2072 widths with the shipped DFlash workload."""
 
 
-def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32) -> tuple[Path, int]:
-    """A profile over vLLM's default grid, every decode width n*q and a `stride` grid above the ceiling, with
-    made-up latency (launch overhead plus work) and memory; returns (csv path, number of widths)."""
+def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32, dense: bool = False
+                      ) -> tuple[Path, int]:
+    """A profile over vLLM's default grid, every decode width n*q and a `stride` grid above the ceiling (`dense`:
+    every width from 1 to max_num_batched_tokens), with made-up latency (launch overhead plus work) and memory;
+    returns (csv path, number of widths)."""
     wl = load_workload(workload_path)
     s = wl.serving
     q = s.decode_query_len
     widths = set(s.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
     widths |= set(range(512 + stride, s.max_num_batched_tokens + 1, stride))
+    if dense:
+        widths |= set(range(1, s.max_num_batched_tokens + 1))
     widths = sorted(w for w in widths if w <= s.max_num_batched_tokens)
     rows = []
     for w in widths:
@@ -69,45 +83,55 @@ def main() -> int:
     p.add_argument("--workload", type=Path, default=ROOT / "workloads/dflash-llama-3.1-8b.yaml")
     p.add_argument("--trials", type=int, default=300)
     p.add_argument("--storage", choices=("sqlite", "memory"), default="sqlite")
-    p.add_argument("--repeat", type=int, default=3, help="exact-solver repetitions (median reported)")
+    p.add_argument("--repeat", type=int, default=3, help="exact-solver repetitions (median reported; --scaling: best)")
+    p.add_argument("--stride", type=int, default=32, help="width grid above the ceiling (default 32: ~400 widths)")
+    p.add_argument("--dense", action="store_true", help="every width from 1 to max_num_batched_tokens")
     p.add_argument("--required-kv-gib", type=float, default=None,
                    help="override the workload's required KV so the graph budget binds (default: as the workload)")
+    p.add_argument("--graph-budget-gib", type=float, default=None,
+                   help="instead: the required KV that leaves this much for graphs (a budget that binds)")
+    p.add_argument("--exact-seconds", type=float, default=None, help="the exact solver's time budget (default none)")
     p.add_argument("--quality", action="store_true",
                    help="instead: the study's gap to the exact optimum for four shipped workloads x graph budgets "
                         "of 0.3, 1 and 3 GiB and the unconstrained one (in-memory storage)")
+    p.add_argument("--scaling", action="store_true",
+                   help="instead: the exact solver alone at strides " + ", ".join(map(str, STRIDES))
+                        + " (best of --repeat), and the ratio of the widest profile's time to the narrowest's")
+    p.add_argument("--write-profile", type=Path, metavar="DIR",
+                   help="instead: write the synthetic profile (CSV + JSON) for the workload into DIR and exit")
     args = p.parse_args()
     if args.quality:
         return _quality(args.trials)
+    if args.scaling:
+        return _scaling(args)
+    if args.write_profile is not None:
+        csv_path, n_widths = synthetic_profile(args.write_profile, args.workload, stride=args.stride,
+                                               dense=args.dense)
+        print(f"{csv_path} ({n_widths} widths; synthetic timing fixture, not a measurement)")
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
-        csv_path, n_widths = synthetic_profile(Path(tmp), args.workload)
+        csv_path, n_widths = synthetic_profile(Path(tmp), args.workload, stride=args.stride, dense=args.dense)
         wl = load_workload(args.workload)
-        model = CostModel.from_files(csv_path, wl)
-        if args.required_kv_gib is not None:
-            import dataclasses
-
-            model.budget = dataclasses.replace(model.budget, required_kv_bytes=int(args.required_kv_gib * GIB))
-        exact_times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            exact = exact_solve(model)
-            exact_times.append(time.perf_counter() - t0)
+        model = _model(csv_path, wl, args)
+        exact, exact_times = _time_exact(model, args)
         storage = None if args.storage == "sqlite" else ""
-        config = SearchConfig(n_trials=args.trials, progress=False, storage=storage)
+        config = SearchConfig(n_trials=args.trials, progress=False, storage=storage, exact_seconds=args.exact_seconds)
         t0 = time.perf_counter()
         result = run_search(model, config, run_dir=Path(tmp) / "run" if args.storage == "sqlite" else None)
         total_s = time.perf_counter() - t0
         # run_search solves exactly once more before the study; report the study's share separately.
         study_s = total_s - statistics.median(exact_times)
         report = {
-            "machine": f"{platform.node()} ({platform.processor() or platform.machine()}), Python "
-                       f"{platform.python_version()}",
+            "machine": _machine(),
             "workload": wl.name,
             "steps": len(model.steps),
             "candidates": len(model.candidates),
             "profile_widths": n_widths,
             "graph_budget_gib": round(model.budget.estimate_budget_bytes / GIB, 3),
             "exact_proven_optimal": exact.exact_memory,
+            "exact_gap_bound": exact.gap,
+            "exact_stopped_early": exact.stopped_early,
             "exact_solver_s_median": round(statistics.median(exact_times), 3),
             "exact_solver_s_all": [round(t, 3) for t in exact_times],
             "exact_memory_unit_bytes": exact.memory_unit_bytes,
@@ -117,15 +141,67 @@ def main() -> int:
             "run_search_total_s": round(total_s, 2),
             "study_gap_to_exact": None if result.gap is None else round(result.gap, 5),
             "source": result.source,
-            "targets": {"study_s": 10, "exact_solver_s": 2},
+            "targets": {k: TARGETS[k] for k in ("study_s", "exact_solver_s")},
         }
     print(json.dumps(report, indent=2))
     return 0
 
 
-def _quality(trials: int) -> int:
-    import dataclasses
+def _model(csv_path: Path, wl: object, args: argparse.Namespace) -> CostModel:
+    """The cost model, its required KV overridden as the flags ask."""
+    model = CostModel.from_files(csv_path, wl)  # type: ignore[arg-type]
+    if args.graph_budget_gib is not None:
+        model.budget = dataclasses.replace(
+            model.budget, required_kv_bytes=model.budget.kv_available_bytes(0) - int(args.graph_budget_gib * GIB))
+    elif args.required_kv_gib is not None:
+        model.budget = dataclasses.replace(model.budget, required_kv_bytes=int(args.required_kv_gib * GIB))
+    return model
 
+
+def _time_exact(model: CostModel, args: argparse.Namespace) -> tuple[ExactResult, list[float]]:
+    """The exact solver's answer and its wall time in each of --repeat runs."""
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        exact = exact_solve(model, seconds=args.exact_seconds)
+        times.append(time.perf_counter() - t0)
+    return exact, times
+
+
+def _machine() -> str:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return (f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
+            f"{load}), Python {platform.python_version()}")
+
+
+def _scaling(args: argparse.Namespace) -> int:
+    """The exact solver alone per stride, best of --repeat, all in one run; the widest over the narrowest."""
+    wl = load_workload(args.workload)
+    rows = []
+    print(f"machine: {_machine()}")
+    print(f"workload: {wl.name}; synthetic profiles (timing fixtures, not measurements); graph budget: "
+          f"{'as the workload' if args.graph_budget_gib is None else f'{args.graph_budget_gib:g} GiB'}")
+    print("| stride | profile widths | exact solver, best of %d (s) | proven optimal | proven gap | passes (solved over "
+          "levels) |" % args.repeat)
+    print("|---|---|---|---|---|---|")
+    for stride in STRIDES:
+        with tempfile.TemporaryDirectory() as tmp:
+            csv_path, n_widths = synthetic_profile(Path(tmp), args.workload, stride=stride)
+            exact, times = _time_exact(_model(csv_path, wl, args), args)
+        gap = "-" if exact.gap is None else f"{exact.gap:.2%}"
+        rows.append({"stride": stride, "widths": n_widths, "best_s": min(times), "proven": exact.exact_memory,
+                     "gap": exact.gap, "stopped_early": exact.stopped_early})
+        print(f"| {stride} | {n_widths} | {min(times):.2f} | {'yes' if exact.exact_memory else 'no'} | {gap}"
+              f"{' (stopped at the time budget)' if exact.stopped_early else ''} | {exact.passes} "
+              f"({exact.level_solves}) |", flush=True)
+    ratio = rows[-1]["best_s"] / rows[0]["best_s"]
+    print(f"ratio {rows[-1]['widths']} / {rows[0]['widths']} widths: {ratio:.1f} (target <= "
+          f"{TARGETS['scaling_ratio']}; width ratio {rows[-1]['widths'] / rows[0]['widths']:.1f})")
+    print(f"load average after: {_machine()}")
+    return 0
+
+
+def _quality(trials: int) -> int:
     rows = []
     for name in ("dflash-llama-3.1-8b", "suffix-llama-3.1-8b", "mtp1-qwen3-8b", "eagle-llama-3.2-1b"):
         path = ROOT / "workloads" / f"{name}.yaml"
@@ -140,6 +216,7 @@ def _quality(trials: int) -> int:
                 result = run_search(model, SearchConfig(n_trials=trials, progress=False, storage=""))
                 rows.append({"workload": name, "candidates": len(model.candidates), "graph_budget_gib": budget_gib,
                              "gap_to_exact": None if result.gap is None else round(result.gap, 5),
+                             "exact_proven": result.exact.exact_memory, "exact_gap_bound": result.exact.gap,
                              "source": result.source, "graphs": len(result.chosen.capture_sizes),
                              "seconds": round(time.perf_counter() - t0, 2)})
     print(json.dumps(rows, indent=1))

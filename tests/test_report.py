@@ -3,6 +3,7 @@ hand) and the files of a run directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -304,11 +305,17 @@ def test_noisy_widths_are_counted_over_the_decision_widths(tmp_path):
 def test_memory_rounding_is_stated_once(ceiling):
     model = ceiling
     search = hand_picked(model, model.default_sizes)
-    search.notes.append("the exact solver counted memory in 0.28 MiB units (rounded to the nearest, ...)")
+    rounded = dataclasses.replace(search.exact, exact_memory=False, unproven=("memory figures rounded to units",),
+                                  lower_bound_ms=search.exact.best.expected_step_ms / 1.01)
+    search.notes.append(rounded.caveat())
     md, _ = render(model, search)
-    assert "the exact solver counted memory in" not in md and md.count("in units of") == 1
+    assert "not proven optimal" not in md and md.count("in units of") == 1
     assert ("in units of 1,048,576 B (1.000 MiB): every memory figure is a whole number of units, so its answer is "
             "the proven optimum") in md
+    search.exact = rounded
+    md, data = render(model, search)
+    assert md.count("not proven optimal (memory figures rounded to units): it is within 1.00% of the optimum") == 1
+    assert data["exact_gap_bound"] == pytest.approx(0.01) and data["exact_unproven"] == ["memory figures rounded to units"]
 
 
 def test_log_axis_when_values_span_two_decades():

@@ -1,29 +1,37 @@
 """The exact solver: the fastest capture list that vLLM starts with (its graph-memory ESTIMATE leaves the required
-KV cache) and whose real capture fits, under the cost model, by dynamic programming over the sorted candidate
-widths; the yardstick every optuna study is held to."""
+KV cache) and whose real capture fits, under the cost model; the yardstick every optuna study is held to.
+
+Lagrangian bounds (`tuner.exact_bounds`) over the program of `tuner.exact_program` find good lists and rule out
+the passes and transitions that cannot lead to a better one; a dynamic program over memory levels
+(`tuner.exact_levels`) over what is left proves the optimum. This module sets the program up, runs the two, and
+answers: past a time budget, the best list found with a proven lower bound on the optimum."""
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
 
 import numpy as np
 
 from tuner.costmodel import GIB, CostModel, Evaluation
-from tuner.vllm.memory import MIB
+from tuner.exact_bounds import Bounds, Columns, Relaxation, TimeUp, float_slack
+from tuner.exact_levels import Levels
+from tuner.exact_program import FIGURES, Edge, Program, latency_layers, memory_figures, round_up, window_query_len
 
-__all__ = ["ExactResult", "SearchError", "brute_force", "exact_solve", "pareto_front", "round_up"]
+__all__ = ["APPROXIMATED", "ExactResult", "SearchError", "brute_force", "exact_solve", "pareto_front", "round_up"]
 
 log = logging.getLogger(__name__)
 
-_INF = math.inf
-_A, _C = 0, 1
-"""Phases of a chain (see exact_solve): windows still charged the extrapolated per-graph estimate (A) or the
-top graph placed (C)."""
+_TIE = 2e-14
+"""Lists within this share of the list to beat (or within twice the float error of a sum over the candidates) are
+ties, not worth proving faster: the same sums in another order differ by about as much."""
+APPROXIMATED = ("the program approximates the step latency (several speculative tiers, or DFlash under cudagraph_mode "
+                "FULL; its answer is then improved one width at a time)")
+"""Why an answer whose latency layers are not the cost model's is not proven (and has no bound)."""
 
 
 class SearchError(ValueError):
@@ -35,147 +43,71 @@ class ExactResult:
     """The exact solver's answer under the cost model."""
 
     best: Evaluation
-    """Fastest list that fits both of vLLM's memory conditions."""
+    """Fastest list that fits both of vLLM's memory conditions (past the time budget: the fastest found)."""
     front: list[Evaluation]
-    """Latency/graph-memory Pareto front of fitting lists, by increasing memory."""
+    """Latency/graph-memory Pareto front of fitting lists found, by increasing memory."""
     memory_unit_bytes: int
     """Memory was counted in units of this many bytes (exact when `exact_memory`, else rounded to the nearest
     unit and the answer re-checked in bytes)."""
     exact_memory: bool
-    """True when the answer is the optimum, not just a fitting list: the unit divides every memory figure and the
-    condition the program does not carry (the real capture beside the estimate) cannot bind."""
+    """True when the answer is the optimum, not just a fitting list: the unit divides every memory figure, the
+    condition the program does not carry (the real capture beside the estimate) cannot bind, the latency layers are
+    the cost model's, and the solver finished within its time budget."""
     num_candidates: int
     """Candidate widths the program ran over."""
     resource: str = "estimate"
     """What the program's memory axis counted: vLLM's `estimate` or the `real` pool."""
-
-
-def round_up(x: np.ndarray | int, q: int) -> Any:
-    return -(-np.asarray(x) // q) * q
-
-
-class _Prefix:
-    """Prefix sums of step probability and probability x eager latency over sorted widths."""
-
-    def __init__(self, widths: np.ndarray, probs: np.ndarray, eager: np.ndarray) -> None:
-        order = np.argsort(widths, kind="stable")
-        self.w = widths[order]
-        self.p = np.concatenate([[0.0], np.cumsum(probs[order])])
-        self.pe = np.concatenate([[0.0], np.cumsum((probs * eager)[order])])
-
-    def mass(self, x: Any) -> Any:
-        """Probability of steps of width <= x."""
-        return self.p[np.searchsorted(self.w, x, side="right")]
-
-    def eager(self, x: Any) -> Any:
-        """Sum of p x eager latency of steps of width <= x."""
-        return self.pe[np.searchsorted(self.w, x, side="right")]
+    lower_bound_ms: float | None = None
+    """A proven lower bound on the optimum's expected step latency (the answer's own when proven); None where none
+    is proven (the program approximates several decode tiers)."""
+    stopped_early: bool = False
+    """The time budget ran out before the optimum was proven."""
+    seconds: float = 0.0
+    """Wall time the solver took (not written with a run: it would make the files differ from run to run)."""
+    passes: int = 1
+    """Passes of the program (one per value of vLLM's extrapolated per-graph term, and one without a second)."""
+    level_solves: int = 0
+    """Passes the dynamic program over memory levels solved (0: the bounds alone proved the answer, or stopped)."""
+    unproven: tuple[str, ...] = ()
+    """Why the answer is not proven optimal (empty when it is)."""
 
     @property
-    def eager_total(self) -> float:
-        return float(self.pe[-1])
+    def gap(self) -> float | None:
+        """Proven bound on how much slower the answer is than the optimum (0 when proven; None: no bound)."""
+        if self.exact_memory:
+            return 0.0
+        if self.lower_bound_ms is None or self.lower_bound_ms <= 0:
+            return None
+        return max(0.0, self.best.expected_step_ms / self.lower_bound_ms - 1.0)
 
-
-@dataclass
-class _Memory:
-    """Per-candidate memory figures (bytes) of one formulation of vLLM's rule; see exact_solve."""
-
-    kind: str
-    """`real` (additive real pool), `window` (V2 with FULL decode windows) or `count` (top/second form)."""
-    member: np.ndarray
-    """Charged when a candidate joins a list below its top (`real`/`window`: its mixed graph's delta)."""
-    window: np.ndarray
-    """Charged when a candidate opens a FULL decode window: `real` the window graphs' deltas, `window` the
-    drafter's window graph (the target's FULL windows are the extrapolated part)."""
-    first: np.ndarray
-    """`window`: the top FULL window's sample; `count`: the top's whole first term."""
-    extra: np.ndarray
-    """`real`/`window`: added at the top (the first-captured graph's standalone footprint minus its delta)."""
-    per_graph: np.ndarray
-    """`window`: max(FULL delta at the window, 1 MiB); `count`: the per-graph term a candidate sets as second."""
-    added: np.ndarray
-    """`count`: bytes charged per member on top of its estimate term (V2's drafter graphs, counted in full)."""
-    top_budget: np.ndarray | None = None
-    """Per candidate, the most memory a list topped by it may take (SGLang: its max moves the KV budget); None: the
-    program's one budget; < 0: no list may top there."""
-    real_member: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    """Real-pool bytes a candidate adds below the top (for the capture-headroom bound)."""
-    real_top: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    """Real-pool bytes of a candidate as the top (for the capture-headroom bound)."""
-
-
-def _memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[_Memory, int, str]:
-    """The formulation of vLLM's memory rule the program runs, its budget in bytes, and what it counts."""
-    b = model.budget
-    sep, has_mixed = model.separate_decode, model.mixed_mode != "NONE"
-    n = len(c)
-    zero = np.zeros(n)
-    top_mode = model.mixed_mode if has_mixed else "FULL"
-    sa_top, de_top = model.graph_bytes(top_mode, c)
-    d_mix = model.graph_bytes(model.mixed_mode, c)[1] if has_mixed else zero
-    sa_full_r, d_full_r = model.graph_bytes("FULL", r) if sep else (zero, zero)
-    windows = d_full_r if sep else zero
-    # The drafter's graphs enter the pool after the target's larger ones: each costs its delta, per list member or
-    # per FULL window (tuner.drafter_cost); V1 captures them inside the target's PIECEWISE samples.
-    dr_member, dr_window = model.drafter.memory_terms(c, r, sep=sep) if model.drafter is not None else (zero, zero)
-    real_member = d_mix + windows + dr_member + dr_window
-    real_top = sa_top + (windows if sep and has_mixed else zero) + dr_member + dr_window
-    if model.serving.engine != "vllm":
-        # SGLang and TensorRT-LLM count the real pool: TensorRT-LLM against one budget, SGLang against one per list
-        # max (its automatic memory fraction moves with max(bs)).
-        top_budget = np.array([b.real_budget_bytes(top=int(-(-w // model.q))) for w in c], dtype=float)
-        return _Memory("real", d_mix + dr_member, windows + dr_window, zero, np.maximum(0.0, sa_top - de_top), zero,
-                       zero, top_budget=top_budget, real_member=real_member, real_top=real_top), \
-            int(max(top_budget.max(), 0)), "real"
-    if not b.estimate_enabled or (model.runner == "v2" and model.cudagraph_mode in ("PIECEWISE", "NONE")):
-        # The estimate is 0 (the real capture must fit in what vLLM does not request), or equals the real pool.
-        budget = b.slack_bytes if not b.estimate_enabled else b.estimate_budget_bytes
-        return _Memory("real", d_mix + dr_member, windows + dr_window, zero, np.maximum(0.0, sa_top - de_top), zero,
-                       zero, real_member=real_member, real_top=real_top), budget, "real"
-    floor = float(MIB)
-    if model.runner == "v2" and sep:
-        # PIECEWISE and drafter graphs count at their real pool size; the target's FULL windows as
-        # first + (n - 1) * max(second, 1 MiB).
-        first = d_full_r if has_mixed else sa_full_r
-        extra = np.maximum(0.0, sa_top - de_top) if has_mixed else zero
-        return _Memory("window", d_mix + dr_member, dr_window, first, extra, np.maximum(d_full_r, floor), zero,
-                       real_member=real_member, real_top=real_top), b.estimate_budget_bytes, "estimate"
-    # V1 (every mode) and V2 without separate decode graphs (FULL): first + (k - 1) * per-graph, with every
-    # candidate a graph of each mode the list captures (V1's candidates are multiples of q up to the widest decode
-    # batch, so each is its own FULL decode window).
-    if model.runner == "v2":  # FULL: one FULL graph per member, largest first; V2's drafter graphs in full
-        sa_f, d_f = model.graph_bytes("FULL", c)
-        first, per, added = sa_f, np.maximum(d_f, floor), dr_member
-    else:  # V1: a drafter graph belongs to the PIECEWISE sample it is captured with
-        sas, pers = [], []
-        for i, mode in enumerate(([model.mixed_mode] if has_mixed else []) + (["FULL"] if sep else [])):
-            sa, de = model.graph_bytes(mode, c)
-            extra_dr = dr_member if mode == "PIECEWISE" else zero
-            # One profiling pool for every mode: FULL's first sample lands on the PIECEWISE samples (its delta).
-            sas.append((sa if i == 0 else de) + extra_dr)
-            pers.append(np.maximum(de + extra_dr, floor))
-        first, per, added = np.maximum.reduce(sas), sum(pers), zero
-    return _Memory("count", zero, zero, first, zero, per, added, real_member=real_member, real_top=real_top), \
-        b.estimate_budget_bytes, "estimate"
+    def caveat(self, subject: str = "the exact solver's answer") -> str:
+        """One sentence on an answer not proven optimal: why, and how far from the optimum it can be ("" if proven)."""
+        if self.exact_memory:
+            return ""
+        gap = self.gap
+        bound = ("no bound on its gap is proven" if gap is None or self.lower_bound_ms is None else
+                 f"it is within {gap:.2%} of the optimum (a proven lower bound: {self.lower_bound_ms:.4f} ms)")
+        return f"{subject} fits both memory conditions but is not proven optimal ({'; '.join(self.unproven)}): {bound}"
 
 
 def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
-                front_points: int = 40) -> ExactResult:
+                front_points: int = 40, seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
+                incumbents: Sequence[Sequence[int]] = (), bounds: bool = True) -> ExactResult:
     """Fastest capture list over `candidates` (default: the model's) that fits vLLM's two memory conditions.
 
-    A dynamic program over the sorted candidates. A list's latency splits into per-gap terms between consecutive
-    members (steps padded up to the upper one), FULL decode graphs into q-wide windows (a window's graph is the
-    rounded width of its lowest member); the top window is special in vLLM (its rounded graph may exceed the max and
-    is then not captured), so states carry a flag for it.
+    The program (`tuner.exact_program`): a list is a path through the sorted candidates. Its latency splits into
+    per-gap terms between consecutive members (steps padded up to the upper one), FULL decode graphs into q-wide
+    windows (a window's graph is the rounded width of its lowest member); the top window is special in vLLM (its
+    rounded graph may exceed the max and is then not captured), so nodes carry a flag for it.
 
     Memory. vLLM sizes the KV cache from its graph-memory ESTIMATE, which depends on a list only through additive
-    real-pool terms, graph counts and the two largest graphs of each extrapolated mode. The program's memory axis
-    counts that estimate against `requested - non_kv - required_kv`:
+    real-pool terms, graph counts and the two largest graphs of each extrapolated mode. The program counts that
+    estimate against `requested - non_kv - required_kv`:
     - V2 with FULL decode windows: every PIECEWISE graph at its real delta (the top at its standalone footprint);
       FULL windows as `first + (n - 1) * max(second, 1 MiB)`. For each value p of the per-graph term, one pass
       charges every window p while a chain is in phase A; a chain places its top window (phase C: no further window)
-      at its own sample, and only when the window below it (the second) has per-graph term p. A list is thus costed
-      exactly in the pass of its own p.
+      at its own sample, over a second window of per-graph term p. Lists with no window below the top have a pass
+      of their own. A list is thus costed exactly in the pass of its own p.
     - V1 (every mode; its lists are multiples of q up to the widest decode batch) and V2 FULL mode: `f(top) +
       (k - 1) * g(second)`; per value p of g, members cost p and the top is placed (phase C) at f(top) only over a
       second member whose g is p.
@@ -184,424 +116,292 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     The other condition, that the real capture fits beside the estimate (`real - estimate <= total - requested`),
     is bounded per pass: when even the worst list cannot break it, the answer is exact in both; otherwise the
     answer is re-checked and the result says it is not proven optimal.
-    Memory is counted in units of `memory_unit_bytes`: exact when one unit divides every figure and the budget spans
-    at most `memory_buckets` of them, else rounded to the nearest unit with the answer re-checked in bytes
-    (re-solved under a lower budget on an overshoot, a rounded-up pass last), so the answer always fits.
+
+    Search. Lagrangian relaxations in bytes (latency + λ x memory, for a grid of λ, every pass at once) give lower
+    bounds per pass, per top and per transition, and lists that fit; with the best of those (and `incumbents`, and
+    vLLM's default within the candidates) as the list to beat, passes and transitions whose bound cannot beat it are
+    dropped, and a dynamic program over memory levels solves what is left, pass by pass from the most promising.
+    Levels count `memory_unit_bytes`: exact when one unit divides every figure and the budget spans at most
+    `memory_buckets` of them, else rounded to the nearest unit with the answer re-checked in bytes (re-solved under
+    a lower budget on an overshoot, a rounded-up pass last), so the answer always fits.
+
+    Time. Past `seconds` (None: no limit; read with `clock`), the fastest fitting list found so far is returned with
+    `stopped_early` and a proven lower bound on the optimum (the bounds' first forward sweeps, at price 0 and on
+    the grid, always run to their end: they are that bound).
+    `bounds=False` skips the bounds: every pass over every transition (the reference the pruning is tested against).
     """
-    cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
-    empty = model.evaluate(())
-    if not empty.feasible:
-        raise SearchError(
-            f"no capture list fits, not even the empty one: KV cache {empty.kv_available_bytes / GIB:.2f} GiB without "
-            f"graphs < required {model.budget.required_kv_bytes / GIB:.2f} GiB"
-        )
-    if model.cudagraph_mode == "NONE" or not cands:
-        return ExactResult(empty, [empty], 1, True, 0)
+    return _Solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
+                  seconds=seconds, clock=clock, incumbents=incumbents, bounds=bounds).run()
 
-    sep = model.separate_decode
-    q = _window_query_len(model) if sep else model.q
-    decode_limit = q * model.serving.max_num_seqs
-    c = np.array(cands, dtype=np.int64)
-    n = len(c)
-    r = round_up(c, q) if sep else c.copy()
-    layers, constant, layers_exact = _latency_layers(model, c, r, q)
-    mem, budget_bytes, resource = _memory_figures(model, c, r)
 
-    # Memory in units: when one unit divides every figure (the gcd) and the budget spans few enough of them, the
-    # program is exact. Otherwise figures are rounded to the nearest unit (errors cancel instead of adding up) and
-    # the answer is checked in exact bytes; if it overshoots, the budget is lowered by the overshoot and re-solved.
-    arrays = (mem.member, mem.window, mem.first, mem.extra, mem.per_graph, mem.added)
-    figures = np.rint(np.concatenate(arrays)).astype(np.int64)
-    gcd = int(np.gcd.reduce(figures[figures > 0])) if np.any(figures > 0) else 1
-    everything = int(mem.member.sum() + mem.window.sum() + mem.extra.max() + mem.first.max()
-                     + mem.per_graph.max() * n + mem.added.sum())  # no list can need more than this
-    span = max(1, min(budget_bytes, everything))
-    exact_memory = span // gcd <= memory_buckets
-    unit = gcd if exact_memory else -(-span // memory_buckets)
+class _Solve:
+    """One exact solve: the program, its bounds, the dynamic program over levels, and the answer."""
 
-    def to_units(x: np.ndarray, how: str) -> np.ndarray:
+    def __init__(self, model: CostModel, *, memory_buckets: int, candidates: Sequence[int] | None,
+                 front_points: int, seconds: float | None, clock: Callable[[], float],
+                 incumbents: Sequence[Sequence[int]], bounds: bool) -> None:
+        self.model, self.use_bounds = model, bounds
+        self.cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
+        self.memory_buckets, self.front_points, self.incumbents = memory_buckets, front_points, incumbents
+        self.clock = clock
+        self.started = clock()
+        self.budget_s = seconds
+        self.deadline = None if seconds is None else self.started + seconds
+        self.seen: dict[tuple[int, ...], Evaluation] = {}
+        self.pool: dict[tuple[int, ...], float] = {}
+        """Lists the relaxations found that fit their budget in bytes, with their bytes (for the front)."""
+        self.stopped = self.dp_failed = self.capture_binds = False
+        self.tie = 0.0
+        self.passes = 1
+        self.level_solves = 0
+        self.solved: dict[int, float] = {}
+
+    def check(self) -> None:
+        if self.deadline is not None and self.clock() > self.deadline:
+            raise TimeUp
+
+    # ------------------------------------------------------------------------------------------------ answer
+    def run(self) -> ExactResult:
+        model = self.model
+        empty = model.evaluate(())
+        if not empty.feasible:
+            raise SearchError(
+                f"no capture list fits, not even the empty one: KV cache {empty.kv_available_bytes / GIB:.2f} GiB "
+                f"without graphs < required {model.budget.required_kv_bytes / GIB:.2f} GiB"
+            )
+        if model.cudagraph_mode == "NONE" or not self.cands:
+            return ExactResult(empty, [empty], 1, True, 0, lower_bound_ms=empty.expected_step_ms)
+        self._setup(empty)
+        self.best, self.ub = empty, empty.expected_step_ms  # the list to beat, and its latency in program terms
+        self.seen[()] = empty
+        allowed = set(self.cands)
+        for sizes in [model.default_sizes, *self.incumbents]:
+            self._consider(tuple(sorted({int(w) for w in sizes} & allowed)))
+        try:
+            if self.use_bounds:
+                self.bounds.run()
+            self._levels()
+        except TimeUp:
+            self.stopped = True
+        if not self.layers_exact:
+            self.best = improve_locally(self.model, self.best, self.cands)
+        proven = (self.exact_memory and self.layers_exact and not self.headroom and not self.stopped
+                  and not self.dp_failed and not self.capture_binds)
+        seconds = self.clock() - self.started
+        if self.stopped:
+            log.info("exact solver: stopped at its time budget after %.1f s", seconds)
+        unproven = [why for why, yes in (
+            (f"stopped at its time budget of {self.budget_s or 0:g} s", self.stopped),
+            (f"memory figures rounded to units of {self.unit / (1 << 20):.3f} MiB", not self.exact_memory),
+            ("the real capture could outgrow vLLM's estimate by more than the memory vLLM does not request",
+             self.headroom or self.capture_binds),
+            (APPROXIMATED, not self.layers_exact),
+            ("no rounded answer fit in bytes", self.dp_failed)) if yes]
+        return ExactResult(self.best, self._front(), self.unit, bool(proven), len(self.cands), self.resource,
+                           self._lower_bound(proven), self.stopped, seconds, self.passes, self.level_solves,
+                           () if proven else tuple(unproven))
+
+    def _consider(self, sizes: tuple[int, ...], program_ms: float | None = None) -> Evaluation:
+        """Evaluate a list; if it fits, it may become the answer and the latency to beat (`program_ms`: its latency
+        in the program's terms, which are the cost model's when the layers are exact)."""
+        e = self.seen.get(sizes)
+        if e is None:
+            e = self.seen[sizes] = self.model.evaluate(sizes)
+        if e.feasible:
+            if e.expected_step_ms < self.best.expected_step_ms - 1e-12:
+                self.best = e
+            if program_ms is not None:
+                self.ub = min(self.ub, program_ms)
+            elif self.layers_exact:
+                self.ub = min(self.ub, e.expected_step_ms)
+        return e
+
+    def _lower_bound(self, proven: bool) -> float | None:
+        """A proven lower bound on the optimum: per pass the exact optimum where the program over levels solved it
+        exactly, else its Lagrangian bound; never above the latency to beat (a fitting list's)."""
+        if not self.layers_exact:
+            return None  # the program's latency is not the cost model's: nothing it bounds holds for the model
+        if proven:
+            return self.best.expected_step_ms
+        if not self.use_bounds:
+            return None
+        parts = [self.ub]
+        if self.bounds.pass_lb:
+            for cls, lb in self.bounds.pass_lb.items():
+                solved = self.solved.get(cls)
+                parts.append(solved if self.exact_memory and solved is not None else lb)
+        else:
+            parts += list(self.bounds.relax_lb.values())
+        return float(min(min(parts), self.best.expected_step_ms))
+
+    def _front(self) -> list[Evaluation]:
+        """Non-dominated fitting lists found (the relaxations' lists spread over memory, those evaluated anyway),
+        thinned to `front_points`, ending at the answer."""
+        pool = sorted(self.pool, key=self.pool.__getitem__)
+        if len(pool) > self.front_points:
+            pool = [pool[i] for i in np.unique(np.linspace(0, len(pool) - 1, self.front_points).round().astype(int))]
+        for sizes in pool:
+            self._consider(sizes)
+        front = pareto_front([e for e in self.seen.values() if e.feasible] + [self.best])
+        if len(front) > self.front_points:
+            keep = np.unique(np.linspace(0, len(front) - 1, self.front_points).round().astype(int))
+            front = [front[i] for i in keep]
+        return front
+
+    # ------------------------------------------------------------------------------------------------ setup
+    def _setup(self, empty: Evaluation) -> None:
+        model = self.model
+        sep = model.separate_decode
+        q = window_query_len(model) if sep else model.q
+        decode_limit = q * model.serving.max_num_seqs
+        c = np.array(self.cands, dtype=np.int64)
+        n = len(c)
+        r = round_up(c, q) if sep else c.copy()
+        layers, constant, self.layers_exact = latency_layers(model, c, r, q)
+        mem, self.budget_bytes, self.resource = memory_figures(model, c, r)
+        self.mem = mem
+
+        # Memory in units: when one unit divides every figure (the gcd) and the budget spans few enough of them, the
+        # program is exact. Otherwise figures are rounded to the nearest unit (errors cancel instead of adding up) and
+        # the answer is checked in exact bytes; if it overshoots, the budget is lowered by the overshoot and re-solved.
+        arrays = (mem.member, mem.window, mem.first, mem.extra, mem.per_graph, mem.added)
+        figures = np.rint(np.concatenate(arrays)).astype(np.int64)
+        gcd = int(np.gcd.reduce(figures[figures > 0])) if np.any(figures > 0) else 1
+        self.everything = int(mem.member.sum() + mem.window.sum() + mem.extra.max() + mem.first.max()
+                              + mem.per_graph.max() * n + mem.added.sum())  # no list can need more than this
+        span = max(1, min(self.budget_bytes, self.everything))
+        self.exact_memory = span // gcd <= self.memory_buckets
+        self.unit = gcd if self.exact_memory else -(-span // self.memory_buckets)
+
+        self.fig = {name: np.rint(getattr(mem, name)).astype(float) for name in FIGURES}  # bytes, for the bounds
+        self.limit = (np.asarray(mem.top_budget, dtype=float) if mem.top_budget is not None
+                      else np.full(n, float(self.budget_bytes)))
+        self.classes = self.to_units(mem.per_graph, "nearest") if mem.kind != "real" else np.zeros(n, np.int64)
+        self.program = Program(mem.kind, c, r, q, decode_limit, sep, layers, empty.expected_step_ms, constant,
+                               self.classes)
+        classes = sorted(set(self.classes.tolist())) if mem.kind != "real" else []
+        self.passes = 1 + len(classes)
+        self.tie = 2.0 * float(float_slack(self.program, self.fig, self.limit,  # at price 0: latency sums only
+                                           Columns(np.array([-1]), np.zeros(1), np.zeros(1)))[0])
+        self.bounds = Bounds(self.program, self.fig, self.limit, self.budget_bytes, self.classes, mem.per_graph,
+                             found=self._chains, beat=self._beat, check=self.check, front=self.front_points > 1)
+        self.headroom = any(self._headroom_can_break(float(np.max(mem.per_graph[self.classes == p]))) for p in classes)
+
+    def to_units(self, x: np.ndarray, how: str) -> np.ndarray:
         x = np.rint(x).astype(np.int64)
         if how == "ceil":
-            return -(-x // unit)
-        return x // unit if exact_memory else np.rint(x / unit).astype(np.int64)
+            return -(-x // self.unit)
+        return x // self.unit if self.exact_memory else np.rint(x / self.unit).astype(np.int64)
 
-    slack = getattr(model.budget, "slack_bytes", 0)
-
-    def headroom_can_break(p_bytes: float) -> bool:
-        """Whether some list of this pass could have its real capture exceed estimate + slack."""
-        if resource == "real":
+    def _headroom_can_break(self, p_bytes: float) -> bool:
+        """Whether some list of a pass could have its real capture exceed estimate + slack."""
+        model, mem = self.model, self.mem
+        if self.resource == "real":
             return False  # the program counts the real pool itself (or it equals the estimate)
+        slack = getattr(model.budget, "slack_bytes", 0)
         if mem.kind == "window":
             # real - estimate = sum over the FULL windows below the top two of (delta - p), minus (p - second).
-            windows = np.unique(r[r <= decode_limit])
+            p = self.program
+            windows = np.unique(p.r[p.r <= p.decode_limit])
             worst = float(np.maximum(0.0, model.graph_bytes("FULL", windows)[1] - p_bytes).sum())
         else:
             worst = float(np.max(mem.real_top - mem.first) + np.maximum(0.0, mem.real_member - p_bytes).sum())
         return worst > slack
 
-    def programs(how: str, lowered: int) -> list[tuple[_Program, float]]:
-        """One program per value of the per-graph term (a single one when the rule has none); `lowered`: bytes the
-        budgets were lowered by after an overshoot."""
-        units = {k: to_units(a, how) for k, a in (("member", mem.member), ("window", mem.window),
-                                                   ("first", mem.first), ("extra", mem.extra),
-                                                   ("per_graph", mem.per_graph), ("added", mem.added))}
-        if mem.top_budget is not None:
-            top = mem.top_budget - lowered
-            units["top"] = np.where(top >= 0, np.floor(np.maximum(top, 0) / unit), -1).astype(np.int64)
-        if mem.kind == "real":
-            return [(_Program(mem.kind, units, None, ctx), 0.0)]
-        out = []
-        for p in sorted(set(units["per_graph"].tolist())):
-            p_bytes = float(np.max(mem.per_graph[units["per_graph"] == p]))
-            out.append((_Program(mem.kind, units, int(p), ctx), p_bytes))
-        return out
+    # ------------------------------------------------------------------------------------------------ bounds
+    def _beat(self) -> float:
+        """A bound at or above this rules a list out: it cannot beat the list to beat by more than float noise."""
+        return self.ub - max(_TIE * self.ub, self.tie)
 
-    ctx = _Context(c=c, r=r, q=q, decode_limit=decode_limit, sep=sep, layers=layers, base=empty.expected_step_ms,
-                   constant=constant)
+    def _chains(self, rel: Relaxation, cols: range, best: int = 4) -> None:
+        """The columns' cheapest chains that fit in bytes: the `best` fastest evaluated (the list to beat), all kept
+        for the front."""
+        found: dict[tuple[int, ...], tuple[float, float]] = {}
+        for col in cols:
+            sizes, lat, mem, fits = rel.chain(col, self.program, self.fig["extra"], self.limit)
+            if fits and (sizes not in found or lat < found[sizes][0]):
+                found[sizes] = (lat, mem)
+        for sizes in sorted(found, key=lambda s: found[s][0])[:best]:
+            self._consider(sizes, found[sizes][0])
+        self.pool.update((sizes, mem) for sizes, (_, mem) in found.items())
 
-    proven = exact_memory and layers_exact
-    budget_limit = budget_bytes
-    how = "nearest"
-    best: Evaluation = empty
-    solved: list[tuple[np.ndarray, Callable[[int], tuple[int, ...]]]] = []
-    B = 0
-    for attempt in range(5):
-        if attempt == 4:
-            how = "ceil"  # last resort: every figure rounded up, which always fits the estimate
-            budget_limit = budget_bytes
-        max_units = int(to_units(np.array([everything]), "ceil")[0])
-        B = int(max(0, min(budget_limit // unit, max_units)))
-        solved = []
-        for program, p_bytes in programs(how, budget_bytes - budget_limit):
-            if headroom_can_break(p_bytes):
-                proven = False
-            solved.append(program.solve(B))
-        totals = np.min(np.stack([t for t, _ in solved]), axis=0)
-        which = np.argmin(np.stack([t for t, _ in solved]), axis=0)
-        best = model.evaluate(solved[int(which[B])][1](B))
-        if best.feasible:
-            break
-        if not best.reason and best.starts and not best.capture_fits:
-            # The condition the program does not carry bound: the fastest list of any pass and level that fits
-            # both is the answer, feasible but not proven optimal.
-            proven = False
-            best = _fastest_fitting(model, solved, B, empty)
-            break
-        budget_limit -= max(unit, -best.kv_margin_bytes)
-    if not best.feasible:
-        best = empty
-        proven = False
-    if not layers_exact:
-        best = _improve_locally(model, best, cands)
-    totals = np.min(np.stack([t for t, _ in solved]), axis=0)
-    which = np.argmin(np.stack([t for t, _ in solved]), axis=0)
-    front: list[Evaluation] = []
-    if B > 0:
-        # The front: memory levels where the best latency drops; thinned to `front_points` evaluations.
-        drops = [m for m in range(B + 1) if m == 0 or totals[m] < totals[m - 1] - 1e-12]
-        if len(drops) > front_points:
-            picks = np.unique(np.linspace(0, len(drops) - 1, front_points).round().astype(int))
-            drops = [drops[i] for i in picks]
-        seen: set[tuple[int, ...]] = set()
-        for m in drops + [B]:
-            sizes = solved[int(which[m])][1](m)
-            if sizes not in seen:
-                seen.add(sizes)
-                e = model.evaluate(sizes)
-                if e.feasible:
-                    front.append(e)
-    front.append(best)
-    return ExactResult(best, pareto_front(front), unit, bool(proven), n, resource)
-
-
-@dataclass
-class _Layer:
-    """One term of the step latency, weighed by gaps between list members: each of the layer's steps has a key; a
-    `member` layer's step is served by the smallest member >= its key (members above `cap` serve none), a `window`
-    layer's by the FULL decode window of that member (or, where the window has no FULL graph, the member's mixed
-    graph at `pad`); an unserved step pays its eager latency."""
-
-    kind: str
-    """`member`, `window`, or `exact` (a step is served only by a member of exactly its key)."""
-    steps: _Prefix
-    """The layer's steps by key: probability and eager latency prefix sums."""
-    lat: np.ndarray
-    """Per candidate: the latency of a step its graph serves."""
-    cap: float = math.inf
-    """`member`: candidates above it serve no step of the layer."""
-    pad: np.ndarray | None = None
-    """`window`: per candidate, the latency of a step padded to its mixed graph; None: such steps run eager."""
-
-
-def _window_query_len(model: CostModel) -> int:
-    """The query length of the FULL decode windows the program follows: the runner's one decode query length. Under a
-    V2 dynamic schedule of several tiers, each tier's graphs can shadow another's: the program then follows the tier
-    with the most decode traffic and says its answer is not proven (see `_latency_layers`)."""
-    tiers = model.decode_tiers
-    if len(tiers) == 1:
-        return tiers[0]
-    _, _, probs, _ = model.step_arrays()
-    utc = model.step_dispatch_keys()[0]
-    mass = {ql: float(probs[utc == ql].sum()) for ql in tiers}
-    return max(tiers, key=lambda ql: (mass[ql], ql))
-
-
-def _latency_layers(model: CostModel, c: np.ndarray, r: np.ndarray, q: int) -> tuple[list[_Layer], float, bool]:
-    """The target's latency layers (its mixed graphs by member, its FULL decode graphs by window of query length q),
-    the drafter's, the expected latency no list changes (logits of the real tokens, eager drafter passes), and whether
-    the layers reproduce the cost model exactly (not under several decode tiers: the steps of the other tiers are
-    taken as mixed steps, and their graphs are left out)."""
-    sep, has_mixed = model.separate_decode, model.mixed_mode != "NONE"
-    widths, _, probs, eager = model.step_arrays()
-    utc, requests, ks = model.step_dispatch_keys()
-    # The steps the runner dispatches against the FULL windows (V2: decode steps of this query length; V1: any step
-    # of q tokens per request); every other step meets the mixed graphs only.
-    uniform = utc == q
-    logits = model.logits_at_steps()
-    body = eager - logits  # logits run after every step for its real tokens, whatever it replays
-    constant = float(np.dot(probs, logits))
-    lat_mix = model.graph_body_ms(c, model.mixed_mode) if has_mixed else np.zeros(len(c))
-    mixed_cap = math.inf if has_mixed else 0.0
-
-    def steps(sel: np.ndarray) -> _Prefix:
-        return _Prefix(widths[sel], probs[sel], body[sel])
-
-    layers: list[_Layer] = []
-    e = model.serving.engine_settings
-    if e is not None and e.engine == "trtllm" and not e.enable_padding:
-        # TensorRT-LLM without padding: a decode step replays only a graph of exactly its width.
-        layers.append(_Layer("member", steps(~uniform), lat_mix, mixed_cap))
-        layers.append(_Layer("exact", steps(uniform), model.graph_body_ms(r, "FULL")))
-    elif sep:
-        layers.append(_Layer("member", steps(~uniform), lat_mix, mixed_cap))
-        layers.append(_Layer("window", steps(uniform), model.graph_body_ms(r, "FULL"),
-                             pad=lat_mix if has_mixed else None))
-    else:
-        layers.append(_Layer("member", steps(np.ones(len(widths), dtype=bool)), lat_mix, mixed_cap))
-    exact = not sep or len(model.decode_tiers) == 1
-    if model.drafter is not None:
-        dl, const, drafter_exact = model.drafter.layers(c, r, widths, uniform, requests, ks, sep=sep,
-                                                        target_mixed_mode=model.mixed_mode, tiers=model.decode_tiers)
-        exact = exact and drafter_exact
-        constant += float(np.dot(probs, const))
-        for layer in dl:
-            layers.append(_Layer(layer.kind, _Prefix(layer.keys, probs[layer.steps], layer.eager), layer.lat,
-                                 layer.cap, layer.pad))
-    return layers, constant, exact
-
-
-@dataclass
-class _Context:
-    """The latency side of the program, shared by every pass."""
-
-    c: np.ndarray
-    r: np.ndarray
-    q: int
-    decode_limit: int
-    sep: bool
-    layers: list[_Layer]
-    base: float
-    constant: float
-
-
-class _Program:
-    """One pass of the dynamic program (one value of the per-graph term, or none)."""
-
-    def __init__(self, kind: str, units: dict[str, np.ndarray], p: int | None, ctx: _Context) -> None:
-        self.kind, self.u, self.p, self.ctx = kind, units, p, ctx
-
-    def solve(self, B: int) -> tuple[np.ndarray, Callable[[int], tuple[int, ...]]]:
-        """Best expected latency per memory level 0..B and a backtrack from a level to its list."""
-        x, u, p, kind = self.ctx, self.u, self.p, self.kind
-        c, n = x.c, len(x.c)
-        pos = np.concatenate([[0], c])  # position 0 is the empty start (width 0), position i+1 is candidate i
-        r_pos = np.concatenate([[0], x.r])
-        self._pos, self._r_pos = pos, r_pos
-        self._member_at = [(layer, layer.steps.mass(pos), layer.steps.eager(np.minimum(pos, layer.cap)))
-                           for layer in x.layers if layer.kind in ("member", "exact")]
-        self._window_at = [(layer, layer.steps.mass(r_pos), layer.steps.eager(r_pos))
-                           for layer in x.layers if layer.kind == "window"]
-
-        # value[phase][state][k][m]: best latency (without the tail above the top) of chains ending at position k
-        # using at most m memory units.
-        # Phases: A (windows charged p; in `count` passes: members charged p) and C (top placed / no more windows).
-        # States: 0 ordinary, 1 the chain's top window has no FULL decode graph. `back` holds the predecessor.
-        value = np.full((2, 2, n + 1, B + 1), _INF)
-        back = np.full((2, 2, n + 1, B + 1, 3), -1, dtype=np.int32)  # predecessor phase*2+state, position, level
-        value[:, 0, 0, :] = 0.0  # the empty start, at every level: values are "using at most m units"
-        scratch = np.empty((n + 1, B + 1))
-        levels = np.arange(B + 1)
-        inf = np.float64(_INF)
-
-        def relax(to: tuple[int, int], j: int, lo: int, hi: int, frm: tuple[int, int], cost: np.ndarray,
-                  units: int, mask: np.ndarray | None = None) -> None:
-            """Chains in `frm` ending at positions lo..hi-1 (contiguous: positions are sorted; with `mask`, only
-            those it allows) extended by j."""
-            if hi <= lo or units > B or units < 0:
+    # ------------------------------------------------------------------------------------------------ levels
+    def _levels(self) -> None:
+        """The dynamic program over memory levels, pass by pass from the lowest bound, over the transitions the bounds
+        leave alive; re-solved under a lower budget when the rounded answer overshoots in bytes."""
+        program, mem, n = self.program, self.mem, self.program.n
+        budget_limit = self.budget_bytes
+        how = "nearest"
+        for attempt in range(5):
+            if attempt == 4:
+                how = "ceil"  # last resort: every figure rounded up, which always fits the estimate
+                budget_limit = self.budget_bytes
+            units = {name: self.to_units(getattr(mem, name), how).astype(float) for name in FIGURES}
+            max_units = int(self.to_units(np.array([self.everything]), "ceil")[0])
+            B = int(max(0, min(budget_limit // self.unit, max_units)))
+            if mem.top_budget is not None:
+                top = mem.top_budget - (self.budget_bytes - budget_limit)
+                limit = np.where(top >= 0, np.floor(np.maximum(top, 0) / self.unit), -1).astype(np.int64)
+            else:
+                limit = np.full(n, B, dtype=np.int64)
+            classes = self.to_units(mem.per_graph, how) if program.kind != "real" else np.zeros(n, np.int64)
+            same = bool(np.array_equal(classes, self.classes))
+            pred_cls = np.concatenate([[-1], classes]).astype(np.int64)
+            passes = [(-1, 0)] + ([(int(p), int(p)) for p in sorted(set(classes.tolist()))]
+                                  if program.kind != "real" else [])
+            results = []
+            for cls, p in sorted(passes, key=lambda cp: self.bounds.pass_bound(cp[0], same)):
+                if self.bounds.pass_bound(cls, same) >= self._beat():
+                    continue  # no list of the pass can beat the list to beat
+                levels = Levels(program, units, cls, p, B, pred_cls, alive=self._alive(cls, same), check=self.check)
+                self.level_solves += 1
+                value, sizes = levels.best(limit)
+                if attempt == 0:
+                    self.solved[cls] = value
+                if math.isfinite(value):
+                    results.append((value, sizes))
+                    self._consider(sizes, value)
+            if not results or min(results)[0] >= self._beat():
+                return  # nothing the program finds beats the list to beat
+            value, sizes = min(results)
+            e = self._consider(sizes)
+            if e.feasible:
                 return
-            width = B + 1 - units
-            if mask is None:
-                rows = value[frm[0], frm[1], lo:hi, :width]
-                cost, where = cost[lo:hi], None
-            else:  # a gather of the allowed predecessors: a second-member check usually allows few
-                where = lo + np.flatnonzero(mask[lo:hi])
-                if not len(where):
-                    return
-                rows, cost = value[frm[0], frm[1], where, :width], cost[where]
-            block = scratch[: len(cost), :width]
-            np.add(rows, cost[:, None], out=block)
-            arg = np.argmin(block, axis=0)
-            best = block[arg, levels[:width]]
-            cur = value[to[0], to[1], j, units:]
-            better = best < cur
-            cur[better] = best[better]
-            bk = back[to[0], to[1], j, units:]
-            bk[better, 0] = frm[0] * 2 + frm[1]
-            bk[better, 1] = (lo + arg[better]) if where is None else where[arg[better]]
-            bk[better, 2] = levels[:width][better]
+            if not e.reason and e.starts and not e.capture_fits:
+                # The condition the program does not carry bound: the fastest list of any pass and level that fits
+                # both is the answer, feasible but not proven optimal.
+                self.capture_binds = True
+                self._fastest_fitting(units, B, passes, limit, pred_cls)
+                return
+            budget_limit -= max(self.unit, -e.kv_margin_bytes)
+        self.dp_failed = True
 
-        for j in range(n):
-            k = j + 1
-            member = int(u["member"][j])
-            added = int(u["added"][j])
-            # Second-member check of the placing transitions: the predecessor's per-graph class is this pass's p.
-            ok = np.concatenate([[True], u["per_graph"][: k - 1] == p]) if p is not None else None
-            for to_state, lo, hi, frm_state, cost, opens in self._transitions(j, k):
-                if kind == "real":
-                    relax((_C, to_state), k, lo, hi, (_C, frm_state), cost,
-                          member + (int(u["window"][j]) if opens else 0))
-                elif kind == "count":
-                    # Members are charged p; the top is placed at its whole first term over a second of class p.
-                    relax((_A, to_state), k, lo, hi, (_A, frm_state), cost, int(p) + added)
-                    relax((_C, to_state), k, lo, hi, (_A, frm_state), cost, int(u["first"][j]) + added, ok)
-                elif opens:  # window: a new FULL window, charged p, or placed as the top window over a second of p
-                    drafter_window = int(u["window"][j])
-                    relax((_A, 0), k, lo, hi, (_A, 0), cost, member + drafter_window + int(p))
-                    relax((_C, 0), k, lo, hi, (_A, 0), cost, member + drafter_window + int(u["first"][j]), ok)
-                elif to_state == 0:  # same window: no new graph to charge
-                    for ph in (_A, _C):
-                        relax((ph, 0), k, lo, hi, (ph, 0), cost, member)
-                else:  # no FULL graph for j's window: only above the top window
-                    relax((_C, 1), k, lo, hi, (_C, frm_state), cost, member)
+    def _alive(self, cls: int, same: bool) -> Callable[[Edge, int, np.ndarray], np.ndarray] | None:
+        """Which transitions of a pass may still lead to a list faster than the one to beat."""
+        bound = self.bounds.edges(cls, same)
+        if bound is None:
+            return None
+        threshold = self._beat()
+        return lambda e, j, preds: bound(e, j, preds) < threshold
 
-        # Close: the first-captured graph's extra footprint and the steps above the top (eager).
-        totals = np.full(B + 1, x.base)
-        total_from = np.full((B + 1, 3), -1, dtype=np.int64)  # state, position, level before the extra
-        for j in range(n):
-            k = j + 1
-            member_tail = sum(float(layer.steps.eager_total - layer.steps.eager(min(c[j], layer.cap)))
-                              for layer, _, _ in self._member_at)
-            closes = []
-            if not x.sep:
-                closes.append((0, 0.0))
-            else:
-                r_j = x.r[j]
-                window_tail = {st: sum(float(layer.steps.eager_total - layer.steps.eager(top))
-                                       for layer, _, _ in self._window_at) for st, top in ((0, c[j]), (1, r_j))}
-                if r_j == c[j] and c[j] <= x.decode_limit:
-                    closes.append((0, window_tail[0]))
-                if r_j > c[j] or r_j > x.decode_limit:
-                    closes.append((1, window_tail[1]))
-            extra = int(u["extra"][j])
-            # A list topped by j may take at most `limit` units (its own budget where the engine's depends on it).
-            limit = min(B, int(u["top"][j])) if "top" in u else B
-            if extra > limit:
-                continue
-            # Levels above the limit take the best within it ("at most m units").
-            src = np.minimum(levels[: B + 1 - extra], limit - extra)
-            for state, tail in closes:
-                cand = value[_C, state, k, src] + tail + member_tail + x.constant
-                cur = totals[extra:]
-                better = cand < cur - 1e-15
-                cur[better] = cand[better]
-                total_from[extra:][better] = np.stack(
-                    [np.full(better.sum(), state), np.full(better.sum(), k), src[better]], axis=1)
-
-        def backtrack(m: int) -> tuple[int, ...]:
-            state, k, level = (int(v) for v in total_from[m])
-            if k < 0:
-                return ()
-            phase, members = _C, []
-            while k > 0:
-                members.append(int(c[k - 1]))
-                code, pk, plevel = (int(v) for v in back[phase, state, k, level])
-                phase, state = divmod(code, 2)
-                k, level = pk, plevel
-            return tuple(sorted(members))
-
-        return totals, backtrack
-
-    def _transitions(self, j: int, k: int) -> list[tuple[int, int, int, int, np.ndarray, bool]]:
-        """(to_state, lo, hi, from_state, latency cost, opens a FULL window) for adding candidate j on top of the
-        chains ending at positions lo..hi-1, window by window as vLLM dispatches; costs are over positions 0..k-1.
-
-        Positions are sorted, so those in j's window are a tail [first_same, k) and those whose window lies beyond
-        max_num_seqs requests a range [first_beyond, first_same). State 1 means j's window has no FULL graph (its
-        rounded width exceeds the max, so j is the top, or the window is beyond max_num_seqs requests)."""
-        x = self.ctx
-        c_j = x.c[j]
-        members = np.zeros(k)
-        for layer, mass_pos, eager_pos in self._member_at:
-            st = layer.steps
-            if layer.kind == "exact":
-                # Steps up to c_j above the predecessor run eager, except those of exactly c_j: j's graph.
-                point_mass = st.mass(c_j) - st.mass(c_j - 1)
-                point_eager = st.eager(c_j) - st.eager(c_j - 1)
-                members = members + (st.eager(c_j) - eager_pos[:k]) - point_eager + point_mass * layer.lat[j]
-            elif c_j <= layer.cap:
-                members = members + (layer.steps.mass(c_j) - mass_pos[:k]) * layer.lat[j]
-            else:  # j serves none of this layer's steps: those up to the cap above the predecessor run eager
-                members = members + (layer.steps.eager(layer.cap) - eager_pos[:k])
-        if not x.sep:
-            return [(0, 0, k, 0, members, False)]
-        r_pos, r_j = self._r_pos, x.r[j]
-        first_same = int(np.searchsorted(r_pos[:k], r_j, side="left"))
-        first_beyond = min(first_same, int(np.searchsorted(r_pos[:k], x.decode_limit, side="right")))
-        normal = np.zeros(k)
-        flag = np.zeros(k)
-        below = r_j - x.q
-        for layer, mass_rpos, eager_rpos in self._window_at:
-            st = layer.steps
-            normal = normal + (st.mass(r_j) - mass_rpos[:k]) * layer.lat[j]
-            if layer.pad is not None:
-                pad = (st.mass(below) - mass_rpos[:k]) * layer.pad[j]
-            else:
-                pad = st.eager(below) - eager_rpos[:k]
-            flag = flag + pad + (st.eager(r_j) - st.eager(below))
-        out = []
-        if r_j <= x.decode_limit:
-            out += [(0, first_same, k, 0, members, False), (0, 0, first_same, 0, members + normal, True)]
-        if r_j > x.c[j] or r_j > x.decode_limit:
-            # A chain in state 1 at j can only close (j is the top of a window with no FULL graph) or grow beyond
-            # max_num_seqs requests; when j's window is its own width within the limit, neither can happen.
-            out += [(1, first_same, k, 1, members, False), (1, 0, first_same, 0, members + flag, False),
-                    (1, first_beyond, first_same, 1, members + flag, False)]
-        return out
+    def _fastest_fitting(self, units: dict[str, np.ndarray], B: int, passes: list[tuple[int, int]],
+                         limit: np.ndarray, pred_cls: np.ndarray, per_pass: int = 400) -> None:
+        """Every pass over every level, nothing ruled out: the fastest list where a pass's latency drops that fits
+        both conditions."""
+        for cls, p in passes:
+            totals, backtrack = Levels(self.program, units, cls, p, B, pred_cls, check=self.check).best_levels(limit)
+            self.level_solves += 1
+            drops = [m for m in range(B + 1) if m == 0 or totals[m] < totals[m - 1] - 1e-12]
+            for m in drops[::-1][:per_pass]:
+                if math.isfinite(totals[m]):
+                    self._consider(backtrack(m))
 
 
-def _fastest_fitting(model: CostModel, solved: list[tuple[np.ndarray, Callable[[int], tuple[int, ...]]]], B: int,
-                     empty: Evaluation, limit: int = 400) -> Evaluation:
-    """The fastest list, over every pass's memory levels where its latency drops, that fits both conditions."""
-    best = empty
-    seen: set[tuple[int, ...]] = set()
-    for totals, backtrack in solved:
-        drops = [m for m in range(B + 1) if m == 0 or totals[m] < totals[m - 1] - 1e-12]
-        for m in drops[::-1][:limit]:
-            sizes = backtrack(m)
-            if sizes in seen:
-                continue
-            seen.add(sizes)
-            e = model.evaluate(sizes)
-            if e.feasible and e.expected_step_ms < best.expected_step_ms - 1e-12:
-                best = e
-    return best
-
-
-def _improve_locally(model: CostModel, start: Evaluation, candidates: Sequence[int],
-                     evaluations: int = 4096) -> Evaluation:
-    """Where the program's layers only approximate the cost model (several V2 decode tiers), the best fitting list
-    one candidate away, repeatedly, until none is faster or `evaluations` lists were costed: a better answer, still
-    not proven optimal."""
+def improve_locally(model: CostModel, start: Evaluation, candidates: Sequence[int],
+                    evaluations: int = 4096) -> Evaluation:
+    """Where the program's layers only approximate the cost model (several V2 decode tiers shadowing each other), the
+    best fitting list one candidate away, repeatedly, until none is faster or `evaluations` lists were costed: a
+    better answer, still not proven optimal."""
     best = start
     for _ in range(max(1, evaluations // max(1, len(candidates)))):
         members = set(best.capture_sizes)

@@ -194,6 +194,10 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "exact_memory_unit_bytes": search.exact.memory_unit_bytes,
         "exact_memory": search.exact.exact_memory,
         "exact_resource": search.exact.resource,
+        "exact_lower_bound_ms": search.exact.lower_bound_ms,
+        "exact_gap_bound": search.exact.gap,
+        "exact_stopped_early": search.exact.stopped_early,
+        "exact_unproven": list(search.exact.unproven),
         "notes": list(search.notes),
         "cgtune_version": __version__,
         **_meta(model),
@@ -340,7 +344,11 @@ def _source_lines(search: SearchResult) -> list[str]:
     """How the tuned list was found: the study's best within 1% of the exact optimum, or the exact answer, and why."""
     gap = search.gap
     if search.source == "study" and gap is not None:
-        return [f"The optuna study's best is within {gap:.2%} of the exact optimum."]
+        if gap < 0:  # only where the exact solver's answer is not proven optimal (its time budget ran out)
+            return [f"The optuna study's best is {-gap:.2%} faster than the exact solver's list, which is not proven "
+                    f"optimal (see Search)."]
+        what = "the exact optimum" if search.exact.exact_memory else "the exact solver's list"
+        return [f"The optuna study's best is within {gap:.2%} of {what}."]
     if search.source == "exact":
         if gap is None:
             why = "no study trial was feasible."
@@ -470,10 +478,7 @@ def _exact_line(search: SearchResult) -> str:
     if ex.exact_memory:
         how = "every memory figure is a whole number of units, so its answer is the proven optimum"
     else:
-        how = ("figures were rounded to the nearest unit, or the real-capture condition it does not carry could bind, "
-               "or several dynamic-schedule tiers' FULL graphs shadow each other (it follows one tier's and improves "
-               "its answer one width at a time); its answer was re-checked in bytes, so it fits both conditions, but "
-               "is not proven optimal")
+        how = ex.caveat("its answer")
     return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
 
 
@@ -515,8 +520,8 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
                      "max_num_seqs, speculative_num_draft_tokens = q, max_bs from its GPU-memory table for the "
                      "profile's device), each batch size times q tokens and evaluated as a vLLM list under vLLM's "
                      "dispatch and memory rule: a comparison of lists, not of engines.")
-    # The memory unit is stated once, in the Search section; the search's own note says it again.
-    notes = [n for n in search.notes if not n.startswith("the exact solver counted memory in")]
+    # The exact solver's caveat is stated once, in the Search section; the search's own note says it again.
+    notes = [n for n in search.notes if not n.startswith("the exact solver's answer fits both memory conditions")]
     if notes:
         lines += ["", "## Assumptions and notes", ""] + [f"- {n}" for n in notes]
     _, origin = profile_provenance(model)

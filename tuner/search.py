@@ -78,6 +78,9 @@ class SearchConfig:
     """The study's best must be within this share of the exact optimum, or the exact answer is used."""
     memory_buckets: int = 2048
     """Memory resolution of the exact solver (units across the graph budget)."""
+    exact_seconds: float | None = 30.0
+    """The exact solver's time budget: past it, the best list it found, with a proven bound on its gap (None: no
+    limit)."""
     study_name: str | None = None
     """Override the study name (default: from the workload and profile hashes)."""
     progress: bool = True
@@ -125,7 +128,10 @@ class SearchResult:
             "default": sizes(self.default),
             "exact": {"best": sizes(self.exact.best), "front": [sizes(e) for e in self.exact.front],
                       "memory_unit_bytes": self.exact.memory_unit_bytes, "exact_memory": self.exact.exact_memory,
-                      "num_candidates": self.exact.num_candidates},
+                      "num_candidates": self.exact.num_candidates, "resource": self.exact.resource,
+                      "lower_bound_ms": self.exact.lower_bound_ms, "stopped_early": self.exact.stopped_early,
+                      "passes": self.exact.passes, "level_solves": self.exact.level_solves,
+                      "unproven": list(self.exact.unproven)},
             "study_name": self.study_name, "storage": self.storage, "objective": self.objective,
             "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
         }
@@ -136,8 +142,12 @@ class SearchResult:
             return None if sizes is None else model.evaluate(sizes)
 
         ex = data["exact"]
+        # Runs written before the solver had a time budget carry no bound: none is claimed for them.
         exact = ExactResult(model.evaluate(ex["best"]), [model.evaluate(s) for s in ex["front"]],
-                            int(ex["memory_unit_bytes"]), bool(ex["exact_memory"]), int(ex["num_candidates"]))
+                            int(ex["memory_unit_bytes"]), bool(ex["exact_memory"]), int(ex["num_candidates"]),
+                            str(ex.get("resource", "estimate")), ex.get("lower_bound_ms"),
+                            bool(ex.get("stopped_early", False)), passes=int(ex.get("passes", 1)),
+                            level_solves=int(ex.get("level_solves", 0)), unproven=tuple(ex.get("unproven", ())))
         return cls(model.evaluate(data["chosen"]), data["source"], exact, ev(data["study_best"]),
                    model.evaluate(data["default"]), data["study_name"], data["storage"], data["objective"],
                    dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]))
@@ -425,14 +435,8 @@ def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: Se
 
     default = model.evaluate(model.default_sizes)
     notes = list(model.notes)
-    if not exact.exact_memory and model.separate_decode and len(model.decode_tiers) > 1:
-        notes.append(f"the exact solver follows one of the {len(model.decode_tiers)} dynamic-schedule tiers' FULL "
-                     f"decode graphs (the others shadow them at some widths) and improves its answer one width at a "
-                     f"time: it fits, but is not proven optimal")
-    elif not exact.exact_memory:
-        notes.append(f"the exact solver counted memory in {exact.memory_unit_bytes / (1 << 20):.2f} MiB units "
-                     f"(rounded to the nearest, its answer re-checked in bytes): it fits, and is optimal up to "
-                     f"that rounding")
+    if not exact.exact_memory:
+        notes.append(exact.caveat())
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     feasible = [t for t in complete if all(v <= 0 for v in t.constraints.values())]
@@ -472,7 +476,8 @@ def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: Se
             notes.append("no study trial was feasible: the exact solver's answer is used")
         else:
             gap = study_best.expected_step_ms / ex.expected_step_ms - 1
-            notes.append(f"the study's best is {gap:.2%} slower than the exact optimum (tolerance "
+            what = "the exact optimum" if exact.exact_memory else "the exact solver's list"
+            notes.append(f"the study's best is {gap:.2%} slower than {what} (tolerance "
                          f"{config.tolerance:.0%}): the exact solver's answer is used")
     if default.feasible and chosen.expected_step_ms > default.expected_step_ms:
         # Cannot happen when the default trial ran; kept as a guard for studies resumed under an older model.
@@ -494,7 +499,7 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     if config.n_trials < 1:
         raise SearchError(f"n_trials={config.n_trials} must be >= 1")
     if exact is None:  # raises SearchError (no list fits) before any file exists
-        exact = exact_solve(model, memory_buckets=config.memory_buckets)
+        exact = exact_solve(model, memory_buckets=config.memory_buckets, seconds=config.exact_seconds)
     if not model.candidates:
         default = model.evaluate(model.default_sizes)
         notes = list(model.notes) + [

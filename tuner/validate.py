@@ -866,7 +866,7 @@ def _remove_engine_files(run: Path, engine: str) -> None:
 
 
 def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str | Path, *, command: str = "",
-              memory_buckets: int = 2048, allow_mismatch: bool = False) -> Path:
+              memory_buckets: int = 2048, allow_mismatch: bool = False, exact_seconds: float | None = 30.0) -> Path:
     """An optuna-free `cgtune search`: the exact solver's optimum as the tuned list, written as a run directory
     (vLLM files, search.json, summary.json, report.md), so a GPU machine without optuna can validate a fresh profile."""
     from tuner.costmodel import ModelError
@@ -876,7 +876,7 @@ def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str |
 
     try:
         model = CostModel.from_files(profile_csv, load_workload(workload_path), allow_mismatch=allow_mismatch)
-        exact = exact_solve(model, memory_buckets=memory_buckets)
+        exact = exact_solve(model, memory_buckets=memory_buckets, seconds=exact_seconds)
     except (ModelError, SearchError, WorkloadError) as exc:
         raise ValidationError(str(exc).splitlines()[0]) from None
     note = "no optuna study: the exact solver's optimum is the tuned list (written by cgtune validate --profile)"

@@ -158,7 +158,8 @@ class TuneCommand(Command):
         _check_out(args.out)
         try:
             model = model_from_args(profile, workload, args)
-            exact_solve(model, memory_buckets=args.memory_buckets)  # a budget nothing meets fails before any write
+            # A budget nothing meets fails before any write.
+            exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
             name, enqueued = create_or_extend(
                 url, args.workload, profile, model, objective=args.objective, n_trials=args.trials, seed=args.seed,
                 memory_buckets=args.memory_buckets, heartbeat_interval_s=args.heartbeat_interval,
@@ -189,7 +190,7 @@ class TuneCommand(Command):
                   f"watch `cgtune status --study {name}`, then rerun this command to write {args.out}/")
             return "pending"
         try:
-            result = fleet_result(url, name, model)
+            result = fleet_result(url, name, model, exact_seconds=args.exact_seconds)
         except FleetError as exc:
             raise UsageError(str(exc)) from None
         written = write_run(args.out, model, result, command=command_line("tune", args), plots=True, report=True)
