@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,8 @@ from tuner.profile_table import Profile, ProfileError, read_profile
 from tuner.vllm.dispatch import Dispatcher
 from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes, pool_bytes
 from tuner.vllm.runner import v1_rewrite_applies
-from tuner.workload import ServingConfig, Step, Workload
+from tuner.steps import Step, mix_steps, uniform_decode_steps
+from tuner.workload import Workload
 
 __all__ = [
     "GIB",
@@ -29,7 +30,6 @@ __all__ = [
     "ModelError",
     "check_profile_matches",
     "crossover_width",
-    "off_peak_steps",
 ]
 
 GIB = 1 << 30
@@ -203,24 +203,6 @@ def _meta_bytes(profile: Profile, key: str) -> int | None:
     return int(value)
 
 
-def off_peak_steps(serving: ServingConfig) -> list[Step]:
-    """Off-peak decode traffic: uniform decode steps of 1..max_num_seqs requests, each equally likely (each at its
-    dynamic schedule tier's query length)."""
-    query_lens = serving.decode_query_lens()
-    kept = [n for n in range(1, serving.max_num_seqs + 1) if n * query_lens[n] <= serving.max_num_batched_tokens]
-    return [Step(n * query_lens[n], True, 1.0 / len(kept), query_lens[n], n) for n in kept]
-
-
-def _mix(a: list[Step], b: list[Step], weight_b: float) -> list[Step]:
-    """(1 - weight_b) x a + weight_b x b, merged by kind (everything a step says but its probability)."""
-    out: dict[Step, float] = {}
-    for steps, w in ((a, 1.0 - weight_b), (b, weight_b)):
-        for st in steps:
-            key = replace(st, probability=0.0)
-            out[key] = out.get(key, 0.0) + w * st.probability
-    return sorted((replace(k, probability=p) for k, p in out.items() if p > 0), key=lambda st: st.sort_key)
-
-
 def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
     """Smallest measured width from which on a FULL graph saves less than `threshold` of the eager step at
     every wider measured width (None when graphs save at least that much everywhere measured)."""
@@ -373,9 +355,9 @@ class CostModel:
         steps = self.workload.steps()
         if not steps:
             raise ModelError(f"workload {self.workload.name}: has no steps")
-        self.off_peak_steps: list[Step] = off_peak_steps(s)
+        self.off_peak_steps: list[Step] = uniform_decode_steps(s.decode_query_lens(), s.max_num_batched_tokens)
         if self.off_peak_weight > 0:
-            steps = _mix(steps, self.off_peak_steps, self.off_peak_weight)
+            steps = mix_steps(steps, self.off_peak_steps, self.off_peak_weight)
             self.notes.append(f"the objective mixes {self.off_peak_weight:.0%} off-peak decode traffic (uniform over "
                               f"1..{s.max_num_seqs} requests) into the workload's steps")
         self.steps: list[Step] = steps

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.vllm.drafter import EagerDrafterPasses, eager_drafter_passes
-from tuner.workload import ServingConfig, Step, Workload
+from tuner.steps import Step
+from tuner.steps import uniform_decode_steps as _uniform_steps
+from tuner.workload import ServingConfig, Workload
 
 __all__ = [
     "EagerShare",
@@ -55,9 +57,7 @@ class EagerShare:
 def uniform_decode_steps(serving: ServingConfig) -> list[Step]:
     """Decode traffic when no workload says: uniform decode steps of 1..max_num_seqs requests, each equally likely,
     each at its dynamic speculative schedule tier's query length (a decode step there all the same)."""
-    query_lens = serving.decode_query_lens()
-    kept = [n for n in range(1, serving.max_num_seqs + 1) if n * query_lens[n] <= serving.max_num_batched_tokens]
-    return [Step(n * query_lens[n], True, 1.0 / len(kept), query_lens[n], n) for n in kept]
+    return _uniform_steps(serving.decode_query_lens(), serving.max_num_batched_tokens)
 
 
 def eager_share(serving: ServingConfig, steps: Sequence[Step], capture_sizes: Sequence[int]) -> EagerShare:

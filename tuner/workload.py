@@ -7,7 +7,7 @@ import csv
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,9 @@ import yaml
 
 from tuner.engines import ENGINES, EngineDispatcher, EngineSettings, engine_default_requests, engine_runs_as_requests
 from tuner.engines import requests_of
+from tuner.fields import FieldReader, WorkloadError
 from tuner.shapes import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
+from tuner.steps import Distribution, Step, Traffic, step_distribution
 from tuner.vllm.defaults import (
     CUDAGRAPH_MODES,
     PERFORMANCE_MODES,
@@ -50,89 +52,6 @@ __all__ = [
 ]
 
 GIB = 1 << 30
-
-
-class WorkloadError(ValueError):
-    """A workload field with a bad value; the message starts with the field path."""
-
-
-# --------------------------------------------------------------------------- field readers
-class _Reader:
-    """Reads typed fields out of a mapping and names the full field path in every error."""
-
-    def __init__(self, data: object, path: str) -> None:
-        if not isinstance(data, Mapping):
-            raise WorkloadError(f"{path or 'workload'}: {data!r} must be a mapping")
-        self.data = data
-        self.path = path
-        self.used: set[str] = set()
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def has(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def raw(self, key: str, default: Any = None) -> Any:
-        self.used.add(key)
-        return self.data.get(key, default)
-
-    def int(self, key: str, default: Any = ..., *, minimum: int | None = None, maximum: int | None = None) -> Any:
-        value = self.raw(key)
-        if value is None:
-            if default is ...:
-                raise WorkloadError(f"{self.at(key)}: missing (an integer is required)")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be an integer")
-        if minimum is not None and value < minimum:
-            raise WorkloadError(f"{self.at(key)}: {value} must be >= {minimum}")
-        if maximum is not None and value > maximum:
-            raise WorkloadError(f"{self.at(key)}: {value} must be <= {maximum}")
-        return value
-
-    def float(self, key: str, default: Any = ..., *, minimum: float | None = None, maximum: float | None = None,
-              exclusive_minimum: bool = False) -> Any:
-        value = self.raw(key)
-        if value is None:
-            if default is ...:
-                raise WorkloadError(f"{self.at(key)}: missing (a number is required)")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be a number")
-        if minimum is not None and (value <= minimum if exclusive_minimum else value < minimum):
-            raise WorkloadError(f"{self.at(key)}: {value} must be {'>' if exclusive_minimum else '>='} {minimum}")
-        if maximum is not None and value > maximum:
-            raise WorkloadError(f"{self.at(key)}: {value} must be <= {maximum}")
-        return float(value)
-
-    def str(self, key: str, default: Any = ..., *, choices: tuple[str, ...] | None = None) -> Any:
-        value = self.raw(key)
-        if value is None:
-            if default is ...:
-                raise WorkloadError(f"{self.at(key)}: missing (a string is required)")
-            return default
-        if not isinstance(value, str):
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be a string")
-        if choices is not None and value not in choices:
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be one of {', '.join(choices)}")
-        return value
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.raw(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be true or false")
-        return value
-
-    def sub(self, key: str) -> _Reader:
-        return _Reader(self.raw(key), self.at(key))
-
-    def done(self) -> None:
-        unknown = sorted(set(map(str, self.data)) - self.used)
-        if unknown:
-            raise WorkloadError(f"{self.at(unknown[0])}: unknown field")
 
 
 # --------------------------------------------------------------------------- spec pieces
@@ -366,75 +285,6 @@ class SpeculativeSpec:
 
 
 @dataclass(frozen=True)
-class Distribution:
-    """A distribution over positive integers: uniform over [min, max] or a weighted histogram."""
-
-    kind: str
-    """`uniform` or `histogram`."""
-    min: int = 1
-    """Smallest value (uniform)."""
-    max: int = 1
-    """Largest value (uniform)."""
-    counts: tuple[tuple[int, float], ...] = ()
-    """`(value, weight)` pairs (histogram); weights need not sum to 1."""
-
-    def pmf(self) -> dict[int, float]:
-        """Probability of each value."""
-        if self.kind == "uniform":
-            n = self.max - self.min + 1
-            return {v: 1.0 / n for v in range(self.min, self.max + 1)}
-        total = sum(w for _, w in self.counts)
-        return {v: w / total for v, w in self.counts if w > 0}
-
-    @property
-    def largest(self) -> int:
-        return self.max if self.kind == "uniform" else max(v for v, w in self.counts if w > 0)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One kind of engine step, what vLLM needs to dispatch it, and how often it happens."""
-
-    num_tokens: int
-    """Tokens in the step (its width)."""
-    uniform_decode: bool
-    """A decode step: no request is prefilling and every request has `query_len` tokens (FULL decode graphs of that
-    query length apply). False: a mixed step, with a prompt chunk (or query lengths that differ)."""
-    probability: float
-    """Share of steps of this kind."""
-    query_len: int | None = None
-    """Tokens every request has: a decode step's 1 + K (a dynamic schedule's tier, or q when None); on a mixed step
-    the prompt chunks' length when every request has it (vLLM V1 counts q such tokens as uniform), else None."""
-    num_reqs: int | None = None
-    """Requests in the step; None where the traffic does not say (a mixed step drawn by tokens)."""
-
-    @property
-    def sort_key(self) -> tuple[int, bool, int, int]:
-        """Steps sort by width, mixed before decode (as `(width, uniform)` tuples sort), then query length."""
-        return self.num_tokens, self.uniform_decode, self.query_len or 0, self.num_reqs or 0
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """What the engine's steps look like."""
-
-    requests: Distribution | None = None
-    """Requests in a uniform decode step (width = requests x q)."""
-    mixed_share: float = 0.0
-    """Share of steps that are mixed (prefill chunks with decodes): no uniform decode graph applies."""
-    mixed_tokens: Distribution | None = None
-    """Tokens in a mixed step."""
-    mean_context_len: int = 2048
-    """Mean tokens already in each request's KV cache during decode (attention cost)."""
-    widths: Distribution | None = None
-    """Observed step widths (tokens per step), e.g. from vLLM's iteration-tokens histogram."""
-    trace: tuple[tuple[int, bool], ...] = ()
-    """Per-step `(num_tokens, uniform_decode)` rows from a CSV trace."""
-    source_note: str = ""
-    """How the traffic was obtained and what was assumed (free text)."""
-
-
-@dataclass(frozen=True)
 class Workload:
     """A validated workload: model, serving config and traffic."""
 
@@ -496,42 +346,12 @@ class Workload:
         return self.serving.max_model_len * self.kv_bytes_per_token()
 
     def steps(self) -> list[Step]:
-        """The step-width distribution: `Step`s with probabilities summing to 1, sorted by width."""
-        s = self.serving
-        t = self.traffic
-        probs: dict[Step, float] = {}
-
-        def add(width: int, uniform: bool, p: float) -> None:
-            """A decode step carries its requests and query length (a dynamic schedule's tier), read off its width."""
-            if p > 0:
-                n, query_len = (s.decode_step(width) if uniform else None) or (None, None)
-                kind = Step(width, uniform, 0.0, query_len, n)
-                probs[kind] = probs.get(kind, 0.0) + p
-
-        if t.trace:
-            for width, uniform in t.trace:
-                add(width, uniform, 1.0 / len(t.trace))
-        elif t.widths is not None:
-            # A width histogram does not say which steps were pure decode; assume the widths of a decode step of
-            # max_num_seqs requests or fewer were (vLLM's metric has no such label).
-            for width, p in t.widths.pmf().items():
-                add(width, s.decode_step(width) is not None, p)
-        else:
-            decode_share = 1.0 - t.mixed_share
-            if t.requests is not None:
-                query_lens = s.decode_query_lens()
-                for n, p in t.requests.pmf().items():
-                    # A dynamic schedule's tier steps are decode steps at their own query length.
-                    kind = Step(n * query_lens[n], True, 0.0, query_lens[n], n)
-                    probs[kind] = probs.get(kind, 0.0) + decode_share * p
-            if t.mixed_tokens is not None:
-                for width, p in t.mixed_tokens.pmf().items():
-                    add(width, False, t.mixed_share * p)
-        return sorted((replace(kind, probability=p) for kind, p in probs.items() if p > 0), key=lambda st: st.sort_key)
+        """The step distribution (`tuner.steps`): `Step`s with probabilities summing to 1, sorted by width."""
+        return step_distribution(self.traffic, self.serving.decode_query_lens())
 
 
 # --------------------------------------------------------------------------- parsing
-def _parse_model(r: _Reader) -> ModelSpec:
+def _parse_model(r: FieldReader) -> ModelSpec:
     preset = r.str("preset", None)
     fields = ModelShape.__dataclass_fields__
     explicit = {k: r.raw(k) for k in fields if r.has(k)}
@@ -576,7 +396,7 @@ def _parse_model(r: _Reader) -> ModelSpec:
     return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp, name=name)
 
 
-def _parse_capability(r: _Reader, key: str) -> tuple[int, int]:
+def _parse_capability(r: FieldReader, key: str) -> tuple[int, int]:
     value = r.raw(key, "9.0")
     text = str(value)
     try:
@@ -604,7 +424,7 @@ _SHAPE_INTS = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads
                "vocab_size")
 
 
-def _parse_drafter(r: _Reader, method: str, target: ModelSpec) -> ModelShape:
+def _parse_drafter(r: FieldReader, method: str, target: ModelSpec) -> ModelShape:
     """The draft model's shape: a preset, or the target's widths with the fields given (an EAGLE head or MTP module:
     one layer by default; a DFlash drafter or a draft model must say their layer count)."""
     preset = r.str("preset", None)
@@ -635,13 +455,13 @@ def _parse_drafter(r: _Reader, method: str, target: ModelSpec) -> ModelShape:
     return shape
 
 
-def _parse_speculative(r: _Reader, target: ModelSpec) -> SpeculativeSpec:
+def _parse_speculative(r: FieldReader, target: ModelSpec) -> SpeculativeSpec:
     method = r.str("method", None, choices=SPECULATIVE_METHODS)
     parallel = r.bool("parallel_drafting", False)
     drafter = None
     shares_embedding = shares_lm_head = predict_layers = None
     if method in MODEL_BASED_METHODS:
-        sub = r.sub("drafter") if r.has("drafter") else _Reader({}, r.at("drafter"))
+        sub = r.sub("drafter") if r.has("drafter") else FieldReader({}, r.at("drafter"))
         shares_embedding = sub.raw("shares_embedding")
         shares_lm_head = sub.raw("shares_lm_head")
         for key, value in (("shares_embedding", shares_embedding), ("shares_lm_head", shares_lm_head)):
@@ -680,7 +500,7 @@ _TRTLLM_DECODING_TYPES = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "n
                           "draft_model": "DraftTarget"}
 
 
-def _engine_aliases(r: _Reader, engine: str) -> None:
+def _engine_aliases(r: FieldReader, engine: str) -> None:
     """Read an engine's own names into vLLM's (one name per setting); refuse vLLM-only settings elsewhere."""
     if engine == "vllm":
         return
@@ -698,7 +518,7 @@ def _engine_aliases(r: _Reader, engine: str) -> None:
     r.data = data
 
 
-def _engine_method(r: _Reader, engine: str, spec_tokens: int, speculative: SpeculativeSpec | None) -> str | None:
+def _engine_method(r: FieldReader, engine: str, spec_tokens: int, speculative: SpeculativeSpec | None) -> str | None:
     """The engine's own name for the workload's speculative method (SGLang's algorithm, TensorRT-LLM's
     decoding_type); None without speculation. Draft tokens need a method the engine has."""
     names, what, tokens_key = {
@@ -715,7 +535,7 @@ def _engine_method(r: _Reader, engine: str, spec_tokens: int, speculative: Specu
     return native
 
 
-def _parse_engine_settings(r: _Reader, engine: str, spec_tokens: int,
+def _parse_engine_settings(r: FieldReader, engine: str, spec_tokens: int,
                            speculative: SpeculativeSpec | None) -> EngineSettings | None:
     if engine == "vllm":
         return None
@@ -739,7 +559,7 @@ def _parse_engine_settings(r: _Reader, engine: str, spec_tokens: int,
                                          exclusive_minimum=True))
 
 
-def _parse_serving(r: _Reader, speculative: SpeculativeSpec | None = None, engine: str = "vllm") -> ServingConfig:
+def _parse_serving(r: FieldReader, speculative: SpeculativeSpec | None = None, engine: str = "vllm") -> ServingConfig:
     _engine_aliases(r, engine)
     max_num_seqs = r.int("max_num_seqs", minimum=1)
     spec_tokens = r.int("num_speculative_tokens", 0, minimum=0)
@@ -785,7 +605,7 @@ def _parse_serving(r: _Reader, speculative: SpeculativeSpec | None = None, engin
     return config
 
 
-def _parse_distribution(r: _Reader, upper: int, upper_name: str) -> Distribution:
+def _parse_distribution(r: FieldReader, upper: int, upper_name: str) -> Distribution:
     kind = r.str("kind", "uniform", choices=("uniform", "histogram"))
     if kind == "uniform":
         lo = r.int("min", 1, minimum=1)
@@ -863,7 +683,7 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
     return tuple(rows)
 
 
-def _parse_traffic(r: _Reader, serving: ServingConfig, base_dir: Path) -> Traffic:
+def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Traffic:
     mean_ctx = r.int("mean_context_len", 2048, minimum=1, maximum=serving.max_model_len)
     note = r.str("source_note", "")
     if r.has("trace"):
@@ -900,7 +720,7 @@ def _parse_traffic(r: _Reader, serving: ServingConfig, base_dir: Path) -> Traffi
 
 def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | None = None) -> Workload:
     """Validate a workload mapping; raises WorkloadError naming the first bad field."""
-    r = _Reader(data, "")
+    r = FieldReader(data, "")
     name = r.str("name")
     if not name or any(c in name for c in "/\\ \t\n"):
         raise WorkloadError(f"name: {name!r} must be non-empty without spaces or slashes")
