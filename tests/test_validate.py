@@ -248,7 +248,7 @@ def test_every_step_is_dispatched_as_vllm_would(tmp_path):
     model = _model(tmp_path)
     trace = sample_trace(model.workload.steps(), 2000, seed=0)
     for sizes in (model.default_sizes, (4, 12), (1, 2, 3, 24)):
-        dispatcher = model.serving.dispatcher(sizes)
+        dispatcher = model.engine.dispatcher(sizes)
         plan = plan_trace(trace, dispatcher)
         assert len(plan) == len(trace)
         for step, p in zip(trace, plan):
@@ -290,7 +290,7 @@ def test_statistics_on_scripted_timings():
 def test_compare_list_errors_fit_and_loud_warning(tmp_path):
     model = _model(tmp_path)
     e = model.evaluate((1, 2, 4, 8, 16))
-    plan = plan_trace(sample_trace(model.workload.steps(), 500, seed=1), model.serving.dispatcher(e.capture_sizes))
+    plan = plan_trace(sample_trace(model.workload.steps(), 500, seed=1), model.engine.dispatcher(e.capture_sizes))
     predicted = predicted_trace_step_ms(model, plan)
     samples = [ms * 1.02 for ms in predicted]  # fixture: 2% slower than predicted
 
@@ -917,7 +917,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     assert all(len(backend._graphs[g].pieces) == 3 for g in graphs if g[0] == "PIECEWISE")  # 2 layers: 3 pieces
     with pytest.raises(RuntimeError, match="release"):
         backend.capture(graphs)
-    plan = plan_trace(sample_trace(model.workload.steps(), 100, seed=5), model.serving.dispatcher(sizes))
+    plan = plan_trace(sample_trace(model.workload.steps(), 100, seed=5), model.engine.dispatcher(sizes))
     for mode in ("FULL", "PIECEWISE"):  # a padded step: the graph of the padded width, logits of the real tokens
         step = next(p for p in plan if p.runtime_mode == mode and p.padded_size != p.num_tokens)
         decoder.hidden_out.zero_()
@@ -1013,7 +1013,7 @@ def test_a_drafters_graphs_are_predicted_not_captured_and_count_in_the_fit_check
     # Target: PIECEWISE 16 alone (32 MiB) + 5 deltas of 2 MiB; drafter: PIECEWISE and FULL at 4, 8, 16 after them,
     # 0.5 MiB each.
     assert e.graph_memory_bytes == 45 * MIB and e.drafter_graph_bytes == 3 * MIB
-    plan = plan_trace(sample_trace(wl.steps(), 200, seed=1), model.serving.dispatcher(e.capture_sizes))
+    plan = plan_trace(sample_trace(wl.steps(), 200, seed=1), model.engine.dispatcher(e.capture_sizes))
     samples = predicted_trace_step_ms(model, plan)
     r = compare_list(model, "tuned", e, plan, samples, CaptureResult(42 * MIB), measured_estimate_bytes=42 * MIB)
     assert (r.predicted_graph_bytes, r.drafter_graph_bytes) == (42 * MIB, 3 * MIB) and r.memory_error == 0

@@ -41,7 +41,7 @@ def _workload(dtype: str = "float32"):
 def test_small_list_replayed_as_dispatched_equals_eager() -> None:
     workload = _workload()
     sizes = (4, 8, 16, 40)
-    dispatcher = workload.serving.dispatcher(sizes)
+    dispatcher = workload.engine.dispatcher(sizes)
     backend = TorchBackend(build_model(workload, 96, "cuda"))
     capture = backend.capture(dispatcher.graphs())
     assert capture.oom is None and capture.graphs == len(dispatcher.graphs())

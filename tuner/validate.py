@@ -274,7 +274,7 @@ class TorchBackend:
         sample capture runs out of memory."""
         from tuner.measure import graphs as _graphs
         from tuner.measure.memory import free_delta_bytes
-        from tuner.vllm.memory import GraphCost, estimate_bytes
+        from tuner.vllm.memory import GraphCost, estimate_bytes, estimate_samples
 
         if not self.graphs_supported or not graphs:
             return None if not self.graphs_supported else 0
@@ -283,11 +283,7 @@ class TorchBackend:
         runner_ = self.runner
         if not self._primed:
             self._prime(min(w for _, w in graphs))
-        fulls = [g for g in graphs if g[0] == "FULL"]
-        if runner == "v2":
-            sequences = [[g for g in graphs if g[0] != "FULL" or g in fulls[:2]]]
-        else:
-            sequences = [[g for g in graphs if g[0] == mode][:2] for mode in ("PIECEWISE", "FULL")]
+        sequences = estimate_samples(graphs, runner)
         measured: dict[tuple[str, int], tuple[float, float]] = {}
         try:
             for seq in sequences:
@@ -529,13 +525,10 @@ class ListValidation:
 def target_memory(model: CostModel, evaluation: Evaluation) -> tuple[int, int]:
     """(pool, vLLM's estimate) the cost model predicts for the list's TARGET graphs alone: what validation captures.
     The drafter's share is the rest of `evaluation`'s (0 without a draft model)."""
-    from tuner.vllm.memory import estimate_bytes, pool_bytes
+    from tuner.vllm.memory import pool_bytes
 
     costs = [g for g in model.graph_costs(evaluation.capture_sizes) if g.owner == "target"]
-    pool = int(round(pool_bytes(costs)))
-    if model.serving.engine != "vllm":  # SGLang and TensorRT-LLM make no estimate: it is the real pool
-        return pool, pool
-    return pool, int(round(estimate_bytes(costs, model.runner)))
+    return int(round(pool_bytes(costs))), int(round(model.engine.estimate_bytes(costs)))
 
 
 def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequence[PlannedStep],
@@ -651,14 +644,14 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
 
             out[name] = dataclasses.replace(by_sizes[sizes], name=name)
             continue
-        dispatcher = model.serving.dispatcher(sizes)
+        dispatcher = model.engine.dispatcher(sizes)
         graphs = model.graphs(sizes)
         plan = plan_trace(trace, dispatcher)
         if progress:
             progress(f"{name}: capturing {len(graphs)} graphs, max {sizes[-1] if sizes else 0}")
         estimate = None
         measure_estimate = getattr(backend, "measure_estimate", None)
-        if measure_estimate is not None and model.serving.engine == "vllm":  # only vLLM sizes KV from an estimate
+        if measure_estimate is not None and model.engine.makes_estimate:  # the KV cache is sized from it
             if progress:
                 progress(f"{name}: measuring vLLM's {model.runner.upper()} graph-memory estimate")
             estimate = measure_estimate(graphs, model.runner)
@@ -838,7 +831,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
                          + (f"; '{fallback.name}' would have been emitted" if fallback is not None else ""))
         elif fallback is None:
             emitted = None
-            _remove_engine_files(run, model.serving.engine)
+            _remove_engine_files(run, model.engine.files)
             notes.append(f"no validated list fits by measured memory: the {model.serving.engine} files were removed")
         else:
             emitted = fallback.name
@@ -857,11 +850,9 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     return record
 
 
-def _remove_engine_files(run: Path, engine: str) -> None:
+def _remove_engine_files(run: Path, files: Sequence[str]) -> None:
     """Remove the files the engine would load (nothing that does not fit may be left to deploy)."""
-    from tuner.engines import ENGINE_FILES
-
-    for name in ENGINE_FILES[engine]:
+    for name in files:
         (run / name).unlink(missing_ok=True)
 
 
@@ -952,7 +943,7 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     if best is None:
         chosen_search, emitted = None, None
         notes.append(f"no validated list fits by measured memory: the {model.serving.engine} files were removed")
-        _remove_engine_files(Path(run_dir), model.serving.engine)
+        _remove_engine_files(Path(run_dir), model.engine.files)
         log.warning("NO VALIDATED LIST FITS ON THE DEVICE: nothing is emitted")
     else:
         emitted = best.name
