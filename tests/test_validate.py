@@ -21,21 +21,23 @@ from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
 from tuner.validate import (  # noqa: E402
     VALIDATION_FILE,
-    CaptureResult,
-    PlannedStep,
     ValidationError,
     build_record,
     choose_measured,
     compare_list,
-    dispatch_counts,
     lists_to_validate,
+    top_candidates,
+    validate_lists,
+    validate_run,
+)
+from tuner.validate_backend import CaptureResult  # noqa: E402
+from tuner.validate_trace import (  # noqa: E402
+    PlannedStep,
+    dispatch_counts,
     plan_trace,
     predicted_trace_step_ms,
     sample_trace,
     step_statistics,
-    top_candidates,
-    validate_lists,
-    validate_run,
 )
 from tuner.validate_report import BEGIN, END, update_report  # noqa: E402
 
@@ -616,7 +618,7 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     here, so none is reported and nothing fits."""
     from tuner.measure.decoder import build_model
     from tuner.measure.timing import FakeClock
-    from tuner.validate import TorchBackend
+    from tuner.validate_backend import TorchBackend
 
     run, model, search = _run_dir(tmp_path)
     # Scripted durations, in replay order: default 1.0 ms per step; tuned 0.4 ms for its first 150 steps, 0.6 after.
@@ -646,7 +648,7 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
 
 
 def test_build_backend_is_as_wide_as_every_graph_and_step_and_compiled_as_the_profile(tmp_path):
-    from tuner.validate import build_backend
+    from tuner.validate_backend import build_backend
 
     model = _model(tmp_path)  # profile widths 1..32; a default deployment's step is compiled
     assert model.profile.metadata["compiled"] is True
@@ -857,7 +859,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     from tuner.measure.memory import MemorySnapshot
     from tuner.measure.piecewise import Piece
     from tuner.measure.decoder import build_model
-    from tuner.validate import TorchBackend
+    from tuner.validate_backend import TorchBackend
 
     model = _model(tmp_path)
     backend = TorchBackend(build_model(model.workload, 32, "cpu"))
@@ -976,7 +978,7 @@ class _PoolRunner:
 
 @pytest.mark.parametrize("runner", ["v1", "v2"])
 def test_the_estimate_is_measured_the_way_the_runner_takes_it(runner):
-    from tuner.validate import TorchBackend
+    from tuner.validate_backend import TorchBackend
 
     backend = TorchBackend.__new__(TorchBackend)  # no decode model: the scripted runner stands in for it
     backend.runner, backend.graphs_supported, backend._graphs, backend._primed = _PoolRunner(), True, {}, True

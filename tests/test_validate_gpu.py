@@ -19,7 +19,8 @@ from tuner.measure.decoder import build_model  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
-from tuner.validate import TorchBackend, plan_trace, sample_trace  # noqa: E402
+from tuner.validate_backend import TorchBackend  # noqa: E402
+from tuner.validate_trace import plan_trace, sample_trace  # noqa: E402
 from tuner.workload import parse_workload  # noqa: E402
 
 pytestmark = pytest.mark.gpu

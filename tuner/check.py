@@ -300,6 +300,7 @@ def _context_notes(model: CostModel, log: StartupLog, list_kind: str) -> list[st
         notes.append(f"the log holds {log.starts} start-ups; the last one is read")
     if list_kind != "as written":
         notes.append(f"vLLM's engine config shows the list {list_kind} (V1 rewrites an explicit list when speculating)")
+    # Not a branch on the runner: the runner vLLM logged held to the one the run predicted.
     if log.runner is not None and log.runner != model.runner:
         notes.append(f"vLLM ran the {log.runner.upper()} runner, the run predicted {model.runner.upper()}: its graph-"
                      f"memory estimate was predicted by the other runner's rule")
@@ -330,6 +331,7 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
         workload = load_workload(run_dir / "workload.yaml")
     except ValueError as exc:  # WorkloadError: one line naming the file
         raise CheckError(f"run_dir: {run_dir} holds no readable workload.yaml ({str(exc).splitlines()[0]})") from None
+    # cgtune check is vLLM's start-up log reader (tuner.vllm.startup_log): another engine logs nothing it can read.
     if workload.serving.engine != "vllm":
         raise CheckError(f"run_dir: {run_dir} is a {workload.serving.engine} run; cgtune check reads vLLM's log only")
     sizes = _run_list(run_dir)

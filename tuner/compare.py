@@ -66,7 +66,7 @@ def sglang_default_sizes(model: CostModel) -> tuple[int, ...]:
 PEER_LISTS: dict[str, Callable[[CostModel], tuple[int, ...]]] = {"sglang": sglang_default_sizes}
 """Other engines' real default lists for a vLLM workload's configuration, evaluated as vLLM capture lists under the
 same model (a comparison of lists: vLLM's dispatch and memory rule, not the other engine's); the key names the row
-(see LABELS), for an engine that names it in its `peer_rows`."""
+(its label is the engine's `list_label`), for an engine that names it in its `peer_rows`."""
 
 
 def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:

@@ -145,8 +145,6 @@ class Engine(ABC):
     report_words: ClassVar[str]
     """The module that words a run's report, summary and console lines for the engine's unit and rules
     (`tuner.vllm_report`, `tuner.engine_report`); it asks the engine for the words that are its own."""
-    models_drafter: ClassVar[bool] = False
-    """A draft model's graphs and passes are costed by the engine's rules (else its weights and KV only)."""
     makes_estimate: ClassVar[bool] = False
     """The engine sizes its KV cache from a graph-memory estimate made before the real capture."""
     peer_rows: ClassVar[tuple[str, ...]] = ()

@@ -193,7 +193,7 @@ def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, A
     gpu_memory_utilization)."""
     e = model.engine
     block: dict[str, Any] = {
-        "name": e.name, "unit": "requests", "tokens_per_request": model.q, "files": list(e.files),
+        "name": e.name, "unit": e.unit, "tokens_per_request": model.q, "files": list(e.files),
         "batch_sizes": _requests(model, table["tuned"].capture_sizes),
         **e.summary_fields(model.budget, _top(model, table["default"]), _top(model, table["tuned"])),
     }

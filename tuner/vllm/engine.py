@@ -50,7 +50,6 @@ class VllmEngine(Engine):
     unit = "tokens"
     files = (COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE)
     report_words = "tuner.vllm_report"
-    models_drafter = True
     makes_estimate = True
     peer_rows = ("sglang",)
     runner: str
