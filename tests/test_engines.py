@@ -17,6 +17,7 @@ from test_exact import assert_matches_brute_force  # noqa: E402
 
 from tuner.exact import brute_force, exact_solve  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
+from tuner.engine import Speculation  # noqa: E402
 from tuner.workload import WorkloadError  # noqa: E402
 
 TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.2,
@@ -58,6 +59,23 @@ def trtllm_model(tmp_path, *, padding, total=1000 * MIB, **kwargs):
                            traffic=TRAFFIC, enable_padding=padding)
     return CostModel.from_files(handmade_profile(tmp_path, wl, list(range(1, 33)), total_memory_bytes=total,
                                                  **kwargs), wl)
+
+
+def test_each_engine_resolves_the_speculative_settings_in_its_own_words():
+    # SGLang names MTP NEXTN and at topk 1 forces speculative_num_draft_tokens = steps + 1; above topk 1 the draft
+    # tokens are the workload's. TensorRT-LLM names its decoding type, one token more than max_draft_len; vLLM keeps
+    # its method and 1 + K.
+    sglang = dict(engine="sglang", max_num_seqs=6, gpu_memory_mib=143771)
+    assert handmade_workload(**sglang, num_speculative_tokens=3, speculative={"method": "mtp"}).engine.speculation \
+        == Speculation("NEXTN", 4)
+    assert handmade_workload(**sglang, num_speculative_tokens=3, speculative_eagle_topk=4,
+                             speculative_num_draft_tokens=8, speculative={"method": "eagle"}).engine.speculation \
+        == Speculation("EAGLE", 8)
+    assert handmade_workload(engine="trtllm", num_speculative_tokens=3,
+                             speculative={"method": "eagle3"}).engine.speculation == Speculation("Eagle3", 4)
+    assert handmade_workload(num_speculative_tokens=2, speculative={"method": "ngram"}).engine.speculation \
+        == Speculation("ngram", 3)
+    assert handmade_workload(engine="sglang").engine.speculation == Speculation(None, 1)
 
 
 def test_trtllm_without_padding_replays_only_exact_sizes(tmp_path):

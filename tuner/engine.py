@@ -99,6 +99,11 @@ class KvRule(Protocol):
 
     def graph_budget(self, top: int = 0) -> tuple[int, str]: ...
 
+    def real_budget_bytes(self, top: int = 0) -> int:
+        """Most real graph memory a list topped at `top` (requests) may take: asked of a rule whose engine's estimate
+        form is `none`."""
+        ...
+
 
 def flag_file_line(path: Path) -> str | None:
     """The first line of a flag file that is not a comment (None when the file or the line is missing)."""

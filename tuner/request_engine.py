@@ -5,13 +5,15 @@ run without a graph. Each such engine supplies only its rules, in requests."""
 
 from __future__ import annotations
 
+import bisect
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from tuner.engine import Engine
+from tuner.engine import Engine, Speculation
 from tuner.fields import FieldReader, WorkloadError
 from tuner.serving import VLLM_ONLY_FIELDS, ServingConfig, read_serving
 from tuner.vllm.defaults import CaptureDefaults
@@ -20,7 +22,7 @@ from tuner.vllm.dispatch import Dispatch
 if TYPE_CHECKING:
     from tuner.vllm.emit import Provenance
 
-__all__ = ["RequestDispatcher", "RequestEngine", "RequestRule", "requests_of"]
+__all__ = ["PaddedRule", "RequestDispatcher", "RequestEngine", "RequestRule", "requests_of"]
 
 
 def requests_of(sizes: Sequence[int], tokens_per_request: int) -> list[int]:
@@ -34,6 +36,33 @@ class RequestRule(Protocol):
     def dispatch(self, batch_size: int) -> Any: ...
 
     def graph_widths(self) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class PaddedDispatch:
+    """What a decode batch runs under `PaddedRule`."""
+
+    num_tokens: int | None
+    """Token width of the graph replayed; None when eager."""
+
+    @property
+    def eager(self) -> bool:
+        return self.num_tokens is None
+
+
+class PaddedRule:
+    """A decode batch replays the smallest captured batch size at or above it, and runs eager above the largest."""
+
+    def __init__(self, batch_sizes: Sequence[int], tokens_per_request: int) -> None:
+        self.batch_sizes = sorted({int(b) for b in batch_sizes})
+        self.tokens_per_request = tokens_per_request
+
+    def graph_widths(self) -> list[int]:
+        return [b * self.tokens_per_request for b in self.batch_sizes]
+
+    def dispatch(self, batch_size: int) -> PaddedDispatch:
+        i = bisect.bisect_left(self.batch_sizes, batch_size)
+        return PaddedDispatch(self.batch_sizes[i] * self.tokens_per_request if i < len(self.batch_sizes) else None)
 
 
 class RequestDispatcher:
@@ -107,32 +136,19 @@ class RequestEngine(Engine):
     """The engine's own name for the draft tokens field."""
 
     # ------------------------------------------------------------------ what each engine gives
-    @classmethod
-    @abstractmethod
-    def parse_settings(cls, r: FieldReader, num_speculative_tokens: int,
-                       speculative_method: str | None) -> tuple[Any, int]:
-        """`(the engine's own settings, tokens per request)` from the serving section, the speculative method
-        resolved in the engine's own words."""
-
     @abstractmethod
     def default_requests(self, gpu_memory_mib: float | None) -> list[int]:
         """The engine's default decode list as written (requests)."""
 
     @abstractmethod
-    def captured_requests(self, batch_sizes: Sequence[int]) -> list[int]:
-        """What the engine really captures for a written list (requests, non-empty)."""
-
-    @abstractmethod
-    def rule(self, batch_sizes: Sequence[int]) -> RequestRule:
-        """The rulebook's dispatch for a list as the engine captures it (requests)."""
-
-    @abstractmethod
-    def widest_requests(self) -> list[int]:
-        """The engine's own generator run up to the request cap (what setting its max batch size to it writes)."""
-
-    @abstractmethod
     def render_request_files(self, batch_sizes: Sequence[int], provenance: Provenance | None) -> dict[str, str]:
         """File name -> text of the engine's files for a list of batch sizes (requests), checked by its emitter."""
+
+    @abstractmethod
+    def memory_rule_words(self, budget: Any, default_top: int, tuned_top: int,
+                          mem: Callable[[float], str]) -> tuple[str, str]:
+        """`(the KV rule in words with this budget's numbers, what capture headroom is)`; `*_top`: the default and
+        tuned lists' max in requests as the engine runs them, `mem` writes a memory figure."""
 
     @classmethod
     def native_method(cls, r: FieldReader, num_speculative_tokens: int, speculative_method: str | None) -> str | None:
@@ -147,33 +163,57 @@ class RequestEngine(Engine):
                                 f"with engine {cls.name} (its {cls.speculative_what})")
         return native
 
-    # ------------------------------------------------------------------ words (`tuner.engine_report` asks them)
-    @abstractmethod
+    # ------------------------------------------------------------------ what an engine may give (defaults)
+    @classmethod
+    def parse_settings(cls, r: FieldReader, num_speculative_tokens: int,
+                       speculative_method: str | None) -> tuple[Any, int]:
+        """`(the engine's own settings, tokens per request)` from the serving section, the speculative method
+        resolved in the engine's own words; by default no settings of its own and 1 + draft tokens."""
+        cls.native_method(r, num_speculative_tokens, speculative_method)
+        return None, 1 + num_speculative_tokens
+
+    @property
+    def speculation(self) -> Speculation:
+        return Speculation(self.serving.speculative_method, self.decode_query_len)
+
+    def captured_requests(self, batch_sizes: Sequence[int]) -> list[int]:
+        """What the engine really captures for a written list (requests, non-empty); by default the sizes within
+        the request cap."""
+        return sorted({int(b) for b in batch_sizes if b <= self.serving.max_num_seqs})
+
+    def rule(self, batch_sizes: Sequence[int]) -> RequestRule:
+        """The engine's dispatch for a list as it captures it (requests); by default a batch pads up to the
+        smallest captured size, and runs eager above the largest."""
+        return PaddedRule(batch_sizes, self.decode_query_len)
+
+    def widest_requests(self) -> list[int]:
+        """The engine's own generator run up to the request cap (what setting its max batch size to it writes); by
+        default every batch size."""
+        return list(range(1, self.serving.max_num_seqs + 1))
+
     def engine_line(self) -> str:
         """The engine in the report's header: its unit and what runs without a graph."""
+        return (f"{self.label}: decode graphs by batch size (requests), each holding bs x {self.decode_query_len} "
+                f"tokens; mixed and prefill steps run without a graph")
 
-    @abstractmethod
-    def memory_rule_words(self, budget: Any, default_top: int, tuned_top: int,
-                          mem: Callable[[float], str]) -> tuple[str, str]:
-        """`(the KV rule in words with this budget's numbers, what capture headroom is)`; `*_top`: the default and
-        tuned lists' max in requests as the engine runs them, `mem` writes a memory figure."""
-
-    @abstractmethod
     def summary_fields(self, budget: Any, default_top: int, tuned_top: int) -> dict[str, Any]:
         """summary.json's fields of the engine's own settings and memory rule."""
+        return {}
 
-    @abstractmethod
     def defaults_rows(self, tensor_parallel_size: int) -> tuple[list[tuple[str, str]], dict[str, Any], int, str]:
         """`cgtune defaults`' rows on the engine and its request cap, the JSON fields they stand for, the cap and its
         name, for a model sharded over `tensor_parallel_size` ranks."""
+        cap = self.serving.max_num_seqs
+        return [("engine", self.engine_line()), ("request cap", f"{cap} ({self.request_cap_name})")], {}, cap, \
+            "request cap"
 
-    @abstractmethod
     def eager_reason(self, runs: Sequence[int], cap: int, cap_name: str) -> str:
         """Why decode batches run without a graph under a list captured as `runs` (requests)."""
+        return f"above the list's max {runs[-1] if runs else 0}"
 
-    @abstractmethod
     def files_line(self) -> str:
         """What the run directory holds for the engine, and how its command line reads them."""
+        return "Files: " + ", ".join(f"`{name}`" for name in self.files) + ", `summary.json`."
 
     @property
     def exact_dispatch(self) -> bool:
