@@ -1,6 +1,7 @@
-"""Cost model fitted from a profile: step latency of any capture list under vLLM's dispatch (for the runner that
-runs it, on the list that runner really captures), its real graph pool, vLLM's graph-memory estimate, and the KV
-cache vLLM sizes from that estimate (`tuner.vllm.memory`)."""
+"""Cost model fitted from a profile: step latency of any capture list under the engine's dispatch (on the list the
+engine really captures: vLLM's runner may rewrite it), its real graph pool, the engine's graph-memory estimate, and the
+KV cache the engine sizes (its KV rule: vLLM's from that estimate, `tuner.vllm.memory`). Every rule is the workload's
+Engine's (`tuner.engine`)."""
 
 from __future__ import annotations
 
