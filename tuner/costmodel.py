@@ -18,8 +18,8 @@ from tuner.calibration import apply_calibration, non_kv_from_vllm
 from tuner.curve import Curve, memory_curve
 from tuner.engine import GraphDispatcher, KvRule
 from tuner.profile_table import Profile, ProfileError, read_profile
-from tuner.vllm.memory import GraphCost, pool_bytes
 from tuner.steps import Step, mix_steps, uniform_decode_steps
+from tuner.vllm.memory import GraphCost, pool_bytes
 from tuner.workload import Workload
 
 if TYPE_CHECKING:
@@ -600,7 +600,7 @@ class CostModel:
         """Every graph vLLM captures for the list, in capture order (largest mixed graph first)."""
         if self.cudagraph_mode == "NONE":
             return []
-        return self._dispatcher(self._runs(capture_sizes)).graphs()
+        return self.engine.graphs(self._runs(capture_sizes))
 
     def graph_costs(self, capture_sizes: Sequence[int]) -> list[GraphCost]:
         """Every graph of the list in capture order, with its standalone and capture-delta bytes."""

@@ -78,8 +78,8 @@ class GraphDispatcher(Protocol):
 
 
 class KvRule(Protocol):
-    """How an engine sizes its KV cache around the graphs (vLLM's `tuner.vllm.memory.KvRule`, SGLang's and
-    TensorRT-LLM's rules in their engine modules)."""
+    """How an engine sizes its KV cache around the graphs (`KvRule`, `SglangKvRule`, `TrtllmKvRule` in the rulebooks'
+    memory modules)."""
 
     total_memory_bytes: int
     required_kv_bytes: int
@@ -266,10 +266,6 @@ class Engine(ABC):
     def estimate_form(self, dispatcher: GraphDispatcher, estimate_enabled: bool) -> str:
         """How the estimate counts a list's graphs (one of `ESTIMATE_FORMS`)."""
         return "none"
-
-    def estimate_samples(self, graphs: Sequence[tuple[str, int]]) -> list[list[tuple[str, int]]]:
-        """The captures, each list into its own throwaway pool, the engine's estimate is taken from ([]: none)."""
-        return []
 
     # ------------------------------------------------------------------ what the cost model notes
     def profile_checks(self, metadata: dict[str, Any]) -> tuple[list[tuple[str, object, object, str]], list[str]]:

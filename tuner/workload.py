@@ -104,7 +104,7 @@ class Workload:
     model: ModelSpec
     """Model shape, dtype and tensor parallelism."""
     serving: ServingConfig
-    """vLLM serving config."""
+    """Serving settings, as the workload's engine read them (`engine:`, default vllm)."""
     traffic: Traffic
     """Step-width distribution inputs."""
     description: str = ""

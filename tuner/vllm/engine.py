@@ -20,7 +20,7 @@ from tuner.vllm.dispatch import Dispatcher
 from tuner.vllm.drafter import EagerDrafterPasses, drafter_graphs, drafter_pass_widths, eager_drafter_passes
 from tuner.vllm.drafter_cost import DrafterCost
 from tuner.vllm.emit import COMPILATION_CONFIG_FILE, FLAGS_FILE, SERVE_YAML_FILE, render_files
-from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes, estimate_samples
+from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes
 from tuner.vllm.runner import (
     effective_cudagraph_mode,
     keeps_dynamic_schedule,
@@ -164,9 +164,6 @@ class VllmEngine(Engine):
 
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         return estimate_bytes(costs, self.runner)
-
-    def estimate_samples(self, graphs: Sequence[tuple[str, int]]) -> list[list[tuple[str, int]]]:
-        return estimate_samples(graphs, self.runner)
 
     # ------------------------------------------------------------------ what the cost model notes
     def profile_checks(self, metadata: dict[str, Any]) -> tuple[list[tuple[str, object, object, str]], list[str]]:
