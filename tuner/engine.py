@@ -31,21 +31,12 @@ if TYPE_CHECKING:
     from tuner.vllm.drafter_cost import DrafterCost
     from tuner.vllm.emit import Provenance
 
-__all__ = ["ESTIMATE_FORMS", "LIST_LABELS", "DrafterSweep", "Engine", "GraphDispatcher", "KvRule", "Speculation",
+__all__ = ["LIST_LABELS", "DrafterSweep", "Engine", "GraphDispatcher", "KvRule", "Speculation",
            "flag_file_line"]
 
 LIST_LABELS = {"tuned": "tuned", "exact": "exact optimum", "ideal": "ideal (every width, memory ignored)"}
 """How reports and plots name the comparison's lists every engine has; an engine names its own default, widest and
 peer rows (`Engine.list_label`)."""
-
-ESTIMATE_FORMS = ("none", "real", "windows", "per_graph", "per_mode")
-"""How an engine's graph-memory estimate counts a list's graphs (what the exact solver's memory constraint is):
-`none`: no estimate, the real pool counts against a budget that may move with the list's max (SGLang, TensorRT-LLM);
-`real`: the estimate is the real pool, or 0; `windows`: per FULL decode window, the first graph plus (n - 1) times the
-second, other graphs at their real size (vLLM V2 with separate decode graphs); `per_graph`: first plus (n - 1) times
-the second, every graph of the list counted (vLLM V2 FULL); `per_mode`: that sum per graph mode, in one profiling
-pool (vLLM V1)."""
-
 
 class GraphDispatcher(Protocol):
     """The graphs one list makes the engine capture and the graph (or none) each step replays; vLLM's
@@ -264,7 +255,12 @@ class Engine(ABC):
         return pool_bytes(costs)
 
     def estimate_form(self, dispatcher: GraphDispatcher, estimate_enabled: bool) -> str:
-        """How the estimate counts a list's graphs (one of `ESTIMATE_FORMS`)."""
+        """How the engine's graph-memory estimate counts a list's graphs, which is the exact solver's memory
+        constraint: `none`, no estimate, the real pool counts against a budget that may move with the list's max
+        (`KvRule.real_budget_bytes`; SGLang, TensorRT-LLM); `real`, the estimate is the real pool, or 0; `windows`,
+        per FULL decode window the first graph plus (n - 1) times the second, other graphs at their real size (vLLM
+        V2 with separate decode graphs); `per_graph`, first plus (n - 1) times the second over every graph of the
+        list (vLLM V2 FULL); `per_mode`, that sum per graph mode in one profiling pool (vLLM V1)."""
         return "none"
 
     # ------------------------------------------------------------------ what the cost model notes

@@ -52,7 +52,6 @@ class VllmEngine(Engine):
     report_words = "tuner.vllm_report"
     makes_estimate = True
     peer_rows = ("sglang",)
-    runner: str
 
     @classmethod
     def bind(cls, serving: ServingConfig) -> VllmEngine:
