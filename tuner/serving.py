@@ -90,7 +90,8 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
     if sizes is not None:
         if (not isinstance(sizes, list) or not sizes
                 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in sizes)):
-            raise WorkloadError(f"{r.at('cudagraph_capture_sizes')}: {sizes!r} must be a non-empty list of positive integers")
+            raise WorkloadError(f"{r.at('cudagraph_capture_sizes')}: {sizes!r} must be a non-empty list of positive "
+                                f"integers")
         sizes = tuple(sizes)
     schedule = r.raw("speculative_schedule")
     shared = dict(

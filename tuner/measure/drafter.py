@@ -10,7 +10,13 @@ from typing import Any
 from tuner import candidates as _candidates
 from tuner.measure.decoder import DecodeModel, build_model
 from tuner.shapes import ModelShape
-from tuner.vllm.drafter import DrafterGraph, drafter_graphs_apart, drafter_kv_layers, drafter_shares, sweep_capture_sequence
+from tuner.vllm.drafter import (
+    DrafterGraph,
+    drafter_graphs_apart,
+    drafter_kv_layers,
+    drafter_shares,
+    sweep_capture_sequence,
+)
 from tuner.workload import Workload
 
 __all__ = ["DRAFTER_NOTE", "DrafterPlan", "build_drafter", "drafter_plan", "pool_sequence"]
