@@ -46,7 +46,7 @@ def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32, d
     wl = load_workload(workload_path)
     s = wl.serving
     q = s.decode_query_len
-    widths = set(s.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
+    widths = set(wl.engine.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
     widths |= set(range(512 + stride, s.max_num_batched_tokens + 1, stride))
     if dense:
         widths |= set(range(1, s.max_num_batched_tokens + 1))

@@ -32,7 +32,8 @@ for var in SAMPLE SEED BUDGET_S; do
 done
 command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed (pip install -e '.[mutation]')" >&2; exit 2; }
 
-# module -> file to mutate | mutant-name globs (validate: its decision only, not the device backend) | its tests
+# module -> file to mutate | mutant-name globs (validate: its decision; the device backend and the trace are modules
+# of their own) | its tests
 declare -A FILE GLOBS TESTS
 FILE[exact]=tuner/exact.py;            GLOBS[exact]='tuner.exact.*'
 # The solver against brute force: vLLM's rules, and SGLang's and TensorRT-LLM's.
@@ -49,7 +50,7 @@ FILE[memory]=tuner/vllm/memory.py;     GLOBS[memory]='tuner.vllm.memory.*'
 TESTS[memory]='tests/vllm/test_memory.py'
 FILE[validate]=tuner/validate.py
 GLOBS[validate]='tuner.validate.x_compare_list* tuner.validate.x_choose_measured* tuner.validate.x_lists_to_validate*
-tuner.validate.x_top_candidates* tuner.validate.x_step_statistics* tuner.validate.x_target_memory*
+tuner.validate.x_top_candidates* tuner.validate.x_target_memory*
 tuner.validate.x_build_record* tuner.validate.x_validate_candidates* tuner.validate.x_validate_run*
 tuner.validate.xǁListValidationǁ*'
 # The decision's tests; the subprocess, torch-backend and plot-heavy ones test other parts and cost minutes.

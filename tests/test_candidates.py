@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tuner.candidates import candidate_widths, decode_widths
+from tuner.engines import engine_of
 from tuner.workload import ServingConfig
 
 
 def test_dflash_candidates_cover_every_decode_width_up_to_2176():
     serving = ServingConfig(max_num_seqs=128, num_speculative_tokens=16)
     widths = candidate_widths(serving)
-    assert set(serving.defaults().sizes) <= set(widths)
+    assert set(engine_of(serving).defaults().sizes) <= set(widths)
     assert set(range(17, 2177, 17)) <= set(widths)
     assert max(widths) == 2176
     above = [w for w in widths if w > 512]

@@ -55,7 +55,7 @@ def test_vectorised_dispatch_equals_the_dispatcher_on_every_step(tmp_path, seed)
     modes = set()
     for _ in range(25):
         runs = m.runs_as(rnd.sample(range(1, 49), rnd.randint(1, 8)))
-        d = s.dispatcher(list(runs))
+        d = m.engine.dispatcher(list(runs))
         got = m._step_parts(runs, widths, uniform, query_lens, requests)[0]
         for (w, u, ql, _), ms in zip(steps, got):
             hit = d.dispatch(w, uniform_decode=u, query_len=ql)

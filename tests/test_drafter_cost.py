@@ -36,7 +36,7 @@ def by_rules(m: CostModel, sizes, num_tokens: int, uniform: bool) -> float:
     d = m.drafter
     runs = m.runs_as(sizes)
     n = num_tokens // m.q if uniform else min(m.serving.max_num_seqs, -(-num_tokens // m.q))
-    dispatch = m.serving.dispatcher(runs).dispatch(num_tokens, uniform_decode=uniform)
+    dispatch = m.engine.dispatcher(runs).dispatch(num_tokens, uniform_decode=uniform)
     passes = drafter_passes(d.method, runner=m.runner, num_requests=n, num_tokens=num_tokens, uniform_decode=uniform,
                             capture_sizes=list(runs), cudagraph_mode=m.cudagraph_mode,
                             num_speculative_tokens=d.k, max_num_seqs=m.serving.max_num_seqs,

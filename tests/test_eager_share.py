@@ -35,7 +35,7 @@ def test_a_list_the_runner_refuses_runs_everything_eager():
     # Suffix decoding runs on V1; with q = 5 a list topped at 4 tokens has no multiple of q left: V1 refuses it.
     wl = handmade_workload(max_num_seqs=4, num_speculative_tokens=4, max_num_batched_tokens=64,
                            speculative={"method": "suffix"})
-    assert wl.serving.runner == "v1"
+    assert wl.engine.runner == "v1"
     share = eager_share(wl.serving, uniform_decode_steps(wl.serving), [1, 2, 4])
     assert share.eager_step_share == 1.0 and share.eager_request_counts == (1, 2, 3, 4)
 

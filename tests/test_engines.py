@@ -17,6 +17,7 @@ from test_exact import assert_matches_brute_force  # noqa: E402
 
 from tuner.exact import brute_force, exact_solve  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
+from tuner.engine import Speculation  # noqa: E402
 from tuner.workload import WorkloadError  # noqa: E402
 
 TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.2,
@@ -26,11 +27,11 @@ TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0
 def test_engine_names_map_onto_the_shared_settings():
     wl = handmade_workload(engine="trtllm", max_num_seqs=8, num_speculative_tokens=3, max_num_batched_tokens=64,
                            enable_padding=True, speculative={"method": "mtp"})
-    s = wl.serving
-    assert s.engine == "trtllm" and s.decode_query_len == 4 and s.runner == "v2"
+    s, e = wl.serving, wl.engine
+    assert s.engine == "trtllm" and s.decode_query_len == 4 and e.runner == "v2"
     # TensorRT-LLM's padded default [1, 2, 4, 8, ...] is cut at max_batch_size 8 (and 64 // 4 tokens): 4 graphs,
     # in tokens x 4.
-    assert s.runs_as(s.defaults().sizes) == (4, 8, 16, 32)
+    assert e.runs_as(e.defaults().sizes) == (4, 8, 16, 32)
     with pytest.raises(WorkloadError, match="serving.cudagraph_mode: a vLLM setting"):
         handmade_workload(engine="sglang", cudagraph_mode="FULL")
     with pytest.raises(WorkloadError, match="give max_batch_size or max_num_seqs, not both"):
@@ -44,11 +45,11 @@ def test_engine_names_map_onto_the_shared_settings():
 def test_sglang_caps_its_list_at_the_request_pool():
     wl = handmade_workload(engine="sglang", max_num_seqs=6, num_speculative_tokens=3,
                            speculative={"method": "eagle"}, gpu_memory_mib=143771, mem_fraction_static=0.8)
-    s = wl.serving
+    s, e = wl.serving, wl.engine
     assert s.decode_query_len == 4  # speculative_num_draft_tokens = steps + 1 with topk 1
     # A written list above the pool: SGLang drops the sizes above it and appends the pool (6 requests).
-    assert s.runs_as([4, 8, 40]) == (4, 8, 24)
-    d = s.dispatcher([4, 8, 24])
+    assert e.runs_as([4, 8, 40]) == (4, 8, 24)
+    d = e.dispatcher([4, 8, 24])
     assert d.dispatch(12, uniform_decode=True).padded_size == 24
     assert d.dispatch(12, uniform_decode=False).eager  # mixed steps never replay a decode graph
 
@@ -58,6 +59,23 @@ def trtllm_model(tmp_path, *, padding, total=1000 * MIB, **kwargs):
                            traffic=TRAFFIC, enable_padding=padding)
     return CostModel.from_files(handmade_profile(tmp_path, wl, list(range(1, 33)), total_memory_bytes=total,
                                                  **kwargs), wl)
+
+
+def test_each_engine_resolves_the_speculative_settings_in_its_own_words():
+    # SGLang names MTP NEXTN and at topk 1 forces speculative_num_draft_tokens = steps + 1; above topk 1 the draft
+    # tokens are the workload's. TensorRT-LLM names its decoding type, one token more than max_draft_len; vLLM keeps
+    # its method and 1 + K.
+    sglang = dict(engine="sglang", max_num_seqs=6, gpu_memory_mib=143771)
+    assert handmade_workload(**sglang, num_speculative_tokens=3, speculative={"method": "mtp"}).engine.speculation \
+        == Speculation("NEXTN", 4)
+    assert handmade_workload(**sglang, num_speculative_tokens=3, speculative_eagle_topk=4,
+                             speculative_num_draft_tokens=8, speculative={"method": "eagle"}).engine.speculation \
+        == Speculation("EAGLE", 8)
+    assert handmade_workload(engine="trtllm", num_speculative_tokens=3,
+                             speculative={"method": "eagle3"}).engine.speculation == Speculation("Eagle3", 4)
+    assert handmade_workload(num_speculative_tokens=2, speculative={"method": "ngram"}).engine.speculation \
+        == Speculation("ngram", 3)
+    assert handmade_workload(engine="sglang").engine.speculation == Speculation(None, 1)
 
 
 def test_trtllm_without_padding_replays_only_exact_sizes(tmp_path):

@@ -24,6 +24,7 @@ from handmade_profiles import (  # noqa: E402
 from tuner import compare  # noqa: E402
 from tuner.exact import ExactResult, exact_solve  # noqa: E402
 from tuner.costmodel import GIB, CostModel  # noqa: E402
+from tuner.engines import engine_of  # noqa: E402
 from tuner.report import PLOTS, SUMMARY_KEYS, comparison, load_run, sglang_sizes, summary, widest_sizes  # noqa: E402
 from tuner.report import log_axis, profile_provenance, render_markdown, write_run  # noqa: E402
 from tuner.search import SearchConfig, SearchResult, run_search  # noqa: E402
@@ -36,7 +37,7 @@ def test_widest_list_covers_the_widest_decode_batch_like_pr_50488():
     serving = load_workload(ROOT / "workloads/dflash-llama-3.1-8b.yaml").serving  # 128 seqs x q 17
     sizes = widest_sizes(serving)
     assert sizes[-1] == 2176 and 128 * 17 in sizes
-    assert set(serving.defaults().sizes) <= set(sizes)
+    assert set(engine_of(serving).defaults().sizes) <= set(sizes)
 
 
 def test_sglang_row_is_sglangs_own_default_for_the_same_config():
@@ -118,7 +119,7 @@ def _model(folder: Path, spec: dict, widths: list[int], **profile) -> CostModel:
 
 @pytest.fixture()
 def ceiling(tmp_path):
-    widths = sorted(set(parse_workload(CEILING).serving.defaults().sizes) | {527, 544, 768, 1024})
+    widths = sorted(set(parse_workload(CEILING).engine.defaults().sizes) | {527, 544, 768, 1024})
     return _model(tmp_path, CEILING, widths, total_memory_bytes=1000 * MIB,
                   standalone_bytes=lambda w: w * MIB // 8, delta_bytes=lambda w: MIB + w * MIB // 64)
 

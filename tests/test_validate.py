@@ -21,21 +21,23 @@ from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
 from tuner.validate import (  # noqa: E402
     VALIDATION_FILE,
-    CaptureResult,
-    PlannedStep,
     ValidationError,
     build_record,
     choose_measured,
     compare_list,
-    dispatch_counts,
     lists_to_validate,
+    top_candidates,
+    validate_lists,
+    validate_run,
+)
+from tuner.validate_backend import CaptureResult  # noqa: E402
+from tuner.validate_trace import (  # noqa: E402
+    PlannedStep,
+    dispatch_counts,
     plan_trace,
     predicted_trace_step_ms,
     sample_trace,
     step_statistics,
-    top_candidates,
-    validate_lists,
-    validate_run,
 )
 from tuner.validate_report import BEGIN, END, update_report  # noqa: E402
 
@@ -248,7 +250,7 @@ def test_every_step_is_dispatched_as_vllm_would(tmp_path):
     model = _model(tmp_path)
     trace = sample_trace(model.workload.steps(), 2000, seed=0)
     for sizes in (model.default_sizes, (4, 12), (1, 2, 3, 24)):
-        dispatcher = model.serving.dispatcher(sizes)
+        dispatcher = model.engine.dispatcher(sizes)
         plan = plan_trace(trace, dispatcher)
         assert len(plan) == len(trace)
         for step, p in zip(trace, plan):
@@ -290,7 +292,7 @@ def test_statistics_on_scripted_timings():
 def test_compare_list_errors_fit_and_loud_warning(tmp_path):
     model = _model(tmp_path)
     e = model.evaluate((1, 2, 4, 8, 16))
-    plan = plan_trace(sample_trace(model.workload.steps(), 500, seed=1), model.serving.dispatcher(e.capture_sizes))
+    plan = plan_trace(sample_trace(model.workload.steps(), 500, seed=1), model.engine.dispatcher(e.capture_sizes))
     predicted = predicted_trace_step_ms(model, plan)
     samples = [ms * 1.02 for ms in predicted]  # fixture: 2% slower than predicted
 
@@ -616,7 +618,7 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     here, so none is reported and nothing fits."""
     from tuner.measure.decoder import build_model
     from tuner.measure.timing import FakeClock
-    from tuner.validate import TorchBackend
+    from tuner.validate_backend import TorchBackend
 
     run, model, search = _run_dir(tmp_path)
     # Scripted durations, in replay order: default 1.0 ms per step; tuned 0.4 ms for its first 150 steps, 0.6 after.
@@ -646,7 +648,7 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
 
 
 def test_build_backend_is_as_wide_as_every_graph_and_step_and_compiled_as_the_profile(tmp_path):
-    from tuner.validate import build_backend
+    from tuner.validate_backend import build_backend
 
     model = _model(tmp_path)  # profile widths 1..32; a default deployment's step is compiled
     assert model.profile.metadata["compiled"] is True
@@ -857,7 +859,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     from tuner.measure.memory import MemorySnapshot
     from tuner.measure.piecewise import Piece
     from tuner.measure.decoder import build_model
-    from tuner.validate import TorchBackend
+    from tuner.validate_backend import TorchBackend
 
     model = _model(tmp_path)
     backend = TorchBackend(build_model(model.workload, 32, "cpu"))
@@ -917,7 +919,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     assert all(len(backend._graphs[g].pieces) == 3 for g in graphs if g[0] == "PIECEWISE")  # 2 layers: 3 pieces
     with pytest.raises(RuntimeError, match="release"):
         backend.capture(graphs)
-    plan = plan_trace(sample_trace(model.workload.steps(), 100, seed=5), model.serving.dispatcher(sizes))
+    plan = plan_trace(sample_trace(model.workload.steps(), 100, seed=5), model.engine.dispatcher(sizes))
     for mode in ("FULL", "PIECEWISE"):  # a padded step: the graph of the padded width, logits of the real tokens
         step = next(p for p in plan if p.runtime_mode == mode and p.padded_size != p.num_tokens)
         decoder.hidden_out.zero_()
@@ -976,7 +978,7 @@ class _PoolRunner:
 
 @pytest.mark.parametrize("runner", ["v1", "v2"])
 def test_the_estimate_is_measured_the_way_the_runner_takes_it(runner):
-    from tuner.validate import TorchBackend
+    from tuner.validate_backend import TorchBackend
 
     backend = TorchBackend.__new__(TorchBackend)  # no decode model: the scripted runner stands in for it
     backend.runner, backend.graphs_supported, backend._graphs, backend._primed = _PoolRunner(), True, {}, True
@@ -1013,7 +1015,7 @@ def test_a_drafters_graphs_are_predicted_not_captured_and_count_in_the_fit_check
     # Target: PIECEWISE 16 alone (32 MiB) + 5 deltas of 2 MiB; drafter: PIECEWISE and FULL at 4, 8, 16 after them,
     # 0.5 MiB each.
     assert e.graph_memory_bytes == 45 * MIB and e.drafter_graph_bytes == 3 * MIB
-    plan = plan_trace(sample_trace(wl.steps(), 200, seed=1), model.serving.dispatcher(e.capture_sizes))
+    plan = plan_trace(sample_trace(wl.steps(), 200, seed=1), model.engine.dispatcher(e.capture_sizes))
     samples = predicted_trace_step_ms(model, plan)
     r = compare_list(model, "tuned", e, plan, samples, CaptureResult(42 * MIB), measured_estimate_bytes=42 * MIB)
     assert (r.predicted_graph_bytes, r.drafter_graph_bytes) == (42 * MIB, 3 * MIB) and r.memory_error == 0

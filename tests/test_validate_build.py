@@ -14,7 +14,7 @@ from handmade_profiles import handmade_profile, handmade_workload  # noqa: E402
 
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.measure import decoder  # noqa: E402
-from tuner.validate import ValidationError, build_backend  # noqa: E402
+from tuner.validate_backend import ValidationError, build_backend  # noqa: E402
 
 
 def test_out_of_memory_building_the_validation_model_is_one_line(tmp_path, monkeypatch) -> None:

@@ -19,7 +19,8 @@ from tuner.measure.decoder import build_model  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
-from tuner.validate import TorchBackend, plan_trace, sample_trace  # noqa: E402
+from tuner.validate_backend import TorchBackend  # noqa: E402
+from tuner.validate_trace import plan_trace, sample_trace  # noqa: E402
 from tuner.workload import parse_workload  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -41,7 +42,7 @@ def _workload(dtype: str = "float32"):
 def test_small_list_replayed_as_dispatched_equals_eager() -> None:
     workload = _workload()
     sizes = (4, 8, 16, 40)
-    dispatcher = workload.serving.dispatcher(sizes)
+    dispatcher = workload.engine.dispatcher(sizes)
     backend = TorchBackend(build_model(workload, 96, "cuda"))
     capture = backend.capture(dispatcher.graphs())
     assert capture.oom is None and capture.graphs == len(dispatcher.graphs())

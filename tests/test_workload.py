@@ -177,7 +177,7 @@ def test_dynamic_schedule_sets_each_steps_query_length():
     steps = [(s.num_tokens, s.uniform_decode, s.query_len, s.num_reqs) for s in parse_workload(data).steps()]
     assert steps == [(4, True, 4, 1), (8, True, 4, 2), (10, True, 2, 5), (12, True, 2, 6), (12, True, 4, 3),
                      (14, True, 2, 7), (16, True, 2, 8), (16, True, 4, 4)]
-    assert parse_workload(data).serving.decode_query_lens()[1:] == [4, 4, 4, 4, 2, 2, 2, 2]
+    assert parse_workload(data).engine.decode_query_lens()[1:] == [4, 4, 4, 4, 2, 2, 2, 2]
 
 
 def test_a_schedule_vllm_rejects_is_refused_naming_the_field():

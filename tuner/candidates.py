@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tuner.vllm.defaults import capture_ceiling, uniform_decode_tiers
-from tuner.workload import ServingConfig
+from tuner.engines import engine_of
+from tuner.serving import ServingConfig
+from tuner.vllm.defaults import capture_ceiling
 
 __all__ = ["VLLM_STRIDE_TOKENS", "candidate_widths", "decode_widths"]
 
@@ -13,13 +14,7 @@ VLLM_STRIDE_TOKENS = 16
 
 def decode_widths(serving: ServingConfig) -> list[int]:
     """Every uniform decode width (requests x query length, for each speculative tier) within the token budget."""
-    schedule = [list(e) for e in serving.dynamic_schedule] if serving.dynamic_schedule else None
-    widths = {
-        n * query_len
-        for query_len, tier_max in uniform_decode_tiers(serving.max_num_seqs, serving.num_speculative_tokens, schedule)
-        for n in range(1, tier_max + 1)
-    }
-    return sorted(w for w in widths if w <= serving.max_num_batched_tokens)
+    return engine_of(serving).decode_widths()
 
 
 def candidate_widths(serving: ServingConfig, *, stride_tokens: int = VLLM_STRIDE_TOKENS) -> list[int]:
@@ -32,6 +27,6 @@ def candidate_widths(serving: ServingConfig, *, stride_tokens: int = VLLM_STRIDE
         raise ValueError(f"{stride_tokens=} must be >= 1")
     top = min(serving.max_num_batched_tokens, serving.decode_query_len * serving.max_num_seqs)
     ceiling = min(capture_ceiling(serving.gpu_capability), top)
-    widths = set(serving.defaults().sizes) | set(decode_widths(serving))
+    widths = set(engine_of(serving).defaults().sizes) | set(decode_widths(serving))
     widths |= set(range(ceiling + stride_tokens, top + 1, stride_tokens)) | {top}
     return sorted(w for w in widths if 1 <= w <= serving.max_num_batched_tokens)

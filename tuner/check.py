@@ -155,14 +155,15 @@ def _brief(sizes: tuple[int, ...]) -> str:
 def _refuse_other_configuration(workload: Workload, log: StartupLog, sizes: tuple[int, ...],
                                 runs: tuple[int, ...]) -> str:
     """One line when the log is not of this run's list and settings; returns what the log's list is of the run's."""
-    src, s = log.source, workload.serving
+    src, s, engine = log.source, workload.serving, workload.engine
     if log.enforce_eager or log.cudagraph_mode == "NONE" or not log.capture_sizes:
         why = ("enforce_eager=True" if log.enforce_eager else
                "cudagraph_mode NONE" if log.cudagraph_mode == "NONE" else "an empty cudagraph_capture_sizes")
         raise CheckError(f"--vllm-log: {src}: vLLM ran without CUDA graphs ({why}), so it logged no graph memory to "
                          f"compare")
     if log.capture_sizes not in (sizes, runs):
-        default = " (it is vLLM's default for the workload)" if log.capture_sizes == tuple(s.defaults().sizes) else ""
+        default = (" (it is vLLM's default for the workload)" if log.capture_sizes == tuple(engine.defaults().sizes)
+                   else "")
         runs_note = f" nor what it runs as, {_brief(runs)}" if runs != sizes else ""
         raise CheckError(f"--vllm-log: {src}: vLLM ran cudagraph_capture_sizes={_brief(log.capture_sizes)}{default}, "
                          f"not the run's list {_brief(sizes)}{runs_note}; start vLLM with the run's vllm-serve.yaml")
@@ -182,7 +183,7 @@ def _refuse_other_configuration(workload: Workload, log: StartupLog, sizes: tupl
         raise CheckError(f"--vllm-log: {src}: vLLM ran with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="
                          f"{0 if log.estimate_disabled else 1}, the run's workload has estimate_cudagraph_memory: "
                          f"{str(enabled).lower()}")
-    return "as written" if log.capture_sizes == sizes else f"as the {s.runner.upper()} runner runs it"
+    return "as written" if log.capture_sizes == sizes else f"as the {engine.runner.upper()} runner runs it"
 
 
 def _refuse_truncated(log: StartupLog) -> None:
@@ -299,6 +300,7 @@ def _context_notes(model: CostModel, log: StartupLog, list_kind: str) -> list[st
         notes.append(f"the log holds {log.starts} start-ups; the last one is read")
     if list_kind != "as written":
         notes.append(f"vLLM's engine config shows the list {list_kind} (V1 rewrites an explicit list when speculating)")
+    # Not a branch on the runner: the runner vLLM logged held to the one the run predicted.
     if log.runner is not None and log.runner != model.runner:
         notes.append(f"vLLM ran the {log.runner.upper()} runner, the run predicted {model.runner.upper()}: its graph-"
                      f"memory estimate was predicted by the other runner's rule")
@@ -329,11 +331,12 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
         workload = load_workload(run_dir / "workload.yaml")
     except ValueError as exc:  # WorkloadError: one line naming the file
         raise CheckError(f"run_dir: {run_dir} holds no readable workload.yaml ({str(exc).splitlines()[0]})") from None
+    # cgtune check is vLLM's start-up log reader (tuner.vllm.startup_log): another engine logs nothing it can read.
     if workload.serving.engine != "vllm":
         raise CheckError(f"run_dir: {run_dir} is a {workload.serving.engine} run; cgtune check reads vLLM's log only")
     sizes = _run_list(run_dir)
     try:
-        runs = workload.serving.runs_as(sizes)
+        runs = workload.engine.runs_as(sizes)
     except ValueError as exc:
         raise CheckError(f"run_dir: {run_dir}/{COMPILATION_CONFIG_FILE}: a list vLLM refuses ({exc})") from None
     list_kind = _refuse_other_configuration(workload, log, sizes, runs)

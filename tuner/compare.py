@@ -8,17 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuner import sglang, trtllm
-from tuner.engines import ENGINE_LABELS, engine_runs_as_requests
+from tuner import sglang
 from tuner.costmodel import CostModel, Evaluation
-from tuner.vllm.defaults import default_capture_sizes, request_count_grid
+from tuner.engines import engine_of
 from tuner.workload import ServingConfig
 
 if TYPE_CHECKING:
     from tuner.search import SearchResult
 
 __all__ = [
-    "LABELS",
     "PEER_LISTS",
     "OffPeak",
     "WhatChanged",
@@ -26,7 +24,6 @@ __all__ = [
     "comparison",
     "feasible_cell",
     "kv_tokens",
-    "list_label",
     "max_concurrency",
     "off_peak",
     "sglang_default_sizes",
@@ -35,58 +32,13 @@ __all__ = [
     "widest_sizes",
 ]
 
-LABELS = {
-    "default": "vLLM default",
-    "tuned": "tuned",
-    "exact": "exact optimum",
-    "widest": "widest capture (PR 50488)",
-    "sglang": "SGLang default (same config, as a vLLM list)",
-    "ideal": "ideal (every width, memory ignored)",
-}
-"""How each list of the comparison is named in reports of a vLLM workload (`list_label` for every engine)."""
-
 MIB = 1 << 20
 
 
-def list_label(name: str, engine: str = "vllm") -> str:
-    """A comparison list's name in reports and plots: for SGLang and TensorRT-LLM workloads the default and widest
-    lists are that engine's."""
-    if engine != "vllm":
-        cap = "max_running_requests" if engine == "sglang" else "max_batch_size"
-        if name == "default":
-            return f"{ENGINE_LABELS[engine]} default"
-        if name == "widest":
-            return f"widest ({ENGINE_LABELS[engine]}'s grid up to {cap})"
-    return LABELS.get(name, name)
-
-
 def widest_sizes(serving: ServingConfig) -> tuple[int, ...]:
-    """PR 50488's behaviour: the default grid with the ceiling lifted to the widest uniform decode batch
-    (max_num_seqs x q), so every decode batch has a graph."""
-    q = serving.decode_query_len
-    if serving.engine_settings is not None:
-        return _engine_widest_sizes(serving)
-    top = min(serving.max_num_seqs * q, serving.max_num_batched_tokens)
-    grid = default_capture_sizes(serving.max_num_seqs, serving.num_speculative_tokens,
-                                 serving.max_num_batched_tokens, max_cudagraph_capture_size=top).sizes
-    decode = {n * q for n in request_count_grid(serving.max_num_seqs, serving.max_num_seqs) if n * q <= top}
-    return tuple(sorted(set(grid) | decode | {top}))
-
-
-def _engine_widest_sizes(serving: ServingConfig) -> tuple[int, ...]:
-    """SGLang's or TensorRT-LLM's own generator run up to the workload's request cap (what setting
-    --cuda-graph-max-bs-decode / cuda_graph_config.max_batch_size to it captures), as the engine filters it, in
-    token widths: every decode batch gets a graph."""
-    e = serving.engine_settings
-    assert e is not None
-    if e.engine == "sglang":
-        written = sglang.default_decode_batch_sizes(serving.max_num_seqs,
-                                                    speculative=e.speculative_algorithm is not None)
-    else:
-        written = trtllm.default_batch_sizes(serving.max_num_seqs, enable_padding=e.enable_padding)
-    runs = engine_runs_as_requests(e, written, max_num_seqs=serving.max_num_seqs,
-                                   max_num_batched_tokens=serving.max_num_batched_tokens)
-    return tuple(b * e.tokens_per_request for b in runs)
+    """The engine's own grid lifted to its widest decode batch, so every decode batch has a graph (vLLM: PR 50488's
+    behaviour; SGLang and TensorRT-LLM: their generator run up to the request cap, as the engine filters it)."""
+    return engine_of(serving).widest_sizes()
 
 
 def sglang_sizes(serving: ServingConfig, *, gpu_memory_mib: float | None = None,
@@ -114,7 +66,7 @@ def sglang_default_sizes(model: CostModel) -> tuple[int, ...]:
 PEER_LISTS: dict[str, Callable[[CostModel], tuple[int, ...]]] = {"sglang": sglang_default_sizes}
 """Other engines' real default lists for a vLLM workload's configuration, evaluated as vLLM capture lists under the
 same model (a comparison of lists: vLLM's dispatch and memory rule, not the other engine's); the key names the row
-(see LABELS). Engine workloads have no peer rows: their default row is the engine's own."""
+(its label is the engine's `list_label`), for an engine that names it in its `peer_rows`."""
 
 
 def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
@@ -125,9 +77,8 @@ def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
         "exact": search.exact.best,
         "widest": model.evaluate(widest_sizes(model.serving)),
     }
-    if model.serving.engine == "vllm":
-        for name, sizes in PEER_LISTS.items():
-            table[name] = model.evaluate(sizes(model))
+    for name in model.engine.peer_rows:
+        table[name] = model.evaluate(PEER_LISTS[name](model))
     table["ideal"] = model.ideal()
     return table
 
@@ -223,15 +174,14 @@ class OffPeak:
 
 def _pads_to(model: CostModel, sizes: tuple[int, ...], width: int) -> int | None:
     try:  # a one-request decode step: `width` tokens
-        return model.serving.dispatcher(sizes).dispatch(width, uniform_decode=True, query_len=width).padded_size
+        return model.engine.dispatcher(sizes).dispatch(width, uniform_decode=True, query_len=width).padded_size
     except ValueError:  # a list the runner refuses captures nothing: the step runs eager
         return None
 
 
 def off_peak(model: CostModel, default: Evaluation, tuned: Evaluation) -> OffPeak:
     """Both lists under off-peak traffic (`CostModel.off_peak_step_ms`)."""
-    s = model.serving
-    width = s.decode_query_lens()[1]  # a dynamic speculative schedule may give one request another q
+    width = model.engine.decode_query_lens()[1]  # a dynamic speculative schedule may give one request another q
     return OffPeak(
         default_step_ms=model.off_peak_step_ms(default.capture_sizes),
         tuned_step_ms=model.off_peak_step_ms(tuned.capture_sizes),

@@ -1,26 +1,29 @@
-"""Cost model fitted from a profile: step latency of any capture list under vLLM's dispatch (for the runner that
-runs it, on the list that runner really captures), its real graph pool, vLLM's graph-memory estimate, and the KV
-cache vLLM sizes from that estimate (`tuner.vllm.memory`)."""
+"""Cost model fitted from a profile: step latency of any capture list under the engine's dispatch (on the list the
+engine really captures: vLLM's runner may rewrite it), its real graph pool, the engine's graph-memory estimate, and the
+KV cache the engine sizes (its KV rule: vLLM's from that estimate, `tuner.vllm.memory`). Every rule is the workload's
+Engine's (`tuner.engine`)."""
 
 from __future__ import annotations
 
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tuner.calibration import apply_calibration, non_kv_from_vllm
 from tuner.curve import Curve, memory_curve
-from tuner.drafter_cost import DrafterCost
-from tuner.engines import SglangKvRule, TrtllmKvRule
+from tuner.engine import GraphDispatcher, KvRule
 from tuner.profile_table import Profile, ProfileError, read_profile
-from tuner.vllm.dispatch import Dispatcher
-from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes, pool_bytes
-from tuner.vllm.runner import v1_rewrite_applies
-from tuner.workload import ServingConfig, Step, Workload
+from tuner.steps import Step, mix_steps, uniform_decode_steps
+from tuner.vllm.memory import GraphCost, pool_bytes
+from tuner.workload import Workload
+
+if TYPE_CHECKING:
+    from tuner.vllm.drafter_cost import DrafterCost
 
 __all__ = [
     "GIB",
@@ -29,7 +32,6 @@ __all__ = [
     "ModelError",
     "check_profile_matches",
     "crossover_width",
-    "off_peak_steps",
 ]
 
 GIB = 1 << 30
@@ -165,7 +167,6 @@ def check_profile_matches(profile: Profile, workload: Workload, *, allow_mismatc
 
     s = workload.serving
     md = profile.metadata
-    compiled_wanted = not s.enforce_eager
     cap = _capability(md.get("compute_capability"))
     checks = [
         # (what, profile value, workload value, hint)
@@ -174,14 +175,8 @@ def check_profile_matches(profile: Profile, workload: Workload, *, allow_mismatc
         ("compute_capability", None if cap is None else f"{cap[0]}.{cap[1]}",
          f"{s.gpu_capability[0]}.{s.gpu_capability[1]}", "serving.gpu_capability"),
     ]
-    notes = []
-    if s.engine == "vllm":
-        checks.append(("compiled", md.get("compiled"), compiled_wanted,
-                       "vLLM runs the compiled model unless serving.enforce_eager; profile with --no-compile only for "
-                       "that"))
-    else:
-        notes.append(f"{s.engine} runs its own kernels: the profile's {'compiled' if md.get('compiled') else 'eager'} "
-                     f"step stands in for them")
+    engine_checks, notes = workload.engine.profile_checks(md)
+    checks += engine_checks
     for key, got, value, hint in checks:
         if got is None:
             notes.append(f"{name} does not record {key}: not checked against the workload ({hint})")
@@ -201,24 +196,6 @@ def _meta_bytes(profile: Profile, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ModelError(f"{name}: metadata {key}={value!r} must be a byte count >= 0")
     return int(value)
-
-
-def off_peak_steps(serving: ServingConfig) -> list[Step]:
-    """Off-peak decode traffic: uniform decode steps of 1..max_num_seqs requests, each equally likely (each at its
-    dynamic schedule tier's query length)."""
-    query_lens = serving.decode_query_lens()
-    kept = [n for n in range(1, serving.max_num_seqs + 1) if n * query_lens[n] <= serving.max_num_batched_tokens]
-    return [Step(n * query_lens[n], True, 1.0 / len(kept), query_lens[n], n) for n in kept]
-
-
-def _mix(a: list[Step], b: list[Step], weight_b: float) -> list[Step]:
-    """(1 - weight_b) x a + weight_b x b, merged by kind (everything a step says but its probability)."""
-    out: dict[Step, float] = {}
-    for steps, w in ((a, 1.0 - weight_b), (b, weight_b)):
-        for st in steps:
-            key = replace(st, probability=0.0)
-            out[key] = out.get(key, 0.0) + w * st.probability
-    return sorted((replace(k, probability=p) for k, p in out.items() if p > 0), key=lambda st: st.sort_key)
 
 
 def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
@@ -276,24 +253,21 @@ class CostModel:
         name = self.profile.path.name if self.profile.path else "profile"
         s = self.workload.serving
         self.serving = s
-        self.runner = s.runner
-        self.q = s.decode_query_len
+        self.engine = self.workload.engine
+        self.runner = self.engine.runner
+        self.q = self.engine.decode_query_len
         self.decode_limit = self.q * s.max_num_seqs
-        probe = s.dispatcher([s.max_num_batched_tokens])
+        probe = self.engine.dispatcher([s.max_num_batched_tokens])
+        self.probe: GraphDispatcher = probe
+        """The engine's dispatcher for the widest list: its modes, and its rules for steps in bulk."""
         self.cudagraph_mode = probe.cudagraph_mode
         self.mixed_mode = probe.mixed_mode
         self.decode_mode = probe.decode_mode
         self.separate_decode = probe.separate_decode
-        self.decode_tiers: list[int] = list(getattr(probe, "decode_query_lens", [self.q]))
+        self.decode_tiers: list[int] = list(probe.decode_query_lens)
         """Query lengths the runner captures FULL decode graphs at: q, or V2's dynamic schedule tiers."""
-        self.v1_rewrite = v1_rewrite_applies(self.runner, self.cudagraph_mode, self.q)
-        if self.cudagraph_mode != s.cudagraph_mode and not s.enforce_eager and s.engine == "vllm":
-            self.notes.append(f"the {self.runner.upper()} runner uses cudagraph_mode {self.cudagraph_mode} here "
-                              f"(dynamic speculative decoding drops its full graphs), not {s.cudagraph_mode}")
-        if s.speculative_schedule and s.dynamic_schedule is None and s.engine == "vllm":
-            self.notes.append(f"the {self.runner.upper()} runner drops speculative_schedule for method "
-                              f"{s.speculative_method!r} (vLLM's _maybe_disable_dynamic_sd_for_v1): every step drafts "
-                              f"num_speculative_tokens={s.num_speculative_tokens}")
+        self.v1_rewrite = self.engine.rewrites_lists()
+        self.notes.extend(self.engine.setting_notes(probe))
 
         eager = self.profile.by_mode("eager")
         full = self.profile.by_mode("full")
@@ -331,11 +305,7 @@ class CostModel:
                     f"no piecewise rows with status ok in {name}: PIECEWISE (mixed-batch) graphs are costed at "
                     f"{what}, and their memory is taken from the full rows"
                 )
-        if (self.separate_decode and self.mixed_mode == "PIECEWISE" and self.runner == "v2"
-                and self.profile.metadata.get("capture_order") != "piecewise-then-full"):
-            self.notes.append(f"{name} captured its full graphs without piecewise graphs in the pool: vLLM V2's FULL "
-                              f"samples (taken after the PIECEWISE graphs) are stood in for by the full rows' "
-                              f"capture deltas")
+        self.notes.extend(self.engine.profile_notes(probe, self.profile.metadata, name))
         negative = sorted({r.num_tokens for r in self.profile.rows
                            if r.capture_delta_bytes is not None and r.capture_delta_bytes < 0})
         if negative:
@@ -352,17 +322,9 @@ class CostModel:
 
         self.drafter: DrafterCost | None = None
         spec = self.workload.speculative
-        if spec is not None and spec.drafter is not None and s.engine != "vllm":
-            self.notes.append(f"{s.engine}'s drafter graphs and passes are not modelled (vLLM's rules only); the "
-                              f"drafter's weights and KV layers are")
-        elif spec is not None and spec.drafter is not None and spec.method is not None:
-            dynamic_ks = sorted({ql - 1 for ql in s.decode_query_lens()[1:]}) if s.dynamic_schedule else None
-            try:
-                self.drafter = DrafterCost(
-                    self.profile, spec.method, runner=self.runner, cudagraph_mode=self.cudagraph_mode,
-                    decode_mode=self.decode_mode, mixed_mode=self.mixed_mode,
-                    num_speculative_tokens=s.num_speculative_tokens, max_num_seqs=s.max_num_seqs,
-                    parallel_drafting=s.parallel_drafting, name=name, notes=self.notes, dynamic_ks=dynamic_ks)
+        if spec is not None and spec.drafter is not None and spec.method is not None:
+            try:  # by the engine's rules, where it has them (a note where not)
+                self.drafter = self.engine.drafter_cost(self.profile, spec, probe, name, self.notes)
             except ValueError as exc:
                 raise ModelError(str(exc)) from None
         self.budget = self._kv_rule(name)
@@ -373,9 +335,10 @@ class CostModel:
         steps = self.workload.steps()
         if not steps:
             raise ModelError(f"workload {self.workload.name}: has no steps")
-        self.off_peak_steps: list[Step] = off_peak_steps(s)
+        self.off_peak_steps: list[Step] = uniform_decode_steps(self.engine.decode_query_lens(),
+                                                               s.max_num_batched_tokens)
         if self.off_peak_weight > 0:
-            steps = _mix(steps, self.off_peak_steps, self.off_peak_weight)
+            steps = mix_steps(steps, self.off_peak_steps, self.off_peak_weight)
             self.notes.append(f"the objective mixes {self.off_peak_weight:.0%} off-peak decode traffic (uniform over "
                               f"1..{s.max_num_seqs} requests) into the workload's steps")
         self.steps: list[Step] = steps
@@ -395,28 +358,14 @@ class CostModel:
                 f"extrapolated along the last measured slope"
             )
         self.candidates = self._candidates()
-        # SGLang's defaults read the device's memory (EngineSettings.gpu_memory_mib: the profile's when unset).
-        self.default_sizes = tuple(s.defaults(gpu_memory_mib=self.budget.total_memory_bytes / (1 << 20)).sizes)
+        # SGLang's defaults read the device's memory (its serving.gpu_memory_mib: the profile's when unset).
+        self.default_sizes = tuple(
+            self.engine.defaults(gpu_memory_mib=self.budget.total_memory_bytes / (1 << 20)).sizes)
         self.noisy_widths = self._noisy_widths()
 
     # ------------------------------------------------------------------ fitting helpers
     def _kv_rule(self, name: str) -> KvRule:
-        rule = self._vllm_kv_rule(name)
-        e = self.serving.engine_settings
-        if e is None:
-            return rule
-        if e.engine == "trtllm":
-            return TrtllmKvRule(rule.total_memory_bytes, rule.non_kv_cache_bytes, rule.required_kv_bytes,
-                                e.free_gpu_memory_fraction)  # type: ignore[return-value]
-        weights = _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes()
-        return SglangKvRule(rule.total_memory_bytes, weights, max(0, rule.non_kv_cache_bytes - weights),  # type: ignore[return-value]
-                            rule.required_kv_bytes, e.mem_fraction_static,
-                            e.gpu_memory_mib or rule.total_memory_bytes / (1 << 20),
-                            self.workload.model.tensor_parallel_size, self.serving.max_num_batched_tokens,
-                            self.serving.decode_query_len)
-
-    def _vllm_kv_rule(self, name: str) -> KvRule:
-        s = self.serving
+        """The engine's KV rule on the profile's device: its total memory and the non-KV memory it measured."""
         total = _meta_bytes(self.profile, "total_memory_bytes")
         if total is None:
             raise ModelError(f"{name}: metadata total_memory_bytes is missing (a CPU profile?); the KV budget needs a "
@@ -442,12 +391,11 @@ class CostModel:
             non_kv += drafter_weights
             self.notes.append(f"{name} was measured without the drafter: its weights, {drafter_weights / GIB:.2f} GiB "
                               f"computed from its shape, are added to the non-KV memory")
-        if not s.estimate_cudagraph_memory and s.engine == "vllm":
-            self.notes.append("estimate_cudagraph_memory: false (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM "
-                              "subtracts no graph memory from the KV cache, so the real capture must fit in the memory "
-                              "it does not request")
-        return KvRule(total, s.gpu_memory_utilization, non_kv, self.workload.required_kv_bytes,
-                      estimate_enabled=s.estimate_cudagraph_memory)
+        return self.engine.kv_rule(
+            total_memory_bytes=total, non_kv_cache_bytes=non_kv,
+            weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
+            required_kv_bytes=self.workload.required_kv_bytes,
+            tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes)
 
     @staticmethod
     def _memory_curve(rows: dict, column: str, name: str, mode: str) -> Curve | None:
@@ -475,18 +423,7 @@ class CostModel:
             # within max_num_seqs requests lose nothing.
             ql = self.decode_tiers[0]
             widths = [w for w in widths if w % ql == 0 and w <= ql * s.max_num_seqs]
-        if self.v1_rewrite:
-            # V1 rounds every size up to a multiple of q: the lists it runs are lists of multiples of q. Above the
-            # widest decode batch a size would only serve mixed steps, and its PIECEWISE graph would become the
-            # estimate's first sample next to a smaller FULL one; the search stays at or below it (see exact.py).
-            widths = [w for w in widths if w % self.q == 0]
-            note = f"the V1 runner rewrites lists when speculating: the search offers multiples of q = {self.q}"
-            if self.separate_decode and self.mixed_mode != "NONE":
-                widths = [w for w in widths if w <= self.decode_limit]
-                note += f" up to the widest decode batch ({self.decode_limit} tokens; wider ones would serve mixed " \
-                        f"steps only)"
-            self.notes.append(note + ", lists V1 runs as written")
-        return widths
+        return self.engine.offered_widths(widths, self.probe, self.notes)
 
     def _noisy_widths(self) -> list[int]:
         """Widths whose timing was flagged noisy (IQR/median > 5%) in any mode."""
@@ -551,13 +488,11 @@ class CostModel:
         q, s = self.q, self.serving
         ql = np.where(uniform, q, 0) if query_lens is None else np.where(query_lens > 0, query_lens,
                                                                          np.where(uniform, q, 0))
-        # tuner.vllm.dispatch.uniform_token_count, vectorised: V1 counts any step of q tokens per request.
-        utc = np.where(ql == q, q, 0) if self.runner == "v1" else np.where(uniform, ql, 0)
+        utc = self.probe.uniform_token_counts(ql, uniform)
         guess = np.where(uniform & (ql > 0), widths // np.maximum(ql, 1), np.minimum(s.max_num_seqs, -(-widths // q)))
         reqs = guess if requests is None else np.where(requests > 0, requests, guess)
         # A decode step drafts its tier's K; a mixed step is taken at num_speculative_tokens.
-        ks = np.where(uniform & (ql > 0), ql - 1, s.num_speculative_tokens) if s.engine == "vllm" else \
-            np.full(len(widths), s.num_speculative_tokens)
+        ks = np.where(uniform & (ql > 0), ql - 1, s.num_speculative_tokens)
         return utc.astype(np.int64), reqs.astype(np.int64), ks.astype(np.int64)
 
     def _step_parts(self, sizes: Sequence[int], widths: np.ndarray | None = None, uniform: np.ndarray | None = None,
@@ -580,13 +515,13 @@ class CostModel:
             if d.decode_graphs:
                 # The FULL graphs at the padded width (V2: the smallest FULL width >= T; V1: the next size of the
                 # list) replay only if one of them holds the step's uniform token count.
-                pad_to = np.array(d.capture_sizes if self.runner == "v1" else d.decode_graph_sizes, dtype=np.int64)
+                pad_to = np.array(d.full_pad_sizes, dtype=np.int64)
                 idx = np.minimum(np.searchsorted(pad_to, w, side="left"), len(pad_to) - 1)
                 at = pad_to[idx]
                 big = int(max(self.q, int(utc.max(initial=0)))) + 1
                 held = np.array([width * big + ql for width, ql in d.decode_graphs], dtype=np.int64)
                 hit = (at >= w) & (utc > 0) & np.isin(at * big + utc, held)
-                if getattr(d, "exact", False):  # TensorRT-LLM without padding: only an exactly captured width
+                if d.exact:  # TensorRT-LLM without padding: only an exactly captured width
                     hit &= at == w
                 if np.any(hit):
                     out[hit] = self.graph_body_ms(at[hit], "FULL") + logits[hit]
@@ -603,8 +538,8 @@ class CostModel:
             return out, np.zeros(len(w))
         return out, self.drafter.step_latencies(sizes, w, uniform, modes, padded, reqs, ks)
 
-    def _dispatcher(self, sizes: Sequence[int]) -> Dispatcher:
-        return self.serving.dispatcher(sizes)
+    def _dispatcher(self, sizes: Sequence[int]) -> GraphDispatcher:
+        return self.engine.dispatcher(sizes)
 
     def step_latency_ms(self, num_tokens: int, uniform_decode: bool, capture_sizes: Sequence[int], *,
                         query_len: int | None = None, num_reqs: int | None = None) -> float:
@@ -665,7 +600,7 @@ class CostModel:
         """Every graph vLLM captures for the list, in capture order (largest mixed graph first)."""
         if self.cudagraph_mode == "NONE":
             return []
-        return self._dispatcher(self._runs(capture_sizes)).graphs()
+        return self.engine.graphs(self._runs(capture_sizes))
 
     def graph_costs(self, capture_sizes: Sequence[int]) -> list[GraphCost]:
         """Every graph of the list in capture order, with its standalone and capture-delta bytes."""
@@ -683,12 +618,9 @@ class CostModel:
         return costs
 
     def _pool_and_estimate(self, costs: Sequence[GraphCost]) -> tuple[int, int]:
-        """(real pool, the engine's graph-memory estimate): vLLM's runner estimate; SGLang and TensorRT-LLM make none,
-        so for them the estimate is the real pool."""
-        real = int(round(pool_bytes(costs)))
-        if self.serving.engine != "vllm":
-            return real, real
-        return real, int(round(estimate_bytes(costs, self.runner)))
+        """(real pool, the engine's graph-memory estimate): vLLM's runner estimate; an engine that makes none charges
+        the real pool."""
+        return int(round(pool_bytes(costs))), int(round(self.engine.estimate_bytes(costs)))
 
     def memory_conditions(self, real: int, estimate: int, runs: Sequence[int]) -> tuple[int, int]:
         """(KV cache the engine sizes, memory left while the real capture runs) for a list that runs as `runs`."""
@@ -739,9 +671,7 @@ class CostModel:
 
     def _applied(self, profiled_estimate: int) -> int:
         """The estimate the engine subtracts: vLLM's profiled one unless switched off; the other engines' stand-in."""
-        if self.serving.engine == "vllm" and not self.budget.estimate_enabled:
-            return 0
-        return profiled_estimate
+        return self.budget.applied_estimate(profiled_estimate)
 
     def memory_fits(self, capture_sizes: Sequence[int]) -> bool:
         """Both memory conditions hold: the engine starts with the required KV cache, and the real capture fits."""
@@ -755,20 +685,20 @@ class CostModel:
     def _runs(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
         """The list the runner captures (V1's rewrite applied); an unrunnable list runs nothing."""
         try:
-            return self.serving.runs_as(self._normalise(capture_sizes))
+            return self.engine.runs_as(self._normalise(capture_sizes))
         except ValueError:
             return ()
 
     def runs_as(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
         """The list the runner captures for `capture_sizes` (ValueError when V1 refuses it)."""
-        return self.serving.runs_as(self._normalise(capture_sizes))
+        return self.engine.runs_as(self._normalise(capture_sizes))
 
     def evaluate(self, capture_sizes: Iterable[int]) -> Evaluation:
         """Expected latency, graph memory, vLLM's estimate and the KV cache it sizes, for one list."""
         sizes = self._normalise(capture_sizes)
         reason = ""
         try:
-            runs = self.serving.runs_as(sizes)
+            runs = self.engine.runs_as(sizes)
         except ValueError as exc:
             runs, reason = (), str(exc)
         target_ms, drafter_ms = self._step_parts(runs)

@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tuner.vllm.drafter import EagerDrafterPasses, eager_drafter_passes
-from tuner.workload import ServingConfig, Step, Workload
+from tuner.engines import engine_of
+from tuner.vllm.drafter import EagerDrafterPasses
+from tuner.steps import Step
+from tuner.steps import uniform_decode_steps as _uniform_steps
+from tuner.workload import ServingConfig, Workload
 
 __all__ = [
     "EagerShare",
@@ -55,9 +58,7 @@ class EagerShare:
 def uniform_decode_steps(serving: ServingConfig) -> list[Step]:
     """Decode traffic when no workload says: uniform decode steps of 1..max_num_seqs requests, each equally likely,
     each at its dynamic speculative schedule tier's query length (a decode step there all the same)."""
-    query_lens = serving.decode_query_lens()
-    kept = [n for n in range(1, serving.max_num_seqs + 1) if n * query_lens[n] <= serving.max_num_batched_tokens]
-    return [Step(n * query_lens[n], True, 1.0 / len(kept), query_lens[n], n) for n in kept]
+    return _uniform_steps(engine_of(serving).decode_query_lens(), serving.max_num_batched_tokens)
 
 
 def eager_share(serving: ServingConfig, steps: Sequence[Step], capture_sizes: Sequence[int]) -> EagerShare:
@@ -65,7 +66,7 @@ def eager_share(serving: ServingConfig, steps: Sequence[Step], capture_sizes: Se
     (the list as it RUNS: vLLM V1's rewrite, SGLang's and TensorRT-LLM's filters and padding) and count the ones that
     get no graph. A list the runner refuses captures nothing: every step runs eager."""
     try:
-        dispatcher = serving.dispatcher(list(capture_sizes))
+        dispatcher = engine_of(serving).dispatcher(list(capture_sizes))
     except ValueError:
         dispatcher = None
     decode = [st for st in steps if st.uniform_decode]
@@ -108,16 +109,8 @@ def decode_request_counts(workload: Workload) -> list[int]:
 def drafter_eager_passes(workload: Workload, capture_sizes: Sequence[int]) -> list[EagerDrafterPasses]:
     """vLLM's drafter passes that run without a graph over the workload's decode steps under a list (as the runner
     runs it), one entry per pass role (`tuner.vllm.drafter.eager_drafter_passes`); [] without a model-based drafter or
-    for another engine (SGLang's and TensorRT-LLM's drafter graphs are not modelled)."""
-    spec, s = workload.speculative, workload.serving
-    if spec is None or spec.drafter is None or spec.method is None or s.engine != "vllm":
+    for an engine whose drafter is not modelled (SGLang's and TensorRT-LLM's)."""
+    spec = workload.speculative
+    if spec is None or spec.drafter is None or spec.method is None:
         return []
-    try:
-        runs = list(s.runs_as(list(capture_sizes)))
-    except ValueError:
-        runs = []
-    dense = [ql - 1 for ql in s.decode_query_lens()] if s.dynamic_schedule else None
-    return eager_drafter_passes(
-        spec.method, runner=s.runner, request_counts=decode_request_counts(workload), capture_sizes=runs,
-        cudagraph_mode=s.effective_cudagraph_mode, num_speculative_tokens=s.num_speculative_tokens,
-        max_num_seqs=s.max_num_seqs, dense_schedule=dense, parallel_drafting=s.parallel_drafting)
+    return workload.engine.eager_drafter_passes(spec.method, decode_request_counts(workload), capture_sizes)

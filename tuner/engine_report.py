@@ -1,28 +1,38 @@
-"""Render the parts of a run's report that differ for an SGLang or TensorRT-LLM workload: lists in the engine's unit
-(requests, token widths beside), the engine's memory rule in words, its files, and summary.json's engine fields."""
+"""The words of a run's report, summary and console lines for an engine that counts its graphs in requests
+(SGLang, TensorRT-LLM, any `tuner.request_engine.RequestEngine`): lists in requests with token widths beside, the
+real pool (such an engine makes no estimate), and the engine's own words for its memory rule and files
+(`RequestEngine.report_words`)."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
-from tuner.compare import feasible_cell, kv_tokens, list_label, max_concurrency, what_changed
-from tuner.engines import ENGINE_FILES, ENGINE_LABELS, TRTLLM_NEEDS_SPECULATIVE_MODEL
-from tuner.plots import memory_unit
+from tuner.compare import feasible_cell, kv_tokens, max_concurrency, what_changed
+from tuner.eager_share import eager_share
+from tuner.vllm.drafter import spans
+from tuner.report_text import GIB, mem_text, memory_unit, num_text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tuner.costmodel import CostModel, Evaluation
+    from tuner.request_engine import RequestEngine
+    from tuner.search import SearchResult
+    from tuner.workload import Workload
 
 __all__ = [
+    "console_lines",
     "decision_lines",
-    "default_name",
-    "engine_summary",
+    "defaults_text",
     "figures",
     "files_line",
     "list_lines",
     "memory_rule_lines",
     "provenance_line",
-    "provenance_notes",
     "side_by_side_lines",
+    "summary_block",
+    "tuned_line",
     "what_changed_lines",
 ]
 
@@ -31,18 +41,9 @@ _ROWS = 32
 """Rows of the what-changed table before the rest are summed in one."""
 
 
-def _mem(model: CostModel, x: float) -> str:
-    unit, name = memory_unit(model)
-    return f"{x / unit:.3f} {name}"
-
-
-def _num(model: CostModel, x: float) -> str:
-    return f"{x / memory_unit(model)[0]:.3f}"
-
-
 def default_name(model: CostModel) -> str:
-    """`vLLM's default`, `SGLang's default` or `TensorRT-LLM's default`."""
-    return f"{ENGINE_LABELS[model.serving.engine]}'s default"
+    """`SGLang's default`, `TensorRT-LLM's default`."""
+    return model.engine.default_name
 
 
 def _requests(model: CostModel, widths: tuple[int, ...] | list[int]) -> list[int]:
@@ -66,62 +67,27 @@ def _pairs(model: CostModel, widths: tuple[int, ...], limit: int = 24) -> str:
 
 def provenance_line(model: CostModel) -> str:
     """The engine line of the report's header."""
-    s = model.serving
-    e = s.engine_settings
-    assert e is not None
-    if e.engine == "sglang":
-        what = (f"SGLang 0.5.23: decode graphs by batch size (requests), each holding bs x {model.q} tokens; mixed "
-                f"and prefill steps run without a decode graph")
-    else:
-        what = (f"TensorRT-LLM (PyTorch backend): batch sizes in requests, each graph holding bs x {model.q} tokens, "
-                f"enable_padding {str(e.enable_padding).lower()}"
-                + ("" if e.enable_padding else " (only exactly captured sizes replay)")
-                + "; steps with context requests run without a graph")
-    return f"- engine: {what}"
+    return f"- engine: {model.engine.engine_line()}"
 
 
 def memory_rule_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
-    """The engine's KV rule in words, with this budget's numbers (the `tuner.engines` KV rules)."""
-    b: Any = model.budget
-    e = model.serving.engine_settings
-    assert e is not None
-    if e.engine == "sglang":
-        d, t = table["default"], table["tuned"]
-        if e.mem_fraction_static is not None:
-            fraction = (f"mem_fraction_static {e.mem_fraction_static} (set in the workload: the list never moves the "
-                        f"KV cache, bigger lists only eat the slack)")
-        else:
-            fraction = (f"SGLang's automatic mem_fraction_static: {b.fraction(_top(model, d))} for the default list's "
-                        f"max ({_top(model, d)} requests), {b.fraction(_top(model, t))} for the tuned list's "
-                        f"({_top(model, t)}); only max(bs) moves it (2 MiB of reserve per request of max(bs), rounded "
-                        f"to 0.001, and not while its 10 GiB floor binds), the number of graphs does not")
-        rule = (f"- KV cache, as SGLang sizes it: BEFORE capturing, total {_mem(model, b.total_memory_bytes)} x "
-                f"mem_fraction_static minus weights {_mem(model, b.weights_bytes)}; the graphs and the activations "
-                f"({_mem(model, b.activation_bytes)}) must fit in the slack, total x (1 - mem_fraction_static); "
-                f"{fraction}; required KV {_mem(model, b.required_kv_bytes)}")
-        headroom = "slack - activations - real pool"
-    else:
-        f = b.free_gpu_memory_fraction
-        rule = (f"- KV cache, as TensorRT-LLM sizes it: its graphs are captured BEFORE the KV cache is sized (an "
-                f"estimation run), so KV = free_gpu_memory_fraction {f} x (total {_mem(model, b.total_memory_bytes)} "
-                f"- peak without graphs {_mem(model, b.non_kv_cache_bytes)} - real pool): each graph costs {f} x its "
-                f"memory in KV; required KV {_mem(model, b.required_kv_bytes)}, so the real pool may be at most "
-                f"{_mem(model, max(0, b.real_budget_bytes()))}")
-        headroom = "total - peak without graphs - real pool"
+    """The engine's KV rule in words, with this budget's numbers, and the words the tables use."""
+    rule, headroom = model.engine.memory_rule_words(model.budget, _top(model, table["default"]),
+                                                    _top(model, table["tuned"]), lambda x: mem_text(model, x))
     unit, name = memory_unit(model)
     return [
         rule,
         f"- words used below: **real pool** = the memory the engine's graphs take (predicted; "
-        f"{ENGINE_LABELS[e.engine]} makes no estimate before capturing); **KV cache** = what the engine allocates; "
+        f"{model.engine.label} makes no estimate before capturing); **KV cache** = what the engine allocates; "
         f"**KV margin** = KV cache minus the required; **capture headroom** = {headroom} (< 0: the capture runs "
         f"out of memory). {name} = 2^{30 if unit == 1 << 30 else 20} bytes.",
     ]
 
 
-def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str) -> list[str]:
-    """The decision in the engine's unit, before the lines on how the list was found (`source`: the search's)."""
+def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, how_found: list[str]) -> list[str]:
+    """The decision in the engine's unit, then how the list was found (`how_found`)."""
     d, t = table["default"], table["tuned"]
-    name, engine = default_name(model), ENGINE_LABELS[model.serving.engine]
+    name, engine = default_name(model), model.engine.label
     lines = [f"Tuned list ({source}): {len(t.capture_sizes)} graphs, batch sizes (requests) "
              f"`{_requests(model, t.capture_sizes)}`, token widths `{list(t.capture_sizes)}`", ""]
     if t.runs_as != t.capture_sizes:
@@ -131,15 +97,16 @@ def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str) 
     lines.append(
         f"Expected step latency {t.expected_step_ms:.4f} ms vs {d.expected_step_ms:.4f} ms with {name} "
         f"({len(d.runs_as)} graphs, max {_top(model, d)} requests; {abs(change):.1%} "
-        f"{'lower' if change <= 0 else 'higher'}). Real graph pool {_mem(model, t.graph_memory_bytes)} vs "
-        f"{_mem(model, d.graph_memory_bytes)}. KV cache {_mem(model, t.kv_available_bytes)} ({kv_tokens(model, t):,} "
-        f"tokens, max concurrency {max_concurrency(model, t):.2f}x) vs {_mem(model, d.kv_available_bytes)} "
-        f"({kv_tokens(model, d):,} tokens, {max_concurrency(model, d):.2f}x); KV margin "
-        f"{_mem(model, t.kv_margin_bytes)}, capture headroom {_mem(model, t.capture_headroom_bytes)}.")
+        f"{'lower' if change <= 0 else 'higher'}). Real graph pool {mem_text(model, t.graph_memory_bytes)} vs "
+        f"{mem_text(model, d.graph_memory_bytes)}. KV cache {mem_text(model, t.kv_available_bytes)} "
+        f"({kv_tokens(model, t):,} tokens, max concurrency {max_concurrency(model, t):.2f}x) vs "
+        f"{mem_text(model, d.kv_available_bytes)} ({kv_tokens(model, d):,} tokens, {max_concurrency(model, d):.2f}x); "
+        f"KV margin "
+        f"{mem_text(model, t.kv_margin_bytes)}, capture headroom {mem_text(model, t.capture_headroom_bytes)}.")
     if not d.feasible:
         lines.append(f"{name} does not fit this budget ({d.why_infeasible}); the tuned list does"
                      + ("." if t.feasible else " not either."))
-    return lines
+    return lines + how_found + [""]
 
 
 def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
@@ -174,10 +141,9 @@ def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
 
 def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
     """The comparison table in the engine's unit (no estimate column: the engine makes none)."""
-    u = memory_unit(model)[1]
-    engine = model.serving.engine
+    u, engine = memory_unit(model)[1], model.engine.label
     lines = [
-        f"## Side by side (same profile, {ENGINE_LABELS[engine]}'s memory rule)",
+        f"## Side by side (same profile, {engine}'s memory rule)",
         "",
         f"| list | graphs | max (requests) | max (tokens) | runs as | expected step (ms) | per token (ms) "
         f"| real pool ({u}) | KV cache ({u}) | KV tokens | max concurrency | KV margin ({u}) | capture headroom ({u}) "
@@ -190,47 +156,30 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
         runs = "same" if e.runs_as == e.capture_sizes else (
             f"{len(e.runs_as)} graphs, max {_top(model, e)} requests" if e.runs_as else "nothing")
         lines.append(
-            f"| {list_label(name, engine)} | {len(e.capture_sizes)} | {-(-top // model.q)} | {top} | {runs} "
-            f"| {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {_num(model, e.graph_memory_bytes)} "
-            f"| {_num(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
-            f"| {_num(model, e.kv_margin_bytes)} | {_num(model, e.capture_headroom_bytes)} | {feasible} |")
+            f"| {model.engine.list_label(name)} | {len(e.capture_sizes)} | {-(-top // model.q)} | {top} | {runs} "
+            f"| {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {num_text(model, e.graph_memory_bytes)} "
+            f"| {num_text(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
+            f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} | {feasible} |")
     lines += ["", f"No graphs at all: {model.eager_step_ms():.4f} ms per step. The ideal row captures every token "
-              f"width a step has (not only multiples of {model.q}): a bound, not a list {ENGINE_LABELS[engine]} "
+              f"width a step has (not only multiples of {model.q}): a bound, not a list {engine} "
               f"can run.", ""]
     return lines
 
 
 def list_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
     """Each list in requests with its token widths beside."""
-    engine = model.serving.engine
     out = []
     for name, e in table.items():
         if name == "ideal":
             continue
-        out.append(f"- {list_label(name, engine)}: {_pairs(model, e.capture_sizes)}"
+        out.append(f"- {model.engine.list_label(name)}: {_pairs(model, e.capture_sizes)}"
                    + ("" if e.runs_as == e.capture_sizes else f" (captured as {_pairs(model, e.runs_as)})"))
     return out
 
 
 def files_line(model: CostModel) -> str:
     """What the run directory holds for the engine."""
-    e = model.serving.engine_settings
-    assert e is not None
-    files = ENGINE_FILES[e.engine]
-    if e.engine == "sglang":
-        return (f"Files: `{files[0]}` (append its last line to `sglang serve --model-path MODEL`: "
-                f"`--max-running-requests {model.serving.max_num_seqs} --cuda-graph-bs-decode ...`), `{files[1]}` "
-                f"(the same list for `--cuda-graph-config`), `summary.json`.")
-    return (f"Files: `{files[0]}` (`trtllm-serve MODEL --extra_llm_api_options {files[0]}`), `summary.json`.")
-
-
-def provenance_notes(model: CostModel) -> dict[str, str]:
-    """Extra comment lines for the engine's files: what the user must still add."""
-    e = model.serving.engine_settings
-    if e is not None and e.engine == "trtllm" and e.decoding_type in TRTLLM_NEEDS_SPECULATIVE_MODEL:
-        return {"note": f"add speculative_config.speculative_model (the {e.decoding_type} draft checkpoint): "
-                        f"TensorRT-LLM refuses {e.decoding_type} without it, and cgtune does not know it"}
-    return {}
+    return model.engine.files_line()
 
 
 def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
@@ -239,23 +188,94 @@ def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
             "vllm_graph_estimate_bytes": None, "vllm_graph_estimate_profiled_bytes": None}
 
 
-def engine_summary(model: CostModel, table: dict[str, Evaluation]) -> dict[str, Any]:
+def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, Any]:
     """summary.json's engine block and its memory rule (in place of vLLM's estimate, log lines and
     gpu_memory_utilization)."""
-    b: Any = model.budget
-    e = model.serving.engine_settings
-    assert e is not None
+    e = model.engine
     block: dict[str, Any] = {
-        "name": e.engine, "unit": "requests", "tokens_per_request": model.q,
-        "files": list(ENGINE_FILES[e.engine]),
+        "name": e.name, "unit": e.unit, "tokens_per_request": model.q, "files": list(e.files),
         "batch_sizes": _requests(model, table["tuned"].capture_sizes),
+        **e.summary_fields(model.budget, _top(model, table["default"]), _top(model, table["tuned"])),
     }
-    if e.engine == "sglang":
-        block.update({"mem_fraction_static": e.mem_fraction_static,
-                      "mem_fraction_static_used": b.fraction(_top(model, table["tuned"])),
-                      "mem_fraction_static_default_list": b.fraction(_top(model, table["default"])),
-                      "weights_bytes": b.weights_bytes, "activation_bytes": b.activation_bytes})
+    return {"engine": block, "model_runner": None, "runner_reason": e.runner_reason}
+
+
+def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]:
+    """What a search chose, for the console: the list in requests (token widths beside), the real pool (the engine
+    makes no estimate) and the KV cache under the engine's rule."""
+    t, d = result.chosen, result.default
+    change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
+    reqs = model.engine.in_engine_unit(t.capture_sizes)
+    return [
+        f"tuned list ({how}): {len(reqs)} graphs, batch sizes (requests) {reqs[0] if reqs else 0}.."
+        f"{reqs[-1] if reqs else 0} (token widths {t.capture_sizes[0] if reqs else 0}.."
+        f"{t.capture_sizes[-1] if reqs else 0}, {model.q} per request)",
+        f"expected step {t.expected_step_ms:.4f} ms vs {model.engine.list_label('default')} {d.expected_step_ms:.4f} "
+        f"ms ({change:+.1%})",
+        f"graph memory: real pool {t.graph_memory_bytes / GIB:.3f} GiB (default {d.graph_memory_bytes / GIB:.3f})",
+        f"KV cache {t.kv_available_bytes / GIB:.3f} GiB = {kv_tokens(model, t):,} tokens, max concurrency "
+        f"{max_concurrency(model, t):.2f}x (default {d.kv_available_bytes / GIB:.3f} GiB); KV margin "
+        f"{t.kv_margin_bytes / GIB:.3f} GiB"
+        + ("" if d.feasible else f" (the default does not fit: {d.why_infeasible})"),
+    ]
+
+
+def tuned_line(model: CostModel, search: SearchResult, run_dir: Path) -> str:
+    """The tuned list in one line, in requests, and the file that holds it."""
+    sizes = search.chosen.capture_sizes
+    reqs = model.engine.in_engine_unit(sizes)
+    return (f"tuned list ({search.source}): {len(reqs)} graphs, max {reqs[-1] if reqs else 0} requests "
+            f"({sizes[-1] if sizes else 0} tokens; all in {run_dir / model.engine.files[0]})")
+
+
+# ---------------------------------------------------------------------------------------------- cgtune defaults
+def defaults_text(engine: RequestEngine, workload: Workload, *, as_json: bool) -> str:
+    """`cgtune defaults` for an engine counting in requests: its default decode list in requests with token widths
+    beside, what the engine really captures, the decode batches without a graph and the eager share of the workload's
+    traffic."""
+    s, q = engine.serving, engine.decode_query_len
+    defaults = engine.defaults()
+    written = [w // q for w in defaults.sizes]
+    runs = [w // q for w in engine.runs_as(defaults.sizes)]
+    eager = [w // q for w in defaults.uniform_decode_sizes_without_graph]
+    share = eager_share(s, workload.steps(), defaults.sizes)
+    rows, extra, cap, cap_name = engine.defaults_rows(workload.model.tensor_parallel_size)
+    rows.append(("default list", f"{len(written)} graphs, max {max(written) if written else 0} requests "
+                                 f"({defaults.max_size} tokens)"))
+    if as_json:
+        return json.dumps({
+            "engine": engine.name, "unit": "requests", "tokens_per_request": q, "batch_sizes": written,
+            "token_widths": list(defaults.sizes), "captured_batch_sizes": runs, "request_cap": cap,
+            "eager_batch_sizes": eager,
+            "uniform_decode_sizes_without_graph": defaults.uniform_decode_sizes_without_graph,
+            "widest_decode_batch": {"requests": s.max_num_seqs, "tokens_per_request": q, "tokens": s.max_num_seqs * q},
+            **extra, **share.as_dict(), "eager_share_traffic": "workload traffic",
+        })
+    rows.append(("", written))
+    if runs != written:
+        rows.append(("captured", f"{len(runs)} graphs: what {engine.label} really captures (its filter against the "
+                                 f"{cap_name})"))
+        rows.append(("", runs))
+    if not eager:
+        rows.append(("eager decode batches", f"none: every decode batch up to {s.max_num_seqs} requests replays a "
+                                             f"graph"))
     else:
-        block.update({"enable_padding": e.enable_padding, "free_gpu_memory_fraction": e.free_gpu_memory_fraction,
-                      "decoding_type": e.decoding_type, "real_pool_budget_bytes": b.real_budget_bytes()})
-    return {"engine": block, "model_runner": None, "runner_reason": f"{ENGINE_LABELS[e.engine]} has no runner choice"}
+        why = engine.eager_reason(runs, cap, cap_name)
+        rows.append(("eager decode batches", f"{spans(eager) or '-'} requests ({why}) run eager"))
+    rows.append(("widest decode batch", f"{s.max_num_seqs} x {q} = {s.max_num_seqs * q} tokens"))
+    rows.append(("eager share", f"workload traffic: {share.describe()}"))
+    width = max(len(k) for k, _ in rows)
+    lines: list[str] = []
+    for key, value in rows:
+        lines += _pair_lines(value, q, width) if isinstance(value, list) else [f"{key:<{width}}  {value}"]
+    return "\n".join(lines)
+
+
+def _pair_lines(batch_sizes: list[int], q: int, width: int, per_line: int = 14) -> list[str]:
+    """Batch sizes (requests) with their token widths under them, in aligned rows."""
+    out = []
+    for i in range(0, len(batch_sizes), per_line):
+        chunk = batch_sizes[i:i + per_line]
+        out.append(f"{'  requests':<{width}}  " + " ".join(f"{b:>6}" for b in chunk))
+        out.append(f"{'  tokens':<{width}}  " + " ".join(f"{b * q:>6}" for b in chunk))
+    return out

@@ -105,8 +105,7 @@ def latency_layers(model: CostModel, c: np.ndarray, r: np.ndarray, q: int) -> tu
         return Prefix(widths[sel], probs[sel], body[sel])
 
     layers: list[Layer] = []
-    e = model.serving.engine_settings
-    if e is not None and e.engine == "trtllm" and not e.enable_padding:
+    if model.probe.exact:
         # TensorRT-LLM without padding: a decode step replays only a graph of exactly its width.
         layers.append(Layer("member", steps(~uniform), lat_mix, mixed_cap))
         layers.append(Layer("exact", steps(uniform), model.graph_body_ms(r, "FULL")))
@@ -168,24 +167,25 @@ def memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[Memo
     sa_full_r, d_full_r = model.graph_bytes("FULL", r) if sep else (zero, zero)
     windows = d_full_r if sep else zero
     # The drafter's graphs enter the pool after the target's larger ones: each costs its delta, per list member or
-    # per FULL window (tuner.drafter_cost); V1 captures them inside the target's PIECEWISE samples.
+    # per FULL window (tuner.vllm.drafter_cost); V1 captures them inside the target's PIECEWISE samples.
     dr_member, dr_window = model.drafter.memory_terms(c, r, sep=sep) if model.drafter is not None else (zero, zero)
     real_member = d_mix + windows + dr_member + dr_window
     real_top = sa_top + (windows if sep and has_mixed else zero) + dr_member + dr_window
-    if model.serving.engine != "vllm":
+    form = model.engine.estimate_form(model.probe, b.estimate_enabled)  # the shape of the engine's memory rule
+    if form == "none":
         # SGLang and TensorRT-LLM count the real pool: TensorRT-LLM against one budget, SGLang against one per list
         # max (its automatic memory fraction moves with max(bs)).
         top_budget = np.array([b.real_budget_bytes(top=int(-(-w // model.q))) for w in c], dtype=float)
         return Memory("real", d_mix + dr_member, windows + dr_window, zero, np.maximum(0.0, sa_top - de_top), zero,
                       zero, top_budget=top_budget, real_member=real_member, real_top=real_top), \
             int(max(top_budget.max(), 0)), "real"
-    if not b.estimate_enabled or (model.runner == "v2" and model.cudagraph_mode in ("PIECEWISE", "NONE")):
+    if form == "real":
         # The estimate is 0 (the real capture must fit in what vLLM does not request), or equals the real pool.
         budget = b.slack_bytes if not b.estimate_enabled else b.estimate_budget_bytes
         return Memory("real", d_mix + dr_member, windows + dr_window, zero, np.maximum(0.0, sa_top - de_top), zero,
                       zero, real_member=real_member, real_top=real_top), budget, "real"
     floor = float(MIB)
-    if model.runner == "v2" and sep:
+    if form == "windows":
         # PIECEWISE and drafter graphs count at their real pool size; the target's FULL windows as
         # first + (n - 1) * max(second, 1 MiB).
         first = d_full_r if has_mixed else sa_full_r
@@ -195,10 +195,10 @@ def memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[Memo
     # V1 (every mode) and V2 without separate decode graphs (FULL): first + (k - 1) * per-graph, with every
     # candidate a graph of each mode the list captures (V1's candidates are multiples of q up to the widest decode
     # batch, so each is its own FULL decode window).
-    if model.runner == "v2":  # FULL: one FULL graph per member, largest first; V2's drafter graphs in full
+    if form == "per_graph":  # V2 FULL: one FULL graph per member, largest first; V2's drafter graphs in full
         sa_f, d_f = model.graph_bytes("FULL", c)
         first, per, added = sa_f, np.maximum(d_f, floor), dr_member
-    else:  # V1: a drafter graph belongs to the PIECEWISE sample it is captured with
+    else:  # per_mode (V1): a drafter graph belongs to the PIECEWISE sample it is captured with
         sas, pers = [], []
         for i, mode in enumerate(([model.mixed_mode] if has_mixed else []) + (["FULL"] if sep else [])):
             sa, de = model.graph_bytes(mode, c)

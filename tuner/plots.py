@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.compare import list_label
-from tuner.costmodel import GIB, crossover_width
+from tuner.costmodel import crossover_width
+from tuner.report_text import memory_unit
 
 if TYPE_CHECKING:
     from tuner.costmodel import CostModel, Evaluation
     from tuner.search import SearchResult
 
-__all__ = ["PLOTS", "log_axis", "memory_unit", "profile_provenance", "render_plots"]
+__all__ = ["PLOTS", "log_axis", "profile_provenance", "render_plots"]
 
 MIB = 1 << 20
 PLOTS = ("latency_by_width.png", "graph_memory_by_width.png", "step_widths.png", "pareto.png")
@@ -38,11 +38,6 @@ def log_axis(values: list[float] | np.ndarray) -> bool:
     """Whether a plot of these values wants a log axis: the positive ones span at least two decades."""
     v = np.asarray([x for x in values if x is not None and x > 0], dtype=float)
     return bool(len(v) and v.max() / v.min() >= 100.0)
-
-
-def memory_unit(model: CostModel) -> tuple[int, str]:
-    """The memory unit of a report: GiB on a device of 8 GiB or more, else MiB (a hand-made profile's figures)."""
-    return (GIB, "GiB") if model.budget.total_memory_bytes >= 8 * GIB else (MIB, "MiB")
 
 
 def render_plots(model: CostModel, search: SearchResult, table: dict[str, Evaluation], out_dir: Path) -> list[Path]:
@@ -125,7 +120,6 @@ def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: st
     from matplotlib.transforms import blended_transform_factory
 
     widths, uniform, probs, _ = model.step_arrays()
-    engine = model.serving.engine
     has_mixed = bool(np.any(~uniform))
     has_decode = bool(np.any(uniform))
     panels = int(has_decode) + int(has_mixed)
@@ -145,11 +139,11 @@ def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: st
             sizes = [s for s in table[name].runs_as if s <= right]
             if sizes:
                 ax.plot(sizes, [y] * len(sizes), "|", color=color, ms=12, mew=2, transform=rug,
-                        label=f"{list_label(name, engine)} graphs (as run)")
+                        label=f"{model.engine.list_label(name)} graphs (as run)")
             if table[name].runs_as and table[name].runs_as[-1] <= right:
                 covered = table[name].runs_as[-1]
                 ax.axvline(covered, color=color, ls="--", lw=1,
-                           label=f"{list_label(name, engine)} covers up to {covered}")
+                           label=f"{model.engine.list_label(name)} covers up to {covered}")
         ax.set_xlim(0, right)
         ax.set_xlabel("decode step width (tokens)")
         ax.set_ylabel("probability")
@@ -162,12 +156,13 @@ def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: st
         step = max(1, -(-(hi - lo + 1) // 50))  # whole tokens per bin: no bin holds more widths than another
         ax.hist(w, bins=np.arange(lo, hi + step + 1, step) - 0.5, weights=p, color="tab:orange", alpha=0.7,
                 label=f"mixed steps ({p.sum():.1%} of steps)")
-        # SGLang's and TensorRT-LLM's decode graphs serve no mixed step: no coverage line on this axis.
-        for name, color, _ in lists if engine == "vllm" else ():
+        # Decode graphs alone (SGLang's, TensorRT-LLM's, vLLM's FULL_DECODE_ONLY) serve no mixed step: no coverage
+        # line on this axis.
+        for name, color, _ in lists if model.mixed_mode != "NONE" else ():
             if table[name].runs_as:
                 covered = table[name].runs_as[-1]
                 ax.axvline(covered, color=color, ls="--", lw=1,
-                           label=f"{list_label(name, engine)} covers up to {covered}")
+                           label=f"{model.engine.list_label(name)} covers up to {covered}")
         ax.set_xlabel("mixed step width (tokens)")
         ax.set_ylabel("probability" + (f" per {step} tokens" if step > 1 else ""))
         if not has_decode:
@@ -196,20 +191,17 @@ def _plot_pareto(model: CostModel, search: SearchResult, table: dict[str, Evalua
         # The tuned list on top: it often sits on the exact optimum's point.
         ax.plot(charged(e), e.expected_step_ms, marker, ms=14 if name == "tuned" else 10,
                 zorder=5 if name == "tuned" else 3, alpha=1.0 if name == "tuned" else 0.8,
-                label=list_label(name, model.serving.engine))
-    if model.serving.engine != "vllm":  # the engine's own rule: the most real pool the tuned list's max allows
-        runs = table["tuned"].runs_as
-        budget = max(0, b.real_budget_bytes(-(-runs[-1] // model.q) if runs else 0)) / unit
-        what = "most graph memory the engine's KV rule allows"
-    else:
-        budget = (b.estimate_budget_bytes if estimate else b.slack_bytes) / unit
-        what = "largest estimate that leaves the required KV" if estimate else "memory vLLM does not request"
+                label=model.engine.list_label(name))
+    runs = table["tuned"].runs_as  # the rule's budget for the tuned list's max (SGLang's moves with it)
+    budget_bytes, what = b.graph_budget(-(-runs[-1] // model.q) if runs else 0)
+    budget = budget_bytes / unit
     shown = max([charged(e) for e in front] + [charged(table[n]) for n in names])
     if budget <= 2 * shown:
         ax.axvline(budget, color="grey", ls=":", label=f"{what}: {budget:.3f} {unit_name}")
     else:  # a far-away budget line would squash every point against the axis
         ax.plot([], [], " ", label=f"{what}: {budget:.3f} {unit_name} (off the chart)")
-    ax.set_xlabel(f"vLLM's graph-memory estimate ({unit_name})" if estimate else f"real graph pool ({unit_name})")
+    ax.set_xlabel(f"{model.engine.label}'s graph-memory estimate ({unit_name})" if estimate
+                  else f"real graph pool ({unit_name})")
     ax.set_ylabel("expected step latency (ms)")
     ax.set_title("Latency vs graph memory" + title_suffix)
     ax.legend(fontsize=8)

@@ -42,7 +42,7 @@ MODES = ("eager", "full", "piecewise", "logits", "drafter_eager", "drafter_full"
 Every mode computes logits for the width's own tokens, so a step of T tokens padded to a graph of P costs
 graph(P) - logits(P) + logits(T). `drafter_eager`, `drafter_full`, `drafter_piecewise`: one forward pass of the
 speculative drafter over that many tokens (with its own logits), eagerly and as its graphs, captured into the same
-pool after the target's (a model-based drafter only; see tuner.drafter_cost)."""
+pool after the target's (a model-based drafter only; see tuner.vllm.drafter_cost)."""
 STATUSES = ("ok", "oom", "unsupported", "error")
 """Row status: measured, ran out of memory, not measurable here (e.g. graphs on a CPU), or failed with another error
 (its message is in the metadata's `capture_errors`)."""

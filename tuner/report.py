@@ -4,31 +4,29 @@ the KV cache it sizes), with what the tuned list changes and what it risks."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuner import __version__
-from tuner import engine_report
 from tuner.compare import (
-    LABELS,
     comparison,
-    feasible_cell,
     kv_tokens,
-    list_label,
     max_concurrency,
     off_peak,
     sglang_sizes,
     what_changed,
     widest_sizes,
 )
-from tuner.engines import ENGINE_FILES, render_engine_files
+from tuner.costmodel import CostModel, Evaluation, crossover_width
+from tuner.engine import Engine
+from tuner.engines import ENGINE_FILES
 from tuner.host_cost import host_line
-from tuner.costmodel import GIB, CostModel, Evaluation, crossover_width
-from tuner.plots import PLOTS, log_axis, memory_unit, profile_provenance, render_plots
+from tuner.plots import PLOTS, log_axis, profile_provenance, render_plots
+from tuner.report_text import sizes_text
 from tuner.search import SearchResult
 from tuner.workload import Workload
 
@@ -36,12 +34,10 @@ __all__ = [
     "MODEL_SETTINGS",
     "PLOTS",
     "RUN_FILES",
-    "RUN_OUTPUTS",
     "RunIdentity",
     "SUMMARY_KEYS",
     "clear_run",
     "comparison",
-    "keep_default_kv_utilization",
     "load_run",
     "log_axis",
     "profile_provenance",
@@ -53,8 +49,8 @@ __all__ = [
     "sglang_sizes",
     "summary",
     "summary_json",
-    "vllm_log_lines",
     "widest_sizes",
+    "words_of",
     "write_run",
 ]
 
@@ -72,27 +68,13 @@ VLLM_TYPICAL_KERNELS_PER_LAYER = "10-12"
 _NOISY_NOTE = "flagged noisy: IQR/median of the timing above 5%"
 
 
+def words_of(engine: Engine) -> Any:
+    """The module that words a run's report, summary and console lines for the engine's unit and rules
+    (`Engine.report_words`: `tuner.vllm_report`, `tuner.engine_report`), each asking the engine for its own words."""
+    return importlib.import_module(engine.report_words)
+
+
 # ---------------------------------------------------------------------------------------------- figures
-def keep_default_kv_utilization(model: CostModel, default: Evaluation, tuned: Evaluation) -> float:
-    """The gpu_memory_utilization that gives the tuned list the KV cache the default list gets, rounded UP to
-    vLLM's 4 logged decimals so it never gives less."""
-    u = model.budget.utilization_for_kv(default.kv_available_bytes, tuned.graph_estimate_bytes)
-    return math.ceil(round(u * 10_000, 6)) / 10_000
-
-
-def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
-    """The lines vLLM 0.33 logs about memory when it starts with the list (its own wording and decimals);
-    with the estimate switched off, vLLM subtracts none, so no estimate line is predicted."""
-    lines = []
-    if model.budget.estimate_enabled:
-        lines.append(f"Estimated CUDA graph memory: {e.graph_estimate_bytes / GIB:.2f} GiB total")
-    lines.append(f"Available KV cache memory: {e.kv_available_bytes / GIB:.2f} GiB")
-    lines.append(f"GPU KV cache size: {kv_tokens(model, e):,} tokens")
-    lines.append(f"Maximum concurrency for {model.serving.max_model_len:,} tokens per request: "
-                 f"{max_concurrency(model, e):.2f}x")
-    return lines
-
-
 def _meta(model: CostModel) -> dict[str, Any]:
     meta = model.profile.metadata
     return {
@@ -112,12 +94,11 @@ def _noise(model: CostModel) -> dict[str, Any]:
 
 
 def _figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
-    if model.serving.engine != "vllm":  # the list in the engine's unit too; the engine makes no estimate
-        return {**_vllm_figures(model, e), **engine_report.figures(model, e)}
-    return _vllm_figures(model, e)
+    """summary.json's figures of one list: every engine's, then the engine's own (the list in its unit)."""
+    return {**_list_figures(model, e), **words_of(model.engine).figures(model, e)}
 
 
-def _vllm_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
+def _list_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
     return {
         "capture_sizes": list(e.capture_sizes),
         "runs_as": list(e.runs_as),
@@ -159,7 +140,7 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "engine": model.serving.engine,
         "model_runner": model.runner,
         "model_runner_requested": model.serving.model_runner,
-        "runner_reason": model.serving.runner_reason,
+        "runner_reason": model.engine.runner_reason,
         "cudagraph_mode": model.cudagraph_mode,
         "total_memory_bytes": b.total_memory_bytes,
         "requested_bytes": b.requested_bytes,
@@ -167,11 +148,8 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "estimate_cudagraph_memory": b.estimate_enabled,
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "max_model_len": model.serving.max_model_len,
-        # vLLM's estimate, log lines and gpu_memory_utilization exist for vLLM only; an engine has its own block.
-        **({"gpu_memory_utilization": b.gpu_memory_utilization, "estimate_budget_bytes": b.estimate_budget_bytes,
-            "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
-            "vllm_log_lines": vllm_log_lines(model, t)} if model.serving.engine == "vllm"
-           else engine_report.engine_summary(model, table)),
+        # The engine's own fields: vLLM's estimate, log lines and gpu_memory_utilization; another engine's block.
+        **words_of(model.engine).summary_block(model, table),
         "what_changed": {
             "added": list(changed.added), "removed": list(changed.removed), "default_max": changed.default_max,
             "above_default_max": [{"num_tokens": c.num_tokens, "vllm_graph_estimate_bytes": c.estimate_bytes,
@@ -215,25 +193,6 @@ def recorded_model_settings(run_dir: str | Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- markdown
-def _fmt_sizes(sizes: tuple[int, ...], limit: int = 24) -> str:
-    if not sizes:
-        return "(none)"
-    text = ", ".join(map(str, sizes[:limit]))
-    return text + (f", ... ({len(sizes)} sizes)" if len(sizes) > limit else "")
-
-
-def _num(model: CostModel, x: float) -> str:
-    return f"{x / memory_unit(model)[0]:.3f}"
-
-
-def _mem(model: CostModel, x: float) -> str:
-    return f"{_num(model, x)} {memory_unit(model)[1]}"
-
-
-def _mib(x: float) -> str:
-    return f"{x / MIB:+.2f}"
-
-
 def _provenance_lines(model: CostModel) -> list[str]:
     meta = _meta(model)
     measured, origin = profile_provenance(model)
@@ -263,25 +222,7 @@ def _provenance_lines(model: CostModel) -> list[str]:
         f"fused kernels)" + (f"; {host}" if host else ""),
         f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), q = {model.q}, max_num_seqs "
         f"{s.max_num_seqs}, max_model_len {s.max_model_len}",
-        f"- vLLM 0.33, model runner **{model.runner.upper()}** ({s.runner_reason}); cudagraph_mode "
-        f"{model.cudagraph_mode}" if s.engine == "vllm" else engine_report.provenance_line(model),
-    ]
-
-
-def _kv_rule_lines(model: CostModel) -> list[str]:
-    b = model.budget
-    estimate = ("minus its graph-memory ESTIMATE for the list (made before the real capture)" if b.estimate_enabled
-                else "(estimate_cudagraph_memory: false, so no graph memory is subtracted)")
-    return [
-        f"- KV cache, as vLLM sizes it: requested {_mem(model, b.requested_bytes)} (ceil of "
-        f"{_mem(model, b.total_memory_bytes)} x gpu_memory_utilization {b.gpu_memory_utilization}) minus non-KV "
-        f"memory {_mem(model, b.non_kv_cache_bytes)}, {estimate}; required {_mem(model, b.required_kv_bytes)}, so "
-        f"the estimate may be at most {_mem(model, b.estimate_budget_bytes)}; the real capture must then fit in the "
-        f"estimate plus the {_mem(model, b.slack_bytes)} vLLM does not request",
-        "- words used below: **vLLM estimate** = the graph memory vLLM subtracts before capturing; **real pool** = "
-        "the memory the capture really takes (predicted); **KV cache** = what vLLM allocates; **KV margin** = KV cache "
-        "minus the required; **capture headroom** = estimate + unrequested memory - real pool (< 0: the capture "
-        f"runs out of memory). {memory_unit(model)[1]} = 2^{30 if memory_unit(model)[0] == GIB else 20} bytes.",
+        words_of(model.engine).provenance_line(model),
     ]
 
 
@@ -292,52 +233,10 @@ def _noise_line(model: CostModel) -> str:
     line = (f"- timing noise: {n['count']} of the {n['decision_widths']} widths the decision rests on "
             f"({n['share']:.0%}) are {_NOISY_NOTE}")
     if n["count"]:
-        line += f" ({_fmt_sizes(tuple(n['widths']), 12)})"
+        line += f" ({sizes_text(n['widths'], 12)})"
     if n["share"] > 0.25:
         line += "; **more than a quarter: treat the choice with care (searched with --allow-noisy)**"
     return line
-
-
-def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> list[str]:
-    d, t = table["default"], table["tuned"]
-    if model.serving.engine != "vllm":
-        return engine_report.decision_lines(model, table, search.source) + _source_lines(search) + [""]
-    lines = [f"Tuned list ({search.source}): `{list(t.capture_sizes)}`", ""]
-    if t.runs_as != t.capture_sizes:
-        lines += [f"**It runs as a different list**: the {model.runner.upper()} runner rewrites an explicit list when "
-                  f"speculating (every size rounded up to a multiple of q = {model.q}, sizes above the old max "
-                  f"dropped), so vLLM captures `{list(t.runs_as)}`; every figure below is for the list that runs.", ""]
-    change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms > 0 else 0.0
-    lines.append(
-        f"Expected step latency {t.expected_step_ms:.4f} ms vs {d.expected_step_ms:.4f} ms with vLLM's default "
-        f"({abs(change):.1%} {'lower' if change <= 0 else 'higher'}). Graph memory: vLLM estimate "
-        f"{_mem(model, t.graph_estimate_bytes)} vs {_mem(model, d.graph_estimate_bytes)}, real pool "
-        f"{_mem(model, t.graph_memory_bytes)} vs {_mem(model, d.graph_memory_bytes)}. KV cache "
-        f"{_mem(model, t.kv_available_bytes)} ({kv_tokens(model, t):,} tokens, max concurrency "
-        f"{max_concurrency(model, t):.2f}x) vs {_mem(model, d.kv_available_bytes)} ({kv_tokens(model, d):,} tokens, "
-        f"{max_concurrency(model, d):.2f}x); KV margin {_mem(model, t.kv_margin_bytes)}, capture headroom "
-        f"{_mem(model, t.capture_headroom_bytes)}.")
-    if not d.feasible:
-        lines.append(f"vLLM's default does not fit this budget ({d.why_infeasible}); the tuned list does"
-                     + ("." if t.feasible else " not either."))
-    lines += _drafter_lines(model, d, t)
-    lines += _source_lines(search)
-    u = keep_default_kv_utilization(model, d, t)
-    now = model.budget.gpu_memory_utilization
-    lines += ["", "What vLLM will log when it starts with the tuned list (predicted; vLLM counts whole KV blocks, so "
-              "the last two figures can come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
-    if not d.starts:
-        lines.append("vLLM's default list would not start here, so there is no default KV cache size to keep.")
-    elif u > 1.0:
-        lines.append(f"No gpu_memory_utilization keeps the default list's KV cache "
-                     f"({_mem(model, d.kv_available_bytes)}) with the tuned list: it would take {u:.4f} (> 1).")
-    elif t.graph_estimate_bytes == d.graph_estimate_bytes or u == now:
-        lines.append(f"At gpu_memory_utilization {now} the tuned list already leaves the KV cache the default list "
-                     f"does.")
-    else:
-        lines.append(f"gpu_memory_utilization **{u:.4f}** (now {now}) gives the tuned list the KV cache the default "
-                     f"list gets ({_mem(model, d.kv_available_bytes)}).")
-    return lines
 
 
 def _source_lines(search: SearchResult) -> list[str]:
@@ -360,58 +259,6 @@ def _source_lines(search: SearchResult) -> list[str]:
     return []
 
 
-def _drafter_lines(model: CostModel, d: Evaluation, t: Evaluation) -> list[str]:
-    """The drafter's share of latency and memory, and the widths its graphs cost (issue: the tuner must see both
-    sides of the trade a width above the ceiling makes: the drafter captures graphs for it too)."""
-    dr = model.drafter
-    if dr is None:
-        return []
-    lines = ["", f"Drafter ({dr.method}, {dr.runner.upper()} runner): its passes take {t.drafter_step_ms:.4f} ms of the "
-             f"tuned step ({t.expected_step_ms - t.drafter_step_ms:.4f} ms target) vs {d.drafter_step_ms:.4f} ms of "
-             f"the default's; its graphs take {_mem(model, t.drafter_graph_bytes)} of the tuned list's real pool "
-             f"({_mem(model, t.graph_memory_bytes - t.drafter_graph_bytes)} target) vs "
-             f"{_mem(model, d.drafter_graph_bytes)} of the default's."]
-    dropped = model.dropped_for_drafter(t)
-    if dropped:
-        lines.append(f"**The drafter's graphs cost these widths**: adding {', '.join(map(str, dropped[:8]))}"
-                     f"{' ...' if len(dropped) > 8 else ''} would make the tuned list faster and would fit without the "
-                     f"drafter's graphs, but not with them (vLLM captures the drafter's graphs from the same list, into "
-                     f"the same pool).")
-    return lines
-
-
-def _what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
-    if model.serving.engine != "vllm":
-        return engine_report.what_changed_lines(model, table)
-    d, t = table["default"], table["tuned"]
-    c = what_changed(model, d, t)
-    lines = ["## What changed against vLLM's default", ""]
-    if d.runs_as != d.capture_sizes or t.runs_as != t.capture_sizes:
-        lines += [f"Compared as the {model.runner.upper()} runner captures the lists (it rewrites them; see Lists).",
-                  ""]
-    if not c.added and not c.removed:
-        return lines + ["Nothing: the tuned list is vLLM's default list.", ""]
-    lines += [f"- added ({len(c.added)}): {_fmt_sizes(c.added, 40)}",
-              f"- removed ({len(c.removed)}): {_fmt_sizes(c.removed, 40)}", ""]
-    if c.above_max:
-        lines += [
-            f"Each width added above the default max ({c.default_max}), judged by the tuned list with and without "
-            f"it (the rest kept):",
-            "",
-            "| width | vLLM estimate added (MiB) | real pool added (MiB) | expected step saved (ms) | saved (% of the "
-            "tuned step) |",
-            "|---|---|---|---|---|",
-        ]
-        for w in c.above_max:
-            share = w.saved_ms / t.expected_step_ms if t.expected_step_ms > 0 else 0.0
-            lines.append(f"| {w.num_tokens} | {_mib(w.estimate_bytes)} | {_mib(w.real_bytes)} | {w.saved_ms:+.4f} "
-                         f"| {share:+.2%} |")
-        lines.append("")
-    else:
-        lines += [f"No width is added above the default max ({c.default_max}).", ""]
-    return lines
-
-
 def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
     d, t = table["default"], table["tuned"]
     p = off_peak(model, d, t)
@@ -421,7 +268,7 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
         "",
         f"Under off-peak decode traffic alone (uniform over 1..{model.serving.max_num_seqs} requests), the expected "
         f"step is {p.tuned_step_ms:.4f} ms with the tuned list vs {p.default_step_ms:.4f} ms with "
-        f"{engine_report.default_name(model)} "
+        f"{model.engine.default_name} "
         f"({change:+.1%}).",
     ]
 
@@ -433,7 +280,7 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
                    f" A one-request decode step ({p.one_request_width} token{'s' if p.one_request_width > 1 else ''}) "
                    f"{pads(p.tuned_pads_to)} under the tuned "
                    f"list and {pads(p.default_pads_to)} under the default.")
-        lines += ["", f"**Warning: the tuned list is slower than {engine_report.default_name(model)} off-peak.**"
+        lines += ["", f"**Warning: the tuned list is slower than {model.engine.default_name} off-peak.**"
                       f"{padding} "
                       f"`cgtune tune --off-peak-weight W` mixes a share W of this traffic into the objective, to buy "
                       f"robustness explicitly."]
@@ -441,32 +288,6 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
     lines += ["", f"This search weighed {weight:.0%} off-peak traffic into its objective (`--off-peak-weight "
                   f"{weight:g}`)." if weight else "This search weighed the workload's traffic alone "
                   "(`--off-peak-weight 0`).", ""]
-    return lines
-
-
-def _side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
-    if model.serving.engine != "vllm":
-        return engine_report.side_by_side_lines(model, table)
-    u = memory_unit(model)[1]
-    lines = [
-        "## Side by side (same profile, same memory rule)",
-        "",
-        f"| list | graphs | max | runs as | expected step (ms) | per token (ms) | vLLM estimate ({u}) "
-        f"| real pool ({u}) | KV cache ({u}) | KV tokens | max concurrency | KV margin ({u}) "
-        f"| capture headroom ({u}) | feasible |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, e in table.items():
-        feasible = feasible_cell(name, e)
-        runs = "same" if e.runs_as == e.capture_sizes else (
-            f"{len(e.runs_as)} graphs, max {e.runs_as[-1]}" if e.runs_as else "nothing (refused)")
-        lines.append(
-            f"| {LABELS.get(name, name)} | {len(e.capture_sizes)} | {e.capture_sizes[-1] if e.capture_sizes else 0} "
-            f"| {runs} | {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {_num(model, e.graph_estimate_bytes)} "
-            f"| {_num(model, e.graph_memory_bytes)} | {_num(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} "
-            f"| {max_concurrency(model, e):.2f} | {_num(model, e.kv_margin_bytes)} "
-            f"| {_num(model, e.capture_headroom_bytes)} | {feasible} |")
-    lines += ["", f"No graphs at all: {model.eager_step_ms():.4f} ms per step.", ""]
     return lines
 
 
@@ -485,19 +306,20 @@ def _exact_line(search: SearchResult) -> str:
 def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
                     command: str = "", plots_dir: str = "plots") -> str:
     """report.md text."""
-    rule = _kv_rule_lines(model) if model.serving.engine == "vllm" else engine_report.memory_rule_lines(model, table)
-    lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model), *rule,
-             _noise_line(model), f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""),
-             "", "## Decision", "", *_decision_lines(model, search, table), ""]
+    words = words_of(model.engine)
+    lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model),
+             *words.memory_rule_lines(model, table), _noise_line(model),
+             f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""), "", "## Decision", "",
+             *words.decision_lines(model, table, search.source, _source_lines(search)), ""]
     cross = crossover_width(model.profile)
     lines += [
         "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
                          f"work of a step hides its CPU launch cost)." if cross is not None else
                          "a FULL graph saves at least 2% of the eager step at every measured width."),
         "",
-        *_what_changed_lines(model, table),
+        *words.what_changed_lines(model, table),
         *_off_peak_lines(model, table),
-        *_side_by_side_lines(model, table),
+        *words.side_by_side_lines(model, table),
         "## Search",
         "",
         (f"- study `{search.study_name}` in `{search.storage}` (objective {search.objective}): "
@@ -508,18 +330,7 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
         "## Lists",
         "",
     ]
-    if model.serving.engine != "vllm":
-        lines += engine_report.list_lines(model, table)
-    else:
-        for name, e in table.items():
-            if name != "ideal":
-                lines.append(f"- {LABELS.get(name, name)}: {_fmt_sizes(e.capture_sizes)}"
-                             + ("" if e.runs_as == e.capture_sizes else f" (runs as {_fmt_sizes(e.runs_as)})"))
-    if "sglang" in table:
-        lines.append("- The SGLang row is SGLang 0.5.23's own default for this configuration (max_running_requests = "
-                     "max_num_seqs, speculative_num_draft_tokens = q, max_bs from its GPU-memory table for the "
-                     "profile's device), each batch size times q tokens and evaluated as a vLLM list under vLLM's "
-                     "dispatch and memory rule: a comparison of lists, not of engines.")
+    lines += words.list_lines(model, table)
     # The exact solver's caveat is stated once, in the Search section; the search's own note says it again.
     notes = [n for n in search.notes if not n.startswith("the exact solver's answer fits both memory conditions")]
     if notes:
@@ -531,9 +342,7 @@ def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Eva
                 "Step widths: decode steps zoomed, mixed steps on their own axis",
                 "Latency vs graph memory (Pareto front)"]
     lines += [f"![{c}]({plots_dir}/{p})" for c, p in zip(captions, PLOTS)]
-    lines += ["", "Files: `compilation_config.json` (`vllm serve --compilation-config`), `vllm-serve.yaml` "
-              "(`vllm serve --config`), `vllm-flags.txt`, `summary.json`." if model.serving.engine == "vllm" else
-              engine_report.files_line(model), ""]
+    lines += ["", words.files_line(model), ""]
     return "\n".join(lines)
 
 
@@ -544,10 +353,12 @@ def summary_json(data: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- run directory
 RUN_FILES = ("profile.csv", "profile.json", "workload.yaml", "search.json", "summary.json", "report.md")
 """Files a run directory holds besides the vLLM files and plots/ (and study.db with the default storage)."""
-RUN_OUTPUTS = (*(name for files in ENGINE_FILES.values() for name in files), "search.json", "summary.json",
-               "report.md")
-"""Files every write_run renders again (report.md only with report=True; only its own engine's list files): one left
-from an earlier run is stale."""
+
+
+def _run_outputs() -> tuple[str, ...]:
+    """Files every write_run renders again (report.md only with report=True; only its own engine's list files, of
+    every engine registered): one left from an earlier run is stale."""
+    return (*(name for files in ENGINE_FILES.values() for name in files), "search.json", "summary.json", "report.md")
 
 
 def _copy_inputs(staging: Path, model: CostModel) -> None:
@@ -582,7 +393,7 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
     import shutil
     import tempfile
 
-    from tuner.vllm.emit import Provenance, render_files
+    from tuner.vllm.emit import Provenance
 
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -592,27 +403,19 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
             _copy_inputs(staging, model)
         table = comparison(model, search)
         data = summary(model, search, table)
-        s = model.serving
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         provenance = Provenance(
             __version__, data["profile"] or "?", str(data["device_name"]),
             f"{model.workload.name} ({model.workload.content_hash})", now,
             {"source": search.source, "expected_step_ms": f"{search.chosen.expected_step_ms:.4f} "
-             f"({list_label('default', s.engine)} {search.default.expected_step_ms:.4f}) under the cgtune cost model",
-             **engine_report.provenance_notes(model)},
+             f"({model.engine.list_label('default')} {search.default.expected_step_ms:.4f}) under the cgtune cost "
+             f"model",
+             **model.engine.provenance_notes()},
         )
-        if s.engine_settings is not None:  # the engine's own files, its list in requests (EmitError: one line)
-            files = render_engine_files(s.engine_settings, s.engine_requests(search.chosen.capture_sizes),
-                                        max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-                                        provenance=provenance)
-        else:
-            files = render_files(
-                search.chosen.capture_sizes, model=model.workload.model.checkpoint,
-                cudagraph_mode=model.cudagraph_mode, max_num_seqs=s.max_num_seqs,
-                num_speculative_tokens=s.num_speculative_tokens, max_num_batched_tokens=s.max_num_batched_tokens,
-                max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
-                tensor_parallel_size=model.workload.model.tensor_parallel_size, provenance=provenance,
-            )
+        # The engine's own files, its list in its own unit (EmitError: one line).
+        files = model.engine.render_files(search.chosen.capture_sizes, checkpoint=model.workload.model.checkpoint,
+                                          tensor_parallel_size=model.workload.model.tensor_parallel_size,
+                                          cudagraph_mode=model.cudagraph_mode, provenance=provenance)
         files["search.json"] = json.dumps(search.to_dict(), indent=2) + "\n"
         files["summary.json"] = summary_json(data)
         validation: dict[str, Any] | None = None
@@ -649,7 +452,7 @@ def _remove_stale(run: Path, written: list[Path]) -> list[Path]:
     """Remove the outputs an earlier run left that this one did not write (report.md after a `search`, a plot this
     run does not draw), so every output in the directory describes the same run."""
     keep = set(written)
-    stale = [run / name for name in RUN_OUTPUTS if (run / name).is_file() and run / name not in keep]
+    stale = [run / name for name in _run_outputs() if (run / name).is_file() and run / name not in keep]
     plots = run / "plots"
     if plots.is_dir():
         stale += [p for p in sorted(plots.glob("*.png")) if p not in keep]
@@ -687,7 +490,7 @@ def run_identity(run_dir: str | Path) -> RunIdentity | None:
     from tuner.search import profile_hash
 
     run = Path(run_dir)
-    if not run.is_dir() or not any((run / n).is_file() for n in (*RUN_FILES, *RUN_OUTPUTS)):
+    if not run.is_dir() or not any((run / n).is_file() for n in (*RUN_FILES, *_run_outputs())):
         return None
     name: str = "?"
     whash: str | None = None
@@ -735,7 +538,7 @@ def clear_run(run_dir: str | Path, *, keep: tuple[str | Path, ...] = ()) -> list
 
     run = Path(run_dir)
     kept = {Path(k).resolve() for k in keep}
-    names = [*RUN_OUTPUTS, *RUN_FILES, "validation.json", "study.db", "study.db-wal", "study.db-shm",
+    names = [*_run_outputs(), *RUN_FILES, "validation.json", "study.db", "study.db-wal", "study.db-shm",
              "study.db.cgtune-claim.lock"]
     try:
         import yaml

@@ -1,5 +1,5 @@
-"""Workload specs: model shape, vLLM serving config and traffic, validated on load, and the step-width
-distribution every later stage weighs latencies by."""
+"""Read and validate a workload file into its data: model shape, speculative setup, serving settings (read by the
+workload's engine, `tuner.engine`) and traffic (whose step distribution is `tuner.steps`')."""
 
 from __future__ import annotations
 
@@ -7,34 +7,20 @@ import csv
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tuner.engines import ENGINES, EngineDispatcher, EngineSettings, engine_default_requests, engine_runs_as_requests
-from tuner.engines import requests_of
+from tuner.engine import Engine
+from tuner.engines import ENGINES, engine_class, engine_of
+from tuner.fields import FieldReader, WorkloadError
+from tuner.serving import ServingConfig
 from tuner.shapes import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
-from tuner.vllm.defaults import (
-    CUDAGRAPH_MODES,
-    PERFORMANCE_MODES,
-    CaptureDefaults,
-    default_capture_sizes,
-    dense_speculative_schedule,
-)
-from tuner.vllm.dispatch import Dispatcher
+from tuner.steps import Distribution, Step, Traffic, step_distribution
 from tuner.vllm.drafter import MODEL_BASED_METHODS, drafter_kv_bytes_per_token, drafter_weight_bytes
-from tuner.vllm.runner import (
-    MODEL_RUNNERS,
-    SPECULATIVE_METHODS,
-    effective_cudagraph_mode,
-    keeps_dynamic_schedule,
-    resolve_model_runner,
-    runner_reason,
-    runs_as,
-)
+from tuner.vllm.runner import SPECULATIVE_METHODS
 
 __all__ = [
     "Distribution",
@@ -48,92 +34,6 @@ __all__ = [
     "load_workload",
     "parse_workload",
 ]
-
-GIB = 1 << 30
-
-
-class WorkloadError(ValueError):
-    """A workload field with a bad value; the message starts with the field path."""
-
-
-# --------------------------------------------------------------------------- field readers
-class _Reader:
-    """Reads typed fields out of a mapping and names the full field path in every error."""
-
-    def __init__(self, data: object, path: str) -> None:
-        if not isinstance(data, Mapping):
-            raise WorkloadError(f"{path or 'workload'}: {data!r} must be a mapping")
-        self.data = data
-        self.path = path
-        self.used: set[str] = set()
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def has(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def raw(self, key: str, default: Any = None) -> Any:
-        self.used.add(key)
-        return self.data.get(key, default)
-
-    def int(self, key: str, default: Any = ..., *, minimum: int | None = None, maximum: int | None = None) -> Any:
-        value = self.raw(key)
-        if value is None:
-            if default is ...:
-                raise WorkloadError(f"{self.at(key)}: missing (an integer is required)")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be an integer")
-        if minimum is not None and value < minimum:
-            raise WorkloadError(f"{self.at(key)}: {value} must be >= {minimum}")
-        if maximum is not None and value > maximum:
-            raise WorkloadError(f"{self.at(key)}: {value} must be <= {maximum}")
-        return value
-
-    def float(self, key: str, default: Any = ..., *, minimum: float | None = None, maximum: float | None = None,
-              exclusive_minimum: bool = False) -> Any:
-        value = self.raw(key)
-        if value is None:
-            if default is ...:
-                raise WorkloadError(f"{self.at(key)}: missing (a number is required)")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be a number")
-        if minimum is not None and (value <= minimum if exclusive_minimum else value < minimum):
-            raise WorkloadError(f"{self.at(key)}: {value} must be {'>' if exclusive_minimum else '>='} {minimum}")
-        if maximum is not None and value > maximum:
-            raise WorkloadError(f"{self.at(key)}: {value} must be <= {maximum}")
-        return float(value)
-
-    def str(self, key: str, default: Any = ..., *, choices: tuple[str, ...] | None = None) -> Any:
-        value = self.raw(key)
-        if value is None:
-            if default is ...:
-                raise WorkloadError(f"{self.at(key)}: missing (a string is required)")
-            return default
-        if not isinstance(value, str):
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be a string")
-        if choices is not None and value not in choices:
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be one of {', '.join(choices)}")
-        return value
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.raw(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be true or false")
-        return value
-
-    def sub(self, key: str) -> _Reader:
-        return _Reader(self.raw(key), self.at(key))
-
-    def done(self) -> None:
-        unknown = sorted(set(map(str, self.data)) - self.used)
-        if unknown:
-            raise WorkloadError(f"{self.at(unknown[0])}: unknown field")
-
 
 # --------------------------------------------------------------------------- spec pieces
 @dataclass(frozen=True)
@@ -173,176 +73,6 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
-class ServingConfig:
-    """The vLLM serving fields that decide capture sizes, dispatch and the KV budget."""
-
-    max_num_seqs: int
-    """Most requests in one engine step (`--max-num-seqs`)."""
-    num_speculative_tokens: int = 0
-    """Draft tokens per request per step; decode query length q = 1 + this."""
-    max_num_batched_tokens: int = 8192
-    """Token budget of one step (`--max-num-batched-tokens`)."""
-    max_model_len: int = 8192
-    """Longest request; the KV cache must hold at least one."""
-    gpu_memory_utilization: float = 0.9
-    """Share of device memory vLLM may use (`--gpu-memory-utilization`)."""
-    required_kv_bytes: int | None = None
-    """KV-cache bytes the deployment needs (from `required_kv_gib`); default: one max_model_len request."""
-    cudagraph_mode: str = "FULL_AND_PIECEWISE"
-    """vLLM `cudagraph_mode` (the -O2/-O3 default is FULL_AND_PIECEWISE)."""
-    performance_mode: str = "balanced"
-    """vLLM `performance_mode`; `interactivity` captures every width up to 32."""
-    gpu_capability: tuple[int, int] = (9, 0)
-    """Compute capability of the target GPU (decides the 512/1024 ceiling)."""
-    max_cudagraph_capture_size: int | None = None
-    """User-given `max_cudagraph_capture_size`, if any."""
-    cudagraph_capture_sizes: tuple[int, ...] | None = None
-    """User-given explicit capture list, if any."""
-    speculative_schedule: tuple[tuple[int, int, int], ...] | None = None
-    """Dynamic speculative decoding (`num_speculative_tokens_per_batch_size`)."""
-    enforce_eager: bool = False
-    """`--enforce-eager`: no graphs at all."""
-    model_runner: str = "auto"
-    """vLLM's model runner: `auto` (vLLM's choice: V1 for suffix decoding and the other V1-only cases, else V2),
-    `v1` (`VLLM_USE_V2_MODEL_RUNNER=0`) or `v2`."""
-    estimate_cudagraph_memory: bool = True
-    """`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` (default 1): vLLM subtracts its graph-memory estimate from the KV
-    cache before capturing; false makes the estimate 0."""
-    speculative_method: str | None = None
-    """Speculative method (from the workload's `speculative.method`); None: not named."""
-    parallel_drafting: bool = False
-    """Parallel drafting (from `speculative.parallel_drafting`; P-EAGLE/PARD run on V1)."""
-    engine_settings: EngineSettings | None = None
-    """SGLang's or TensorRT-LLM's own settings when the workload's engine is not vLLM (None: vLLM)."""
-
-    @property
-    def engine(self) -> str:
-        """`vllm`, `sglang` or `trtllm`."""
-        return self.engine_settings.engine if self.engine_settings is not None else "vllm"
-
-    @property
-    def decode_query_len(self) -> int:
-        """Tokens per request in a uniform decode step (and per request in a decode graph)."""
-        if self.engine_settings is not None:
-            return self.engine_settings.tokens_per_request
-        return 1 + self.num_speculative_tokens
-
-    @property
-    def runner(self) -> str:
-        """The model runner that runs (`v1` or `v2`; vLLM's names, also for the other engines' single runner)."""
-        if self.engine_settings is not None:
-            return "v2"
-        return resolve_model_runner(self.model_runner, self.speculative_method,
-                                    parallel_drafting=self.parallel_drafting)
-
-    @property
-    def runner_reason(self) -> str:
-        """Why that runner (a few words)."""
-        return runner_reason(self.model_runner, self.speculative_method, parallel_drafting=self.parallel_drafting)
-
-    @property
-    def dynamic_schedule(self) -> tuple[tuple[int, int, int], ...] | None:
-        """The dynamic speculative schedule vLLM runs: `speculative_schedule`, unless the V1 runner drops it for the
-        speculative method (`keeps_dynamic_schedule`: suffix and custom_class then run static K); None without one."""
-        if not self.speculative_schedule or self.num_speculative_tokens <= 0:
-            return None
-        return self.speculative_schedule if keeps_dynamic_schedule(self.runner, self.speculative_method) else None
-
-    @property
-    def effective_cudagraph_mode(self) -> str:
-        """The cudagraph mode the runner uses (NONE under enforce_eager; V1 drops full graphs under a dynamic
-        speculative schedule it keeps)."""
-        if self.enforce_eager:
-            return "NONE"
-        if self.engine_settings is not None:
-            return "FULL_DECODE_ONLY"  # decode graphs only: prefill and mixed steps run without them
-        return effective_cudagraph_mode(self.cudagraph_mode, self.runner,
-                                        dynamic_schedule=self.dynamic_schedule is not None)
-
-    def runs_as(self, capture_sizes: list[int] | tuple[int, ...]) -> tuple[int, ...]:
-        """The list the runner captures for a list written into the config (after vLLM drops sizes above the
-        token budget): V1 rewrites it when speculating, V2 keeps it. ValueError when V1 refuses it. SGLang and
-        TensorRT-LLM filter their batch sizes against their request caps (token widths in, token widths out)."""
-        e = self.engine_settings
-        if e is not None:
-            q = self.decode_query_len
-            runs = engine_runs_as_requests(e, requests_of(capture_sizes, q), max_num_seqs=self.max_num_seqs,
-                                           max_num_batched_tokens=self.max_num_batched_tokens)
-            return tuple(b * q for b in runs)
-        kept = sorted({int(s) for s in capture_sizes if 1 <= int(s) <= self.max_num_batched_tokens})
-        return tuple(runs_as(kept, runner=self.runner, cudagraph_mode=self.effective_cudagraph_mode,
-                             decode_query_len=self.decode_query_len))
-
-    def decode_query_lens(self) -> list[int]:
-        """Tokens per request in a decode step of n requests (index n; index 0 unused): 1 + K(n) with K from the
-        dynamic speculative schedule in force (vLLM's dense lookup; the schedule was validated on load), else q."""
-        if self.dynamic_schedule is not None:
-            dense = dense_speculative_schedule(
-                [list(e) for e in self.dynamic_schedule], self.max_num_seqs, self.num_speculative_tokens)
-            return [1 + k for k in dense]
-        return [self.decode_query_len] * (self.max_num_seqs + 1)
-
-    def decode_step(self, num_tokens: int) -> tuple[int, int] | None:
-        """`(requests, query length)` of the uniform decode step `num_tokens` wide (the fewest requests when the
-        schedule's tiers allow several), None when no decode step of max_num_seqs requests or fewer is that wide."""
-        return self._decode_steps.get(num_tokens)
-
-    @cached_property
-    def _decode_steps(self) -> dict[int, tuple[int, int]]:
-        query_lens = self.decode_query_lens()
-        # Fewest requests last, so they win a width two tiers share.
-        return {n * query_lens[n]: (n, query_lens[n]) for n in range(self.max_num_seqs, 0, -1)}
-
-    def engine_requests(self, capture_sizes: list[int] | tuple[int, ...]) -> list[int]:
-        """A list of token widths as the engine's batch sizes (requests; vLLM counts tokens: unchanged)."""
-        if self.engine_settings is None:
-            return sorted(set(capture_sizes))
-        return requests_of(capture_sizes, self.decode_query_len)
-
-    def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:
-        """The engine's default capture list for this config (token widths; for SGLang and TensorRT-LLM the
-        generated batch-size list as written, times tokens per request). `gpu_memory_mib`: the device's, for SGLang
-        defaults that read it when the workload does not say."""
-        e = self.engine_settings
-        if e is not None:
-            q = self.decode_query_len
-            written = engine_default_requests(e, max_num_seqs=self.max_num_seqs,
-                                              max_num_batched_tokens=self.max_num_batched_tokens,
-                                              gpu_memory_mib=gpu_memory_mib)
-            runs = engine_runs_as_requests(e, written, max_num_seqs=self.max_num_seqs,
-                                           max_num_batched_tokens=self.max_num_batched_tokens)
-            rule = EngineDispatcher(e, runs, max_num_seqs=self.max_num_seqs).rule
-            eager = [n * q for n in range(1, self.max_num_seqs + 1) if rule.dispatch(n).eager]
-            return CaptureDefaults([b * q for b in written], max(written) * q if written else 0, eager)
-        return default_capture_sizes(
-            self.max_num_seqs,
-            self.num_speculative_tokens,
-            self.max_num_batched_tokens,
-            gpu_capability=self.gpu_capability,
-            performance_mode=self.performance_mode,
-            cudagraph_mode=self.cudagraph_mode,
-            max_cudagraph_capture_size=self.max_cudagraph_capture_size,
-            cudagraph_capture_sizes=self.cudagraph_capture_sizes,
-            speculative_schedule=[list(e) for e in self.dynamic_schedule] if self.dynamic_schedule else None,
-            enforce_eager=self.enforce_eager,
-        )
-
-    def dispatcher(self, capture_sizes: list[int] | tuple[int, ...]) -> Dispatcher:
-        """How the engine would dispatch steps with this capture list (the list as it runs)."""
-        if self.engine_settings is not None:
-            q = self.decode_query_len
-            return EngineDispatcher(self.engine_settings,  # type: ignore[return-value]
-                                    [w // q for w in self.runs_as(capture_sizes)], max_num_seqs=self.max_num_seqs)
-        # V2 captures FULL decode graphs per dynamic tier; V1 runs a schedule it keeps PIECEWISE.
-        tiers = sorted(set(self.decode_query_lens()[1:])) if self.runner == "v2" else None
-        return Dispatcher(
-            self.runs_as(capture_sizes), cudagraph_mode=self.effective_cudagraph_mode,
-            decode_query_len=self.decode_query_len, max_num_seqs=self.max_num_seqs, runner=self.runner,
-            decode_query_lens=tiers,
-        )
-
-
-@dataclass(frozen=True)
 class SpeculativeSpec:
     """The workload's `speculative:` section: which method drafts the `num_speculative_tokens`, and with what."""
 
@@ -366,75 +96,6 @@ class SpeculativeSpec:
 
 
 @dataclass(frozen=True)
-class Distribution:
-    """A distribution over positive integers: uniform over [min, max] or a weighted histogram."""
-
-    kind: str
-    """`uniform` or `histogram`."""
-    min: int = 1
-    """Smallest value (uniform)."""
-    max: int = 1
-    """Largest value (uniform)."""
-    counts: tuple[tuple[int, float], ...] = ()
-    """`(value, weight)` pairs (histogram); weights need not sum to 1."""
-
-    def pmf(self) -> dict[int, float]:
-        """Probability of each value."""
-        if self.kind == "uniform":
-            n = self.max - self.min + 1
-            return {v: 1.0 / n for v in range(self.min, self.max + 1)}
-        total = sum(w for _, w in self.counts)
-        return {v: w / total for v, w in self.counts if w > 0}
-
-    @property
-    def largest(self) -> int:
-        return self.max if self.kind == "uniform" else max(v for v, w in self.counts if w > 0)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One kind of engine step, what vLLM needs to dispatch it, and how often it happens."""
-
-    num_tokens: int
-    """Tokens in the step (its width)."""
-    uniform_decode: bool
-    """A decode step: no request is prefilling and every request has `query_len` tokens (FULL decode graphs of that
-    query length apply). False: a mixed step, with a prompt chunk (or query lengths that differ)."""
-    probability: float
-    """Share of steps of this kind."""
-    query_len: int | None = None
-    """Tokens every request has: a decode step's 1 + K (a dynamic schedule's tier, or q when None); on a mixed step
-    the prompt chunks' length when every request has it (vLLM V1 counts q such tokens as uniform), else None."""
-    num_reqs: int | None = None
-    """Requests in the step; None where the traffic does not say (a mixed step drawn by tokens)."""
-
-    @property
-    def sort_key(self) -> tuple[int, bool, int, int]:
-        """Steps sort by width, mixed before decode (as `(width, uniform)` tuples sort), then query length."""
-        return self.num_tokens, self.uniform_decode, self.query_len or 0, self.num_reqs or 0
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """What the engine's steps look like."""
-
-    requests: Distribution | None = None
-    """Requests in a uniform decode step (width = requests x q)."""
-    mixed_share: float = 0.0
-    """Share of steps that are mixed (prefill chunks with decodes): no uniform decode graph applies."""
-    mixed_tokens: Distribution | None = None
-    """Tokens in a mixed step."""
-    mean_context_len: int = 2048
-    """Mean tokens already in each request's KV cache during decode (attention cost)."""
-    widths: Distribution | None = None
-    """Observed step widths (tokens per step), e.g. from vLLM's iteration-tokens histogram."""
-    trace: tuple[tuple[int, bool], ...] = ()
-    """Per-step `(num_tokens, uniform_decode)` rows from a CSV trace."""
-    source_note: str = ""
-    """How the traffic was obtained and what was assumed (free text)."""
-
-
-@dataclass(frozen=True)
 class Workload:
     """A validated workload: model, serving config and traffic."""
 
@@ -443,7 +104,7 @@ class Workload:
     model: ModelSpec
     """Model shape, dtype and tensor parallelism."""
     serving: ServingConfig
-    """vLLM serving config."""
+    """Serving settings, as the workload's engine read them (`engine:`, default vllm)."""
     traffic: Traffic
     """Step-width distribution inputs."""
     description: str = ""
@@ -454,6 +115,11 @@ class Workload:
     """The raw mapping it was parsed from (for hashing and re-emitting)."""
     speculative: SpeculativeSpec | None = None
     """The speculative-decoding setup (method, drafter), when the workload names one."""
+
+    @property
+    def engine(self) -> Engine:
+        """The engine the workload deploys on, answering for its serving settings (`tuner.engines`)."""
+        return engine_of(self.serving)
 
     @property
     def content_hash(self) -> str:
@@ -496,42 +162,12 @@ class Workload:
         return self.serving.max_model_len * self.kv_bytes_per_token()
 
     def steps(self) -> list[Step]:
-        """The step-width distribution: `Step`s with probabilities summing to 1, sorted by width."""
-        s = self.serving
-        t = self.traffic
-        probs: dict[Step, float] = {}
-
-        def add(width: int, uniform: bool, p: float) -> None:
-            """A decode step carries its requests and query length (a dynamic schedule's tier), read off its width."""
-            if p > 0:
-                n, query_len = (s.decode_step(width) if uniform else None) or (None, None)
-                kind = Step(width, uniform, 0.0, query_len, n)
-                probs[kind] = probs.get(kind, 0.0) + p
-
-        if t.trace:
-            for width, uniform in t.trace:
-                add(width, uniform, 1.0 / len(t.trace))
-        elif t.widths is not None:
-            # A width histogram does not say which steps were pure decode; assume the widths of a decode step of
-            # max_num_seqs requests or fewer were (vLLM's metric has no such label).
-            for width, p in t.widths.pmf().items():
-                add(width, s.decode_step(width) is not None, p)
-        else:
-            decode_share = 1.0 - t.mixed_share
-            if t.requests is not None:
-                query_lens = s.decode_query_lens()
-                for n, p in t.requests.pmf().items():
-                    # A dynamic schedule's tier steps are decode steps at their own query length.
-                    kind = Step(n * query_lens[n], True, 0.0, query_lens[n], n)
-                    probs[kind] = probs.get(kind, 0.0) + decode_share * p
-            if t.mixed_tokens is not None:
-                for width, p in t.mixed_tokens.pmf().items():
-                    add(width, False, t.mixed_share * p)
-        return sorted((replace(kind, probability=p) for kind, p in probs.items() if p > 0), key=lambda st: st.sort_key)
+        """The step distribution (`tuner.steps`): `Step`s with probabilities summing to 1, sorted by width."""
+        return step_distribution(self.traffic, self.engine.decode_query_lens())
 
 
 # --------------------------------------------------------------------------- parsing
-def _parse_model(r: _Reader) -> ModelSpec:
+def _parse_model(r: FieldReader) -> ModelSpec:
     preset = r.str("preset", None)
     fields = ModelShape.__dataclass_fields__
     explicit = {k: r.raw(k) for k in fields if r.has(k)}
@@ -576,35 +212,11 @@ def _parse_model(r: _Reader) -> ModelSpec:
     return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp, name=name)
 
 
-def _parse_capability(r: _Reader, key: str) -> tuple[int, int]:
-    value = r.raw(key, "9.0")
-    text = str(value)
-    try:
-        major, minor = (int(p) for p in text.split("."))
-    except ValueError:
-        raise WorkloadError(f"{r.at(key)}: {value!r} must look like 9.0 (major.minor)") from None
-    if major < 0 or minor < 0:
-        raise WorkloadError(f"{r.at(key)}: {value!r} must look like 9.0 (major.minor)")
-    return major, minor
-
-
-def _parse_schedule(value: object, where: str) -> tuple[tuple[int, int, int], ...]:
-    if not isinstance(value, list) or not value:
-        raise WorkloadError(f"{where}: {value!r} must be a non-empty list of [start, end, K]")
-    out = []
-    for i, entry in enumerate(value):
-        if (not isinstance(entry, list) or len(entry) != 3
-                or any(isinstance(x, bool) or not isinstance(x, int) for x in entry)):
-            raise WorkloadError(f"{where}[{i}]: {entry!r} must be [start, end, K] integers")
-        out.append((entry[0], entry[1], entry[2]))
-    return tuple(out)
-
-
 _SHAPE_INTS = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
                "vocab_size")
 
 
-def _parse_drafter(r: _Reader, method: str, target: ModelSpec) -> ModelShape:
+def _parse_drafter(r: FieldReader, method: str, target: ModelSpec) -> ModelShape:
     """The draft model's shape: a preset, or the target's widths with the fields given (an EAGLE head or MTP module:
     one layer by default; a DFlash drafter or a draft model must say their layer count)."""
     preset = r.str("preset", None)
@@ -635,13 +247,13 @@ def _parse_drafter(r: _Reader, method: str, target: ModelSpec) -> ModelShape:
     return shape
 
 
-def _parse_speculative(r: _Reader, target: ModelSpec) -> SpeculativeSpec:
+def _parse_speculative(r: FieldReader, target: ModelSpec) -> SpeculativeSpec:
     method = r.str("method", None, choices=SPECULATIVE_METHODS)
     parallel = r.bool("parallel_drafting", False)
     drafter = None
     shares_embedding = shares_lm_head = predict_layers = None
     if method in MODEL_BASED_METHODS:
-        sub = r.sub("drafter") if r.has("drafter") else _Reader({}, r.at("drafter"))
+        sub = r.sub("drafter") if r.has("drafter") else FieldReader({}, r.at("drafter"))
         shares_embedding = sub.raw("shares_embedding")
         shares_lm_head = sub.raw("shares_lm_head")
         for key, value in (("shares_embedding", shares_embedding), ("shares_lm_head", shares_lm_head)):
@@ -663,129 +275,21 @@ def _parse_speculative(r: _Reader, target: ModelSpec) -> SpeculativeSpec:
                            num_nextn_predict_layers=predict_layers)
 
 
-# Each engine's own names for the settings ServingConfig keeps under vLLM's names.
-_ENGINE_ALIASES: dict[str, dict[str, str]] = {
-    "sglang": {"max_running_requests": "max_num_seqs", "chunked_prefill_size": "max_num_batched_tokens",
-               "context_length": "max_model_len", "speculative_num_steps": "num_speculative_tokens"},
-    "trtllm": {"max_batch_size": "max_num_seqs", "max_num_tokens": "max_num_batched_tokens",
-               "max_seq_len": "max_model_len", "max_draft_len": "num_speculative_tokens"},
-}
-_VLLM_ONLY = ("gpu_memory_utilization", "cudagraph_mode", "performance_mode", "max_cudagraph_capture_size",
-              "cudagraph_capture_sizes", "speculative_schedule", "model_runner", "estimate_cudagraph_memory")
-# vLLM's speculative methods as SGLang names its algorithms.
-_SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "dflash": "DFLASH", "ngram": "NGRAM",
-                      "draft_model": "STANDALONE"}
-# vLLM's speculative methods as TensorRT-LLM names its decoding types (llmapi/llm_args.py `decoding_type` literals).
-_TRTLLM_DECODING_TYPES = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram",
-                          "draft_model": "DraftTarget"}
-
-
-def _engine_aliases(r: _Reader, engine: str) -> None:
-    """Read an engine's own names into vLLM's (one name per setting); refuse vLLM-only settings elsewhere."""
-    if engine == "vllm":
-        return
-    for key in _VLLM_ONLY:
-        if r.has(key):
-            raise WorkloadError(f"{r.at(key)}: a vLLM setting; engine {engine} has none (see the README's engine "
-                                f"section)")
-    data = dict(r.data)
-    for native, ours in _ENGINE_ALIASES[engine].items():
-        if native in data:
-            if ours in data:
-                raise WorkloadError(f"{r.at(native)}: give {native} or {ours}, not both")
-            data[ours] = data.pop(native)
-            r.used.add(native)
-    r.data = data
-
-
-def _engine_method(r: _Reader, engine: str, spec_tokens: int, speculative: SpeculativeSpec | None) -> str | None:
-    """The engine's own name for the workload's speculative method (SGLang's algorithm, TensorRT-LLM's
-    decoding_type); None without speculation. Draft tokens need a method the engine has."""
-    names, what, tokens_key = {
-        "sglang": (_SGLANG_ALGORITHMS, "SGLang speculative algorithm", "num_speculative_tokens"),
-        "trtllm": (_TRTLLM_DECODING_TYPES, "TensorRT-LLM decoding_type", "max_draft_len"),
-    }[engine]
-    method = speculative.method if speculative else None
-    native = names.get(method) if method else None
-    if method is not None and native is None:
-        raise WorkloadError(f"speculative.method: {method!r} has no {what} ({', '.join(names)})")
-    if spec_tokens and native is None:
-        raise WorkloadError(f"{r.at(tokens_key)}: {spec_tokens} needs speculative.method with engine {engine} (its "
-                            f"{what})")
-    return native
-
-
-def _parse_engine_settings(r: _Reader, engine: str, spec_tokens: int,
-                           speculative: SpeculativeSpec | None) -> EngineSettings | None:
-    if engine == "vllm":
-        return None
-    native = _engine_method(r, engine, spec_tokens, speculative)
-    if engine == "sglang":
-        topk = r.int("speculative_eagle_topk", 1, minimum=1)
-        draft = r.int("speculative_num_draft_tokens", None, minimum=1)
-        if native is not None and draft is None:
-            if topk > 1:
-                raise WorkloadError(f"{r.at('speculative_num_draft_tokens')}: missing (needed with "
-                                    f"speculative_eagle_topk={topk})")
-            draft = spec_tokens + 1  # SGLang forces num_draft_tokens = num_steps + 1 with topk 1
-        return EngineSettings(
-            "sglang", tokens_per_request=draft if native is not None else 1, speculative_algorithm=native,
-            mem_fraction_static=r.float("mem_fraction_static", None, minimum=0.0, maximum=1.0, exclusive_minimum=True),
-            gpu_memory_mib=r.float("gpu_memory_mib", None, minimum=0.0, exclusive_minimum=True))
-    return EngineSettings(
-        "trtllm", tokens_per_request=1 + spec_tokens, decoding_type=native,
-        enable_padding=r.bool("enable_padding", False),
-        free_gpu_memory_fraction=r.float("free_gpu_memory_fraction", 0.9, minimum=0.0, maximum=1.0,
-                                         exclusive_minimum=True))
-
-
-def _parse_serving(r: _Reader, speculative: SpeculativeSpec | None = None, engine: str = "vllm") -> ServingConfig:
-    _engine_aliases(r, engine)
-    max_num_seqs = r.int("max_num_seqs", minimum=1)
-    spec_tokens = r.int("num_speculative_tokens", 0, minimum=0)
-    mnbt = r.int("max_num_batched_tokens", 8192, minimum=1)
-    max_model_len = r.int("max_model_len", 8192, minimum=1)
-    util = r.float("gpu_memory_utilization", 0.9, minimum=0.0, maximum=1.0, exclusive_minimum=True)
-    required_gib = r.float("required_kv_gib", None, minimum=0.0, exclusive_minimum=True)
-    sizes = r.raw("cudagraph_capture_sizes")
-    if sizes is not None:
-        if (not isinstance(sizes, list) or not sizes
-                or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in sizes)):
-            raise WorkloadError(f"{r.at('cudagraph_capture_sizes')}: {sizes!r} must be a non-empty list of positive integers")
-        sizes = tuple(sizes)
-    schedule = r.raw("speculative_schedule")
-    config = ServingConfig(
-        max_num_seqs=max_num_seqs,
-        num_speculative_tokens=spec_tokens,
-        max_num_batched_tokens=mnbt,
-        max_model_len=max_model_len,
-        gpu_memory_utilization=util,
-        required_kv_bytes=None if required_gib is None else int(required_gib * GIB),
-        cudagraph_mode=r.str("cudagraph_mode", "FULL_AND_PIECEWISE", choices=CUDAGRAPH_MODES),
-        performance_mode=r.str("performance_mode", "balanced", choices=PERFORMANCE_MODES),
-        gpu_capability=_parse_capability(r, "gpu_capability"),
-        max_cudagraph_capture_size=r.int("max_cudagraph_capture_size", None, minimum=1),
-        cudagraph_capture_sizes=sizes,
-        speculative_schedule=None if schedule is None else _parse_schedule(schedule, r.at("speculative_schedule")),
-        enforce_eager=r.bool("enforce_eager", False),
-        model_runner=r.str("model_runner", "auto", choices=MODEL_RUNNERS),
-        estimate_cudagraph_memory=r.bool("estimate_cudagraph_memory", True),
-        speculative_method=speculative.method if speculative else None,
-        parallel_drafting=speculative.parallel_drafting if speculative else False,
-        engine_settings=_parse_engine_settings(r, engine, spec_tokens, speculative),
-    )
-    r.done()
-    if config.speculative_method is not None and spec_tokens == 0:
-        raise WorkloadError(f"{r.at('num_speculative_tokens')}: 0 must be >= 1 with speculative.method="
-                            f"{config.speculative_method!r}")
+def _parse_serving(r: FieldReader, speculative: SpeculativeSpec | None, engine: str) -> ServingConfig:
+    """The serving section, read by the workload's engine in its own words; a default list the engine refuses is
+    refused here."""
+    config = engine_class(engine).parse_serving(
+        r, speculative_method=speculative.method if speculative else None,
+        parallel_drafting=speculative.parallel_drafting if speculative else False)
+    answers = engine_of(config)
     try:
-        config.runs_as(config.defaults().sizes)
+        answers.runs_as(answers.defaults().sizes)
     except ValueError as exc:
         raise WorkloadError(f"{r.path}: {exc}") from None
     return config
 
 
-def _parse_distribution(r: _Reader, upper: int, upper_name: str) -> Distribution:
+def _parse_distribution(r: FieldReader, upper: int, upper_name: str) -> Distribution:
     kind = r.str("kind", "uniform", choices=("uniform", "histogram"))
     if kind == "uniform":
         lo = r.int("min", 1, minimum=1)
@@ -823,7 +327,8 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
     """Per-step CSV: `num_tokens`, optional `num_reqs` and `is_uniform_decode` (true/false/1/0)."""
     if not path.is_file():
         raise WorkloadError(f"{where}: {str(path)!r} is not a file")
-    query_lens = serving.decode_query_lens()
+    engine = engine_of(serving)
+    query_lens = engine.decode_query_lens()
     rows: list[tuple[int, bool]] = []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -856,14 +361,14 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
             elif reqs is not None:
                 uniform = 1 <= reqs <= serving.max_num_seqs and tokens == reqs * query_lens[reqs]
             else:
-                uniform = serving.decode_step(tokens) is not None
+                uniform = engine.decode_step(tokens) is not None
             rows.append((tokens, uniform))
     if not rows:
         raise WorkloadError(f"{where}: {path.name} has no steps")
     return tuple(rows)
 
 
-def _parse_traffic(r: _Reader, serving: ServingConfig, base_dir: Path) -> Traffic:
+def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Traffic:
     mean_ctx = r.int("mean_context_len", 2048, minimum=1, maximum=serving.max_model_len)
     note = r.str("source_note", "")
     if r.has("trace"):
@@ -879,7 +384,7 @@ def _parse_traffic(r: _Reader, serving: ServingConfig, base_dir: Path) -> Traffi
     requests = None
     if r.has("requests"):
         requests = _parse_distribution(r.sub("requests"), serving.max_num_seqs, "max_num_seqs")
-        query_lens = serving.decode_query_lens()
+        query_lens = engine_of(serving).decode_query_lens()
         widest, n = max((n * query_lens[n], n) for n in requests.pmf())
         if widest > serving.max_num_batched_tokens:
             raise WorkloadError(
@@ -900,13 +405,13 @@ def _parse_traffic(r: _Reader, serving: ServingConfig, base_dir: Path) -> Traffi
 
 def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | None = None) -> Workload:
     """Validate a workload mapping; raises WorkloadError naming the first bad field."""
-    r = _Reader(data, "")
+    r = FieldReader(data, "")
     name = r.str("name")
     if not name or any(c in name for c in "/\\ \t\n"):
         raise WorkloadError(f"name: {name!r} must be non-empty without spaces or slashes")
     description = r.str("description", "")
     model = _parse_model(r.sub("model"))
-    engine = r.str("engine", "vllm", choices=ENGINES)
+    engine = r.str("engine", "vllm", choices=tuple(ENGINES))
     speculative = _parse_speculative(r.sub("speculative"), model) if r.has("speculative") else None
     serving = _parse_serving(r.sub("serving"), speculative, engine)
     traffic = _parse_traffic(r.sub("traffic"), serving, base_dir or Path.cwd())

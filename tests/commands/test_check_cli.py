@@ -39,7 +39,7 @@ def synthetic_profile(out_dir: Path, workload: Path) -> Path:
     wl = load_workload(workload)
     s = wl.serving
     q = s.decode_query_len
-    widths = set(s.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)} | set(range(544, 8193, 32))
+    widths = set(wl.engine.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)} | set(range(544, 8193, 32))
     return handmade_profile(out_dir, wl, sorted(w for w in widths if w <= s.max_num_batched_tokens),
                             eager_ms=lambda w: 6.0 + 0.004 * w, full_ms=lambda w: 1.5 + 0.004 * w,
                             standalone_bytes=lambda w: 64 * MIB + 600_000 * w, delta_bytes=lambda w: 2 * MIB + 4096 * w,
@@ -106,7 +106,7 @@ def log_from_predictions(run_dir: Path, *, kv_error: float = -0.02, pool_error: 
                           requested_bytes=p["requested"], total_bytes=p["total"]) for i, err in enumerate(errors)]
     wl = load_workload(run_dir / "workload.yaml")
     spec = dict(method=wl.serving.speculative_method, k=wl.serving.num_speculative_tokens,
-                max_num_seqs=wl.serving.max_num_seqs, runner=wl.serving.runner,
+                max_num_seqs=wl.serving.max_num_seqs, runner=wl.engine.runner,
                 gpu_memory_utilization=wl.serving.gpu_memory_utilization, max_model_len=p["max_model_len"])
     spec.update(overrides)
     return startup_log(workers, capture_sizes=overrides.pop("capture_sizes", p["sizes"]), kv_tokens=tokens,
@@ -161,7 +161,7 @@ def test_known_errors_put_into_a_log_of_the_runs_own_predictions_are_read_back_w
 
 
 def test_a_log_of_another_list_is_refused_in_one_line_and_nothing_is_written(dflash_run, tmp_path, capsys):
-    default = list(load_workload(dflash_run / "workload.yaml").serving.defaults().sizes)
+    default = list(load_workload(dflash_run / "workload.yaml").engine.defaults().sizes)
     log = write(tmp_path, log_from_predictions(dflash_run, capture_sizes=default))
     out_json = tmp_path / "cal" / "calibrated.json"
     code, out, err = run(capsys, "check", dflash_run, "--vllm-log", log, "--calibrate", out_json)

@@ -76,7 +76,7 @@ def test_validate_ships_the_measured_winner_and_keeps_it_out_of_the_model_rankin
 
     from tuner.report import load_run
     from tuner.search import SearchConfig, run_search
-    from tuner.validate import sample_trace
+    from tuner.validate_trace import sample_trace
 
     wl, profile = inputs
     out = tmp_path / "run"

@@ -26,7 +26,7 @@ GIB = 1 << 30
 def candidate_widths(wl) -> list[int]:
     s = wl.serving
     q = s.decode_query_len
-    widths = set(s.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
+    widths = set(wl.engine.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
     widths |= set(range(512 + 64, s.max_num_batched_tokens + 1, 256))
     return sorted(w for w in widths if w <= s.max_num_batched_tokens)
 

@@ -112,7 +112,7 @@ def _run(tiny, out: Path, widths, **kw):
 
 def test_candidates_cover_grid_decode_widths_and_stride(tiny) -> None:
     widths = candidate_widths(tiny)
-    grid = tiny.serving.defaults().sizes
+    grid = tiny.engine.defaults().sizes
     assert set(grid) <= set(widths)
     assert set(decode_widths(tiny.serving)) <= set(widths)  # 4, 8, ..., 640
     assert max(widths) == 640  # min(max_num_batched_tokens=1024, q * max_num_seqs = 640)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from tuner.engines import engine_of
 from tuner.traffic import (
     TokenHistogram,
     TrafficError,
@@ -37,7 +38,7 @@ def _serving(**fields: object) -> Workload:
 def test_candidates_hold_the_default_grid_every_decode_width_and_a_stride_grid_above_the_ceiling() -> None:
     serving = load_workload(WORKLOADS / "dflash-llama-3.1-8b.yaml").serving  # q = 17, 128 seqs
     candidates = candidate_widths(serving)
-    assert set(serving.defaults().sizes) <= set(candidates)
+    assert set(engine_of(serving).defaults().sizes) <= set(candidates)
     assert set(range(17, 128 * 17 + 1, 17)) <= set(candidates)
     above = [w for w in candidates if w > 512]
     assert set(range(528, 2176 + 1, 16)) <= set(above)  # vLLM's 16-token stride, continued past 512
@@ -63,7 +64,7 @@ def _observe(bounds: list[int], widths: list[int]) -> str:
 
 
 def _dispatch_mix(workload: Workload, capture: list[int], steps: list[tuple[int, bool, float]]) -> dict:
-    dispatcher = workload.serving.dispatcher(capture)
+    dispatcher = workload.engine.dispatcher(capture)
     mix: Counter = Counter()
     for width, uniform, p in steps:
         d = dispatcher.dispatch(width, uniform_decode=uniform)
@@ -98,7 +99,7 @@ def test_round_trip_buckets_printed_histogram_parsed_widths_resolved(spec: str) 
     from_hist = [(s.num_tokens, s.uniform_decode, s.probability) for s in derived.steps()]
     from_true = [(w, w in set(decode), c / len(true)) for w, c in true_counts.items()]
     candidates = candidate_widths(serving)
-    captures = [serving.defaults().sizes, candidates]
+    captures = [engine_of(serving).defaults().sizes, candidates]
     captures += [sorted(rng.sample(candidates, k=min(len(candidates), rng.randint(3, 40)))) for _ in range(20)]
     for capture in captures:
         # For any capture list drawn from the candidates, each step replays the same graph (or runs eager)

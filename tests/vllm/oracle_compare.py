@@ -30,6 +30,8 @@ from tuner.vllm.drafter import (  # noqa: E402
     drafter_passes,
 )
 from tuner.vllm.memory import MIB, GraphCost, KvRule, estimate_bytes, pool_bytes  # noqa: E402
+from tuner.engine import Engine  # noqa: E402
+from tuner.engines import engine_of  # noqa: E402
 from tuner.workload import ServingConfig  # noqa: E402
 
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -72,19 +74,19 @@ def random_config(rnd: random.Random) -> vo.Config:
                      fused_decode=rnd.random() < 0.8)
 
 
-def serving_of(cfg: vo.Config) -> ServingConfig:
-    return ServingConfig(
+def engine_for(cfg: vo.Config) -> Engine:
+    return engine_of(ServingConfig(
         max_num_seqs=cfg.max_num_seqs, num_speculative_tokens=cfg.num_speculative_tokens,
         max_num_batched_tokens=cfg.max_num_batched_tokens, cudagraph_mode=cfg.cudagraph_mode,
         performance_mode=cfg.performance_mode, gpu_capability=cfg.gpu_capability,
         max_cudagraph_capture_size=cfg.max_capture_size, cudagraph_capture_sizes=cfg.capture_sizes,
-        speculative_schedule=cfg.schedule, model_runner=cfg.runner, speculative_method=cfg.method)
+        speculative_schedule=cfg.schedule, model_runner=cfg.runner, speculative_method=cfg.method))
 
 
-def random_batches(rnd: random.Random, s: ServingConfig) -> list[list[vo.Request]]:
+def random_batches(rnd: random.Random, s: Engine) -> list[list[vo.Request]]:
     """Decode steps at each request count's tier (and at other query lengths), prompt chunks of one length (q among
     them), one-token continuation chunks beside decodes, and mixed batches; at most max_num_batched_tokens."""
-    k, q, r = s.num_speculative_tokens, s.decode_query_len, s.max_num_seqs
+    k, q, r = s.serving.num_speculative_tokens, s.decode_query_len, s.serving.max_num_seqs
     query_lens = s.decode_query_lens()
     out: list[list[vo.Request]] = []
     while len(out) < BATCHES_PER_CONFIG:
@@ -104,7 +106,7 @@ def random_batches(rnd: random.Random, s: ServingConfig) -> list[list[vo.Request
         else:  # a mixed batch
             reqs = [vo.Request(query_lens[n], query_lens[n] - 1) for _ in range(n - 1)]
             reqs.append(vo.Request(rnd.randint(1, 40), 0, prefill_len=100, computed_prefill=rnd.randint(0, 50)))
-        if sum(x.tokens for x in reqs) <= s.max_num_batched_tokens:
+        if sum(x.tokens for x in reqs) <= s.serving.max_num_batched_tokens:
             out.append(reqs)
     return out
 
@@ -163,7 +165,7 @@ def _cfg_dict(cfg: vo.Config) -> dict[str, Any]:
 def compare_config(o: vo.Oracle, cfg: vo.Config, rnd: random.Random, t: Tally) -> int:
     """Every area for one configuration; returns the number of steps dispatched."""
     r = o.resolve(cfg)
-    s = serving_of(cfg)
+    s = engine_for(cfg)
     try:
         runs, refused = list(s.runs_as(s.defaults().sizes)), None
     except ValueError as exc:
@@ -231,7 +233,7 @@ def compare_config(o: vo.Oracle, cfg: vo.Config, rnd: random.Random, t: Tally) -
     return len(batches)
 
 
-def cgtune_capture(cfg: vo.Config, s: ServingConfig, runs: list[int], costs: Any) -> vo.Capture:
+def cgtune_capture(cfg: vo.Config, s: Engine, runs: list[int], costs: Any) -> vo.Capture:
     """cgtune's capture of the list that runs: the target's graphs (`Dispatcher.graphs`) and the drafter's
     (`drafter_graphs`) in `capture_sequence` order, the pool (`pool_bytes`) and the estimate (`estimate_bytes`)."""
     mode = s.effective_cudagraph_mode
@@ -246,7 +248,7 @@ def cgtune_capture(cfg: vo.Config, s: ServingConfig, runs: list[int], costs: Any
                       int(round(estimate_bytes(graph_costs, cfg.runner))))
 
 
-def _compare_v2_drafter(o: vo.Oracle, cfg: vo.Config, s: ServingConfig, runner: Any, runs: list[int], mode: str,
+def _compare_v2_drafter(o: vo.Oracle, cfg: vo.Config, s: Engine, runner: Any, runs: list[int], mode: str,
                         ks: list[int] | None, reqs: list[vo.Request], target: tuple[str, int | None],
                         t: Tally) -> None:
     """V2 speculator dispatch of one batch: EAGLE's prefill pass (its manager at the target's padded width with the
@@ -326,7 +328,7 @@ def six_cases(o: vo.Oracle, t: Tally) -> dict[str, Any]:
     def target(cfg: vo.Config) -> tuple[vo.Resolved, Any, Any]:
         r = o.resolve(cfg)
         return r, (o.v2_manager(r, r.mode, r.q) if cfg.runner == "v2" else o.v1_dispatcher(r)), \
-            serving_of(cfg).dispatcher(r.sizes)
+            engine_for(cfg).dispatcher(r.sizes)
 
     def dispatched(cfg: vo.Config, reqs: list[vo.Request]) -> tuple[list[Any], list[Any]]:
         r, theirs, ours = target(cfg)
@@ -353,16 +355,16 @@ def six_cases(o: vo.Oracle, t: Tally) -> dict[str, Any]:
         case(f"case3 dispatch {runner}", cfg, *dispatched(cfg, fresh))
     cfg = vo.Config("v1", "FULL_AND_PIECEWISE", 2, 512, 2, "suffix", ((1, 2, 1),), (3, 6))
     r = o.resolve(cfg)
-    s = serving_of(cfg)
+    s = engine_for(cfg)
     case("case4 schedule and mode", cfg, [r.schedule, r.mode], [s.dynamic_schedule, s.effective_cudagraph_mode])
     case("case4 dispatch", cfg, *dispatched(cfg, [vo.Request(3, 2)] * 2))
     cfg = vo.Config("v1", "FULL_AND_PIECEWISE", 1, 512, 0, None, None, (1,))
     mib = {("target", "PIECEWISE", 1): (100 * MIB, 100 * MIB), ("target", "FULL", 1): (150 * MIB, 10 * MIB)}
     case("case5 estimate MiB", cfg, o.v1_capture(o.resolve(cfg), None, lambda *key: mib[key]).estimate_bytes / MIB,
-         cgtune_capture(cfg, serving_of(cfg), [1], lambda *key: mib[key]).estimate_bytes / MIB)
+         cgtune_capture(cfg, engine_for(cfg), [1], lambda *key: mib[key]).estimate_bytes / MIB)
     cfg = vo.Config("v2", "FULL_DECODE_ONLY", 8, 512, 3, "eagle", None, (3,))
     cap, _ = o.v2_capture(o.resolve(cfg), "eagle", True, lambda *key: (10 * MIB, MIB))
-    ours = cgtune_capture(cfg, serving_of(cfg), [3], lambda *key: (10 * MIB, MIB))
+    ours = cgtune_capture(cfg, engine_for(cfg), [3], lambda *key: (10 * MIB, MIB))
     case("case6 graphs and estimate", cfg, [cap.graphs, cap.estimate_bytes], [ours.graphs, ours.estimate_bytes])
     return out
 

@@ -71,13 +71,13 @@ def test_v1_drops_full_graphs_under_a_dynamic_schedule():
 
 def test_suffix_workload_runs_a_rewritten_default():
     wl = load_workload(ROOT / "workloads" / "suffix-llama-3.1-8b.yaml")
-    s = wl.serving
-    assert s.runner == "v1" and "suffix" in s.runner_reason
+    s, e = wl.serving, wl.engine
+    assert e.runner == "v1" and "suffix" in e.runner_reason
     written = default_capture_sizes(s.max_num_seqs, s.num_speculative_tokens, s.max_num_batched_tokens).sizes
     assert written[-1] == 512
     # q = 25: every size rounds up to a multiple of 25; 525 > 512 is dropped, so the max becomes 500.
-    assert s.runs_as(written) == tuple(range(25, 501, 25))
+    assert e.runs_as(written) == tuple(range(25, 501, 25))
     # DFlash runs on V2, which keeps the list as written.
-    dflash = load_workload(ROOT / "workloads" / "dflash-llama-3.1-8b.yaml").serving
+    dflash = load_workload(ROOT / "workloads" / "dflash-llama-3.1-8b.yaml").engine
     sizes = dflash.defaults().sizes
     assert dflash.runner == "v2" and dflash.runs_as(sizes) == tuple(sizes)

@@ -8,6 +8,8 @@ from tuner.vllm.defaults import default_capture_sizes
 from tuner.vllm.dispatch import Dispatch
 from tuner.vllm.drafter import drafter_graphs, drafter_passes
 from tuner.vllm.memory import MIB, GraphCost, estimate_v1_bytes, estimate_v2_bytes
+from tuner.engine import Engine
+from tuner.engines import engine_of
 from tuner.workload import ServingConfig
 
 
@@ -22,15 +24,15 @@ def test_case5_v1_samples_full_on_top_of_the_piecewise_graphs_in_one_profiling_p
     assert estimate_v1_bytes(graphs[1:]) == 150 * MIB
 
 
-def _serving(**kwargs: object) -> ServingConfig:
-    return ServingConfig(**{"max_num_batched_tokens": 512, **kwargs})  # type: ignore[arg-type]
+def _engine(**kwargs: object) -> Engine:
+    return engine_of(ServingConfig(**{"max_num_batched_tokens": 512, **kwargs}))  # type: ignore[arg-type]
 
 
 def test_case1_v2_tier_decode_step_replays_its_tiers_full_graph():
     # V2, FULL_AND_PIECEWISE, K=1, max_num_seqs 1, schedule [[1,1,0]], sizes [1,2]: every step drafts k=0, so the
     # FULL decode graphs are at query length 1 (round_up(1, 1) = 1; 2 would hold 2 requests). vLLM captures
     # [PW2, PW1, FULL1] and replays FULL 1 for the one-token decode step (cgtune had FULL2 and PIECEWISE 1).
-    s = _serving(max_num_seqs=1, num_speculative_tokens=1, speculative_schedule=((1, 1, 0),))
+    s = _engine(max_num_seqs=1, num_speculative_tokens=1, speculative_schedule=((1, 1, 0),))
     d = s.dispatcher([1, 2])
     assert d.graphs() == [("PIECEWISE", 2), ("PIECEWISE", 1), ("FULL", 1)]
     assert s.decode_step(1) == (1, 1)
@@ -42,11 +44,11 @@ def test_case2_another_tiers_graph_at_the_smallest_full_width_shadows_the_steps_
     # one-request 3-token decode step meets the smallest FULL width >= 3 first, 4, which holds only a ql-2 graph:
     # vLLM replays PIECEWISE 4 (cgtune said FULL 6); under FULL_DECODE_ONLY it runs eager.
     kwargs = dict(max_num_seqs=8, num_speculative_tokens=2, speculative_schedule=((1, 1, 2), (2, 8, 1)))
-    d = _serving(**kwargs).dispatcher([4, 6])
+    d = _engine(**kwargs).dispatcher([4, 6])
     assert d.decode_graphs == [(6, 3), (6, 2), (4, 2)]
     assert d.dispatch(3, uniform_decode=True, query_len=3) == Dispatch("PIECEWISE", 4)
     assert d.dispatch(6, uniform_decode=True, query_len=3) == Dispatch("FULL", 6)
-    fdo = _serving(**kwargs, cudagraph_mode="FULL_DECODE_ONLY").dispatcher([4, 6])
+    fdo = _engine(**kwargs, cudagraph_mode="FULL_DECODE_ONLY").dispatcher([4, 6])
     assert fdo.dispatch(3, uniform_decode=True, query_len=3).eager
     # The EAGLE prefill pass dispatches over the same per-tier descriptors at the target's padded width.
     passes = drafter_passes("eagle", runner="v2", num_requests=1, num_tokens=3, uniform_decode=True,
@@ -59,7 +61,7 @@ def test_case3_a_q_token_prompt_chunk_is_uniform_on_v1_only():
     # K=2, sizes [3,6], one request with a fresh 3-token prompt: V2 counts no batch with a prefill as uniform
     # (PIECEWISE 3); V1 counts any batch of q tokens per request (FULL 3).
     for runner, expected in (("v2", Dispatch("PIECEWISE", 3)), ("v1", Dispatch("FULL", 3))):
-        d = _serving(max_num_seqs=2, num_speculative_tokens=2, model_runner=runner).dispatcher([3, 6])
+        d = _engine(max_num_seqs=2, num_speculative_tokens=2, model_runner=runner).dispatcher([3, 6])
         assert d.dispatch(3, uniform_decode=False, query_len=3) == expected, runner
 
 
@@ -68,14 +70,14 @@ def test_case4_v1_drops_the_schedule_for_suffix_and_runs_static_k_with_full_grap
     # graphs stay and the V1 rewrite applies. K=2, max_num_seqs 2, schedule [[1,2,1]], sizes [3,6]; two requests of
     # 3 tokens: vLLM FULL 6 (cgtune forced PIECEWISE).
     kwargs = dict(max_num_seqs=2, num_speculative_tokens=2, speculative_schedule=((1, 2, 1),))
-    suffix = _serving(**kwargs, speculative_method="suffix")
+    suffix = _engine(**kwargs, speculative_method="suffix")
     assert suffix.runner == "v1" and suffix.dynamic_schedule is None
     assert suffix.effective_cudagraph_mode == "FULL_AND_PIECEWISE"
     assert suffix.decode_query_lens()[1:] == [3, 3]
     assert suffix.dispatcher([3, 6]).dispatch(6, uniform_decode=True) == Dispatch("FULL", 6)
     assert suffix.defaults().sizes == default_capture_sizes(2, 2, 512).sizes  # the default list without tiers
     # A method V1 drafts dynamically keeps the schedule, and V1 then runs it PIECEWISE.
-    eagle = _serving(**kwargs, speculative_method="eagle", model_runner="v1")
+    eagle = _engine(**kwargs, speculative_method="eagle", model_runner="v1")
     assert eagle.dynamic_schedule is not None and eagle.effective_cudagraph_mode == "PIECEWISE"
 
 
@@ -83,7 +85,7 @@ def test_case6_v2_captures_no_drafter_graph_when_the_target_captures_none():
     # V2, FULL_DECODE_ONLY, K=3, max_num_seqs 8, sizes [3]: round_up(3, 4) = 4 exceeds the max size, so the target
     # has no graph; capture_model returns before the speculator captures and the estimate is 0 (cgtune still listed
     # an EAGLE decode FULL graph at 3).
-    s = _serving(max_num_seqs=8, num_speculative_tokens=3, cudagraph_mode="FULL_DECODE_ONLY")
+    s = _engine(max_num_seqs=8, num_speculative_tokens=3, cudagraph_mode="FULL_DECODE_ONLY")
     assert s.dispatcher([3]).graphs() == []
     assert drafter_graphs("eagle", runner="v2", capture_sizes=[3], cudagraph_mode="FULL_DECODE_ONLY",
                           num_speculative_tokens=3, max_num_seqs=8) == []

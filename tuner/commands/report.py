@@ -31,7 +31,7 @@ class ReportCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from tuner.costmodel import ModelError
-        from tuner.report import load_run, run_conflict, write_run
+        from tuner.report import load_run, run_conflict, words_of, write_run
         from tuner.workload import WorkloadError
 
         if not args.run_dir.is_dir():
@@ -44,18 +44,8 @@ class ReportCommand(Command):
         if conflict is not None and not args.force:
             raise UsageError(f"run_dir: {conflict} (its files are mixed); pass --force to re-render every output "
                              f"from its workload.yaml and profile.csv")
-        from tuner.engines import ENGINE_FILES, ENGINE_LABELS
-
         written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}", copy_inputs=False)
-        engine = model.serving.engine
         print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, "
-              f"{ENGINE_LABELS[engine]} files")
-        sizes = search.chosen.capture_sizes
-        if engine == "vllm":
-            print(f"tuned list ({search.source}): {len(sizes)} graphs, max {sizes[-1] if sizes else 0} "
-                  f"(all in {args.run_dir / 'compilation_config.json'})")
-        else:
-            reqs = model.serving.engine_requests(sizes)
-            print(f"tuned list ({search.source}): {len(reqs)} graphs, max {reqs[-1] if reqs else 0} requests "
-                  f"({sizes[-1] if sizes else 0} tokens; all in {args.run_dir / ENGINE_FILES[engine][0]})")
+              f"{model.engine.label} files")
+        print(words_of(model.engine).tuned_line(model, search, args.run_dir))
         return 0

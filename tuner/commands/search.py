@@ -20,7 +20,6 @@ __all__ = ["NOISY_LIMIT", "SearchCommand", "add_search_arguments", "command_line
            "prepare_run_dir", "resume_line", "search_and_write", "seconds", "share"]
 
 log = logging.getLogger(__name__)
-GIB = 1 << 30
 NOISY_LIMIT = 0.25
 """`search` and `tune` refuse a profile where more than this share of the decision widths are noisy (--allow-noisy)."""
 
@@ -202,90 +201,25 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
 
 
 def _print_summary(result: SearchResult, written: list[Path], out: Path, model: CostModel) -> None:
-    """What a search chose, in a few lines: latency, vLLM's estimate beside the real pool, the KV cache vLLM sizes
-    (GiB, tokens, max concurrency), the list that runs when the runner rewrites it, and the off-peak check."""
-    from tuner.compare import kv_tokens, max_concurrency, off_peak
+    """What a search chose, in a few lines, in the engine's words (`tuner.report.words_of`): the list, its latency
+    and memory against the engine's default, the study, the files written and the engine's command line."""
+    from tuner.report import words_of
 
-    from tuner.compare import list_label
-
-    t, d = result.chosen, result.default
-    change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
     gap = result.gap
-    engine = model.serving.engine
     exact = "the exact optimum" if result.exact.exact_memory else "the exact solver's list, not proven optimal"
     how = {"study": f"optuna study, {gap:+.2%} vs {exact}" if gap is not None else "optuna study",
-           "exact": "exact solver; see the notes in summary.json", "default": list_label("default", engine),
+           "exact": "exact solver; see the notes in summary.json", "default": model.engine.list_label("default"),
            "gpu-validated": "fastest measured on the GPU by --validate"}[result.source]
-    if engine != "vllm":
-        _print_engine_summary(result, written, out, model, how)
-        return
-    top = t.capture_sizes[-1] if t.capture_sizes else 0
-    print(f"tuned list ({how}): {len(t.capture_sizes)} graphs, max {top}")
-    if t.runs_as != t.capture_sizes:
-        print(f"it runs as another list: the {model.runner.upper()} runner rewrites it to {len(t.runs_as)} graphs "
-              f"(multiples of q = {model.q}): {list(t.runs_as)}")
-    print(f"expected step {t.expected_step_ms:.4f} ms vs vLLM default {d.expected_step_ms:.4f} ms ({change:+.1%})")
-    print(f"graph memory: vLLM estimate {t.graph_estimate_bytes / GIB:.3f} GiB (default "
-          f"{d.graph_estimate_bytes / GIB:.3f}), real pool {t.graph_memory_bytes / GIB:.3f} GiB (default "
-          f"{d.graph_memory_bytes / GIB:.3f})")
-    print(f"KV cache {t.kv_available_bytes / GIB:.3f} GiB = {kv_tokens(model, t):,} tokens, max concurrency "
-          f"{max_concurrency(model, t):.2f}x (default {d.kv_available_bytes / GIB:.3f} GiB = {kv_tokens(model, d):,} "
-          f"tokens); KV margin {t.kv_margin_bytes / GIB:.3f} GiB"
-          + ("" if d.feasible else f" (the default does not fit: {d.why_infeasible})"))
-    peak = off_peak(model, d, t)
-    if peak.tuned_slower:
-        print(f"WARNING: off-peak (1..{model.serving.max_num_seqs} requests, uniform) the tuned list is slower: "
-              f"{peak.tuned_step_ms:.4f} ms vs {peak.default_step_ms:.4f} ms per step; see report.md, or weigh it in "
-              f"with --off-peak-weight")
-    noisy = len(set(model.noisy_widths) & set(model.decision_widths()))
-    if noisy:
-        print(f"noisy timings: {noisy} of the {len(model.decision_widths())} decision widths "
-              f"({model.noisy_share:.0%}) were flagged (IQR/median > 5%)")
+    for line in words_of(model.engine).console_lines(model, result, how):
+        print(line)
     n = result.trials
     print(f"study {result.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
           f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed, {n.get('run_now', 0)} run now)")
     names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
     print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
-    flags = out / "vllm-flags.txt"
-    if flags.is_file():
-        line = [ln for ln in flags.read_text().splitlines() if ln and not ln.startswith("#")]
-        if line:
-            print(f"vllm serve {model.workload.model.checkpoint or 'CHECKPOINT'} {line[0]}")
-
-
-def _print_engine_summary(result: SearchResult, written: list[Path], out: Path, model: CostModel, how: str) -> None:
-    """`_print_summary` for an SGLang or TensorRT-LLM workload: the list in requests (token widths beside), the real
-    pool (the engine makes no estimate), the KV cache under the engine's rule, and the engine's command line."""
-    from tuner.compare import kv_tokens, list_label, max_concurrency
-    from tuner.engines import ENGINE_FILES
-
-    t, d = result.chosen, result.default
-    q, engine = model.q, model.serving.engine
-    change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
-    reqs = model.serving.engine_requests(t.capture_sizes)
-    print(f"tuned list ({how}): {len(reqs)} graphs, batch sizes (requests) {reqs[0] if reqs else 0}.."
-          f"{reqs[-1] if reqs else 0} (token widths {t.capture_sizes[0] if reqs else 0}.."
-          f"{t.capture_sizes[-1] if reqs else 0}, {q} per request)")
-    print(f"expected step {t.expected_step_ms:.4f} ms vs {list_label('default', engine)} {d.expected_step_ms:.4f} ms "
-          f"({change:+.1%})")
-    print(f"graph memory: real pool {t.graph_memory_bytes / GIB:.3f} GiB (default {d.graph_memory_bytes / GIB:.3f})")
-    print(f"KV cache {t.kv_available_bytes / GIB:.3f} GiB = {kv_tokens(model, t):,} tokens, max concurrency "
-          f"{max_concurrency(model, t):.2f}x (default {d.kv_available_bytes / GIB:.3f} GiB); KV margin "
-          f"{t.kv_margin_bytes / GIB:.3f} GiB"
-          + ("" if d.feasible else f" (the default does not fit: {d.why_infeasible})"))
-    n = result.trials
-    print(f"study {result.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
-          f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed, {n.get('run_now', 0)} run now)")
-    names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
-    print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
-    files = ENGINE_FILES[engine]
-    checkpoint = model.workload.model.checkpoint or "MODEL"
-    if engine == "sglang" and (out / files[0]).is_file():
-        line = [ln for ln in (out / files[0]).read_text().splitlines() if ln and not ln.startswith("#")]
-        if line:
-            print(f"sglang serve --model-path {checkpoint} {line[0]}")
-    elif engine == "trtllm" and (out / files[0]).is_file():
-        print(f"trtllm-serve {checkpoint} --extra_llm_api_options {out / files[0]}")
+    serve = model.engine.serve_line(out, model.workload.model.checkpoint)
+    if serve:
+        print(serve)
 
 
 class SearchCommand(Command):

@@ -207,7 +207,7 @@ class TuneCommand(Command):
         widths = candidate_widths(workload)
         if args.max_widths is not None:
             s = workload.serving
-            keep = {capture_ceiling(s.gpu_capability), s.defaults().max_size,
+            keep = {capture_ceiling(s.gpu_capability), workload.engine.defaults().max_size,
                     min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)}
             widths = thin_widths(widths, args.max_widths, keep=keep)
         sweep_dir = args.out / "profile-sweep"

@@ -11,12 +11,11 @@ from tuner import candidates as _candidates
 from tuner.measure.decoder import DecodeModel, build_model
 from tuner.shapes import ModelShape
 from tuner.vllm.drafter import (
-    EAGLE_METHODS,
     DrafterGraph,
-    capture_sequence,
-    drafter_graphs,
+    drafter_graphs_apart,
     drafter_kv_layers,
     drafter_shares,
+    sweep_capture_sequence,
 )
 from tuner.workload import Workload
 
@@ -57,6 +56,11 @@ class DrafterPlan:
     """Draft attention layers vLLM gives KV cache beside the target's."""
 
     @property
+    def graphs_apart(self) -> bool:
+        """The runner captures the drafter's graphs in a pass of their own after the target's (V2)."""
+        return drafter_graphs_apart(self.runner)
+
+    @property
     def row_modes(self) -> tuple[str, ...]:
         """Profile modes a finished drafter width has: `drafter_eager`, then `drafter_<mode>` per graph mode."""
         return ("drafter_eager",) + tuple(f"drafter_{m}" for m in self.graph_modes)
@@ -80,40 +84,6 @@ class DrafterPlan:
         }
 
 
-def _runs(workload: Workload, candidates: Sequence[int]) -> list[int]:
-    """The candidate list as the runner runs it (V1 rewrites it when speculating), ascending."""
-    try:
-        return sorted(workload.serving.runs_as(list(candidates)))
-    except ValueError:  # a list V1 refuses: the candidates themselves are the best guess at what runs
-        return sorted(candidates)
-
-
-def _graph_modes(workload: Workload, method: str, runs: Sequence[int]) -> tuple[str, ...]:
-    """The modes `drafter_graphs` gives over the candidate list as it runs (vLLM's rules; other engines: none)."""
-    s = workload.serving
-    if s.engine != "vllm" or s.effective_cudagraph_mode == "NONE" or not runs:
-        return ()
-    graphs = drafter_graphs(method, runner=s.runner, capture_sizes=list(runs),
-                            cudagraph_mode=s.effective_cudagraph_mode, num_speculative_tokens=s.num_speculative_tokens,
-                            max_num_seqs=s.max_num_seqs)
-    return tuple(m.lower() for m in ("PIECEWISE", "FULL") if any(g.mode == m for g in graphs))
-
-
-def _request_widths(workload: Workload, method: str, candidates: Sequence[int], runs: Sequence[int]) -> list[int]:
-    """Widths the drafter's passes of N tokens (N = 1..max_num_seqs requests) run at: on V2 the candidates up to
-    max_num_seqs (its decode graphs are the list's sizes <= max_num_seqs; other N run eager at N); on V1 the list
-    members a pass of N <= max_num_seqs pads to (V1 rounds the list to multiples of q). Empty for methods without
-    such passes (DFlash, parallel drafting, K < 2)."""
-    s = workload.serving
-    if not ((method in EAGLE_METHODS or method == "draft_model") and s.num_speculative_tokens >= 2
-            and not s.parallel_drafting):
-        return []
-    if s.runner == "v1":
-        top = next((w for w in runs if w >= s.max_num_seqs), s.max_num_seqs)
-        return [w for w in runs if w <= top]
-    return [w for w in candidates if w <= s.max_num_seqs]
-
-
 def drafter_plan(workload: Workload, sweep_widths: Sequence[int], *, widths: Sequence[int] | None = None
                  ) -> DrafterPlan | None:
     """The drafter's widths and graph modes for a sweep of `sweep_widths` (None without a draft model).
@@ -128,12 +98,10 @@ def drafter_plan(workload: Workload, sweep_widths: Sequence[int], *, widths: Seq
     spec = workload.speculative
     if spec is None or spec.drafter is None or spec.method is None:
         return None
-    s = workload.serving
     sweep = sorted(set(sweep_widths))
-    candidates = _candidates.candidate_widths(s)
-    runs = _runs(workload, candidates)
+    rules = workload.engine.drafter_sweep(spec.method, _candidates.candidate_widths(workload.serving))
     if widths is None:
-        chosen = sorted(set(sweep) | set(_request_widths(workload, spec.method, candidates, runs)))
+        chosen = sorted(set(sweep) | set(rules.pass_widths))
     else:
         chosen = sorted(set(widths))
         if not chosen or chosen[0] < 1:
@@ -142,11 +110,11 @@ def drafter_plan(workload: Workload, sweep_widths: Sequence[int], *, widths: Seq
                                         shares_embedding=spec.shares_embedding, shares_lm_head=spec.shares_lm_head)
     return DrafterPlan(
         method=spec.method,
-        runner=s.runner,
+        runner=rules.runner,
         shape=spec.drafter,
         widths=tuple(chosen),
         request_widths=tuple(w for w in chosen if w not in set(sweep)),
-        graph_modes=_graph_modes(workload, spec.method, runs),
+        graph_modes=rules.graph_modes,
         shares_embedding=embedding,
         shares_lm_head=lm_head,
         kv_layers=drafter_kv_layers(spec.method, spec.drafter.num_layers,
@@ -176,10 +144,5 @@ def pool_sequence(runner: str, target_widths: Sequence[int], target_modes: Seque
     target = [(m.upper(), w) for m in target_modes for w in sorted(set(target_widths), reverse=True)]
     drafter = [DrafterGraph(m.upper(), w, "sweep") for m in drafter_modes
                for w in sorted(set(drafter_widths), reverse=True)]
-    placeholders: list[tuple[str, int]] = []
-    if runner == "v1" and drafter:
-        have = {w for m, w in target if m == "PIECEWISE"}
-        placeholders = [("PIECEWISE", w) for w in sorted(set(drafter_widths) - have)]
-    order = capture_sequence(runner=runner, target_graphs=target + placeholders, drafter=drafter)
-    dropped = {("target",) + p for p in placeholders}
-    return [(owner, mode.lower(), w) for owner, mode, w in order if (owner, mode, w) not in dropped]
+    order = sweep_capture_sequence(runner=runner, target_graphs=target, drafter=drafter)
+    return [(owner, mode.lower(), w) for owner, mode, w in order]

@@ -722,7 +722,7 @@ class _Sweep:
         if self.plan is not None:
             share = self.plan.shape.num_layers / max(1, len(self.runner.model.layers))
             timed += len(self.plan.row_modes) * per_mode_s * share
-            if self.plan.graph_modes and self.plan.runner == "v2":
+            if self.plan.graph_modes and self.plan.graphs_apart:
                 captures *= 1 + share
         return captures + timed
 

@@ -22,7 +22,7 @@ def key_widths(workload: Workload) -> tuple[list[int], list[int]]:
 
     s = workload.serving
     widest_decode = min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)
-    ends = [1, widest_decode, capture_ceiling(s.gpu_capability), s.defaults().max_size]
+    ends = [1, widest_decode, capture_ceiling(s.gpu_capability), workload.engine.defaults().max_size]
     requests = sorted({step.num_tokens for step in workload.steps() if step.uniform_decode})
     return list(dict.fromkeys(ends)), requests
 

@@ -4,6 +4,7 @@ fixed BEFORE the graphs are captured, so graphs must fit in the slack the fracti
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tuner.sglang.defaults import (
     DEFAULT_MAX_PREFILL_TOKENS,
@@ -14,6 +15,7 @@ from tuner.sglang.defaults import (
 
 __all__ = [
     "GRAPH_RESERVE_MIB_PER_BS",
+    "SglangKvRule",
     "auto_mem_fraction_static",
     "auto_reserved_mib",
     "graph_slack_bytes",
@@ -167,3 +169,70 @@ def kv_budget_change_bytes(old_batch_sizes: Sequence[int], new_batch_sizes: Sequ
     new = auto_mem_fraction_static(gpu_memory_mib, decode_max_bs=max(new_batch_sizes), **reserve_options)
     # KV = available - pre_load x (1 - mfs), so dKV = pre_load x dmfs.
     return pre_model_load_available_bytes * (new - old)
+
+
+@dataclass(frozen=True)
+class SglangKvRule:
+    """SGLang sizes the KV cache BEFORE capture from mem_fraction_static: KV = total x mfs - weights, and graphs
+    and activations must fit in the rest, total x (1 - mfs). With the automatic fraction only the list's max moves it
+    (2 MiB of reserve per request of max_bs, in 0.001 steps, not while the 10 GiB floor binds)."""
+
+    total_memory_bytes: int
+    """Device memory."""
+    weights_bytes: int
+    """Weights and persistent buffers on one rank (inside the static fraction with the KV cache)."""
+    activation_bytes: int
+    """Activation peak and non-torch memory: must fit in the slack beside the graphs."""
+    required_kv_bytes: int
+    """KV bytes the deployment needs."""
+    mem_fraction_static: float | None
+    """User-set fraction; None: automatic."""
+    gpu_memory_mib: float
+    """What SGLang's automatic fraction reads."""
+    tensor_parallel_size: int = 1
+    """Ranks (the automatic reserve grows with tp)."""
+    chunked_prefill_size: int | None = None
+    """SGLang's chunked prefill size (the activation reserve of the automatic fraction)."""
+    tokens_per_request: int = 1
+    """Tokens per request of a decode graph."""
+
+    estimate_enabled: bool = False
+    """SGLang makes no graph-memory estimate: the real pool is what counts."""
+
+    def fraction(self, top_requests: int) -> float:
+        """mem_fraction_static for a list whose max is `top_requests` (the user's, or SGLang's automatic one)."""
+        if self.mem_fraction_static is not None:
+            return self.mem_fraction_static
+        return auto_mem_fraction_static(self.gpu_memory_mib, decode_max_bs=max(1, top_requests),
+                                               tp_size=self.tensor_parallel_size,
+                                               chunked_prefill_size=self.chunked_prefill_size)
+
+    @property
+    def requested_bytes(self) -> int:
+        return self.total_memory_bytes
+
+    @property
+    def non_kv_cache_bytes(self) -> int:
+        return self.weights_bytes + self.activation_bytes
+
+    def kv_available_bytes(self, estimate_bytes: float = 0.0, *, real_bytes: float = 0.0, top: int = 0) -> int:
+        return int(self.total_memory_bytes * self.fraction(top)) - self.weights_bytes
+
+    def capture_headroom_bytes(self, estimate_bytes: float, real_pool_bytes: float, *, top: int = 0) -> int:
+        slack = graph_slack_bytes(self.total_memory_bytes, self.fraction(top))
+        return int(slack - self.activation_bytes - round(real_pool_bytes))
+
+    def applied_estimate(self, profiled_bytes: int) -> int:
+        """SGLang makes no estimate: the figure charged is the real pool."""
+        return profiled_bytes
+
+    def graph_budget(self, top: int = 0) -> tuple[int, str]:
+        """(the most real graph memory a list topped at `top` requests may take, what that is in words)."""
+        return max(0, self.real_budget_bytes(top)), "most graph memory the engine's KV rule allows"
+
+    def real_budget_bytes(self, top: int) -> int:
+        """Most real graph memory a list topped at `top` requests may take (< 0: none), or -1 when its KV cache is
+        short whatever the graphs take."""
+        if self.kv_available_bytes(top=top) < self.required_kv_bytes:
+            return -1
+        return self.capture_headroom_bytes(0.0, 0.0, top=top)

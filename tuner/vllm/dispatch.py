@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from tuner.vllm.defaults import CUDAGRAPH_MODES
 
 __all__ = ["Dispatch", "Dispatcher", "full_decode_sizes", "manager_graphs", "mode_parts", "uniform_token_count"]
@@ -110,6 +112,9 @@ class Dispatcher:
     `decode_query_len` is q = 1 + num_speculative_tokens; `decode_query_lens` the query lengths V2 captures FULL decode
     graphs at (a dynamic speculative schedule's tiers, `1 + k` for each k the dense schedule holds; default [q])."""
 
+    exact = False
+    """A decode step pads up to a graph (TensorRT-LLM without padding replays only its own width)."""
+
     def __init__(
         self,
         capture_sizes: Sequence[int],
@@ -179,6 +184,19 @@ class Dispatcher:
         mixed = [(self.mixed_mode, s) for s in reversed(self.mixed_graph_sizes)]
         return mixed + [("FULL", w) for w, _ in self.decode_graphs]
 
+    @property
+    def full_pad_sizes(self) -> list[int]:
+        """The widths a uniform step pads up to before its FULL decode graph is looked for: V2 the FULL graphs'
+        widths, V1 the next size of the list."""
+        return self.capture_sizes if self.runner == "v1" else self.decode_graph_sizes
+
+    def uniform_token_counts(self, query_lens: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        """`uniform_token_count` of many steps at once (0: not uniform), for steps' query lengths (0: they differ)
+        and decode flags."""
+        if self.runner == "v1":
+            return np.where(query_lens == self.decode_query_len, self.decode_query_len, 0)
+        return np.where(uniform, query_lens, 0)
+
     @staticmethod
     def _pad(sizes: list[int], num_tokens: int) -> int | None:
         i = bisect.bisect_left(sizes, num_tokens)
@@ -204,8 +222,7 @@ class Dispatcher:
             query_len = self.decode_query_len
         utc = self.uniform_token_count(query_len, uniform_decode)
         if self.decode_graphs and utc is not None:
-            sizes = self.capture_sizes if self.runner == "v1" else self.decode_graph_sizes
-            padded = self._pad(sizes, num_tokens)
+            padded = self._pad(self.full_pad_sizes, num_tokens)
             if padded is not None and (padded, utc) in self._decode_pairs:
                 return Dispatch("FULL", padded)
         if self.mixed_mode == "NONE":

@@ -22,13 +22,16 @@ __all__ = [
     "EagerDrafterPasses",
     "capture_sequence",
     "drafter_graphs",
+    "drafter_graphs_apart",
     "drafter_kv_bytes_per_token",
     "drafter_kv_layers",
+    "drafter_pass_widths",
     "drafter_passes",
     "drafter_shares",
     "drafter_weight_bytes",
     "eager_drafter_passes",
     "spans",
+    "sweep_capture_sequence",
     "v1_only",
 ]
 
@@ -318,6 +321,43 @@ def capture_sequence(
     if missing:
         raise ValueError(f"runner='v1': drafter graph of width {missing[0]} has no target PIECEWISE capture")
     return out
+
+
+def sweep_capture_sequence(
+    *, runner: str, target_graphs: Sequence[tuple[str, int]], drafter: Sequence[DrafterGraph]
+) -> list[tuple[str, str, int]]:
+    """`capture_sequence` for a profile sweep, whose drafter may have widths the target has no graph of: on V1 each
+    such width gets a place-holder target PIECEWISE capture for the rule to place its graph (where vLLM would put it
+    had the target that width), dropped from the result."""
+    placeholders: list[tuple[str, int]] = []
+    if runner == "v1" and drafter:
+        have = {w for m, w in target_graphs if m == "PIECEWISE"}
+        placeholders = [("PIECEWISE", w) for w in sorted({g.num_tokens for g in drafter} - have)]
+    order = capture_sequence(runner=runner, target_graphs=list(target_graphs) + placeholders, drafter=drafter)
+    dropped = {("target",) + p for p in placeholders}
+    return [g for g in order if g not in dropped]
+
+
+def drafter_graphs_apart(runner: str) -> bool:
+    """Whether the runner captures the drafter's graphs in a pass of their own after the target's (V2), rather than
+    each right after a target PIECEWISE capture (V1)."""
+    _check_runner(runner)
+    return runner == "v2"
+
+
+def drafter_pass_widths(method: str, *, runner: str, num_speculative_tokens: int, parallel_drafting: bool,
+                        max_num_seqs: int, candidates: Sequence[int], runs: Sequence[int]) -> list[int]:
+    """Widths the drafter's passes of N tokens (N = 1..max_num_seqs requests) run at, for a sweep to measure: on V2
+    the candidates up to max_num_seqs (its decode graphs are the list's sizes <= max_num_seqs; other N run eager at
+    N); on V1 the list members (`runs`, the list V1 rewrote) a pass of N <= max_num_seqs pads to. Empty for methods
+    without such passes (DFlash, parallel drafting, K < 2)."""
+    if not ((method in EAGLE_METHODS or method == "draft_model") and num_speculative_tokens >= 2
+            and not parallel_drafting):
+        return []
+    if runner == "v1":
+        top = next((w for w in runs if w >= max_num_seqs), max_num_seqs)
+        return [w for w in runs if w <= top]
+    return [w for w in candidates if w <= max_num_seqs]
 
 
 def drafter_passes(

@@ -16,6 +16,7 @@ __all__ = [
     "GraphCost",
     "KvRule",
     "estimate_bytes",
+    "estimate_samples",
     "estimate_v1_bytes",
     "estimate_v2_bytes",
     "pool_bytes",
@@ -104,6 +105,16 @@ def estimate_bytes(graphs: Sequence[GraphCost], runner: str) -> float:
     raise ValueError(f"runner={runner!r} must be v1 or v2")
 
 
+def estimate_samples(graphs: Sequence[tuple[str, int]], runner: str) -> list[list[tuple[str, int]]]:
+    """The captures the runner's estimate is measured from, each list into its own throwaway pool, for graphs
+    `(mode, width)` in capture order: V2 captures every PIECEWISE graph and the two largest FULL graphs in the real
+    order (and extrapolates the FULL ones); V1 captures each mode's two largest graphs into a scratch pool."""
+    if runner == "v2":
+        fulls = [g for g in graphs if g[0] == "FULL"]
+        return [[g for g in graphs if g[0] != "FULL" or g in fulls[:2]]]
+    return [[g for g in graphs if g[0] == mode][:2] for mode in ("PIECEWISE", "FULL")]
+
+
 @dataclass(frozen=True)
 class KvRule:
     """How vLLM sizes the KV cache on one rank: `requested - non_kv - estimate`, before the real capture."""
@@ -147,6 +158,14 @@ class KvRule:
     def estimate_budget_bytes(self) -> int:
         """Largest estimate that still leaves the required KV cache (< 0: not even no graphs start)."""
         return self.requested_bytes - self.non_kv_cache_bytes - self.required_kv_bytes
+
+    def graph_budget(self, top: int = 0) -> tuple[int, str]:
+        """(the most graph memory the rule charges a list may take, what that is in words): the largest estimate that
+        leaves the required KV cache; with the estimate off, the memory vLLM does not request, where the real capture
+        goes (`top` is for the other engines' rules)."""
+        if self.estimate_enabled:
+            return self.estimate_budget_bytes, "largest estimate that leaves the required KV"
+        return self.slack_bytes, "memory vLLM does not request"
 
     def utilization_for_kv(self, kv_bytes: int, estimate_bytes: float) -> float:
         """The gpu_memory_utilization that gives `kv_bytes` of KV cache with this estimate."""

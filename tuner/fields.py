@@ -1,0 +1,91 @@
+"""Typed reading of a workload's mappings: each field read as the type it must be, in its bounds, and every error
+naming the field's full path (`serving.max_num_seqs: 0 must be >= 1`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["FieldReader", "WorkloadError"]
+
+
+class WorkloadError(ValueError):
+    """A workload field with a bad value; the message starts with the field path."""
+
+
+class FieldReader:
+    """Reads typed fields out of a mapping and names the full field path in every error."""
+
+    def __init__(self, data: object, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise WorkloadError(f"{path or 'workload'}: {data!r} must be a mapping")
+        self.data = data
+        self.path = path
+        self.used: set[str] = set()
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        return self.data.get(key, default)
+
+    def int(self, key: str, default: Any = ..., *, minimum: int | None = None, maximum: int | None = None) -> Any:
+        value = self.raw(key)
+        if value is None:
+            if default is ...:
+                raise WorkloadError(f"{self.at(key)}: missing (an integer is required)")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WorkloadError(f"{self.at(key)}: {value!r} must be an integer")
+        if minimum is not None and value < minimum:
+            raise WorkloadError(f"{self.at(key)}: {value} must be >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise WorkloadError(f"{self.at(key)}: {value} must be <= {maximum}")
+        return value
+
+    def float(self, key: str, default: Any = ..., *, minimum: float | None = None, maximum: float | None = None,
+              exclusive_minimum: bool = False) -> Any:
+        value = self.raw(key)
+        if value is None:
+            if default is ...:
+                raise WorkloadError(f"{self.at(key)}: missing (a number is required)")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise WorkloadError(f"{self.at(key)}: {value!r} must be a number")
+        if minimum is not None and (value <= minimum if exclusive_minimum else value < minimum):
+            raise WorkloadError(f"{self.at(key)}: {value} must be {'>' if exclusive_minimum else '>='} {minimum}")
+        if maximum is not None and value > maximum:
+            raise WorkloadError(f"{self.at(key)}: {value} must be <= {maximum}")
+        return float(value)
+
+    def str(self, key: str, default: Any = ..., *, choices: tuple[str, ...] | None = None) -> Any:
+        value = self.raw(key)
+        if value is None:
+            if default is ...:
+                raise WorkloadError(f"{self.at(key)}: missing (a string is required)")
+            return default
+        if not isinstance(value, str):
+            raise WorkloadError(f"{self.at(key)}: {value!r} must be a string")
+        if choices is not None and value not in choices:
+            raise WorkloadError(f"{self.at(key)}: {value!r} must be one of {', '.join(choices)}")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise WorkloadError(f"{self.at(key)}: {value!r} must be true or false")
+        return value
+
+    def sub(self, key: str) -> FieldReader:
+        return FieldReader(self.raw(key), self.at(key))
+
+    def done(self) -> None:
+        unknown = sorted(set(map(str, self.data)) - self.used)
+        if unknown:
+            raise WorkloadError(f"{self.at(unknown[0])}: unknown field")
