@@ -754,9 +754,9 @@ def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
     # No study to record into (storage "none", as an optuna-free run writes it): the measurements are still made.
     assert search.storage == "none"
     chosen, record = validate_candidates(run, model, search, 3, backend=backend, num_steps=300, progress=said.append)
-    # candidate-2 is 1..24 without 4: 23 PIECEWISE graphs and the 12 FULL windows 2, 4, .., 24 (3 rounds up to 4).
-    assert second == tuple(w for w in range(1, 25) if w != 4)
-    assert "candidate-2: capturing 35 graphs, max 24" in said and "candidate-2: replaying 300 steps" in said
+    # candidate-2 is 2, 4, .., 24 (the exact solver's front): 12 PIECEWISE graphs and the same 12 FULL windows (q = 2).
+    assert second == tuple(range(2, 25, 2))
+    assert "candidate-2: capturing 24 graphs, max 24" in said and "candidate-2: replaying 300 steps" in said
     assert record["lists"] == ["default", "tuned", "candidate-2", "candidate-3"]
     assert record["candidates"]["candidate-2"] == list(second)
     assert record["emitted"] == "candidate-2"
