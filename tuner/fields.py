@@ -1,8 +1,10 @@
 """Typed reading of a workload's mappings: each field read as the type it must be, in its bounds, and every error
-naming the field's full path (`serving.max_num_seqs: 0 must be >= 1`)."""
+naming the field's full path as the user wrote it (`serving.max_num_seqs: 0 must be >= 1`;
+`serving.max_running_requests: -1 must be >= 1` where an engine reads that key as max_num_seqs)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,8 +24,11 @@ class FieldReader:
         self.data = data
         self.path = path
         self.used: set[str] = set()
+        self.written: dict[str, str] = {}
+        """Key read -> the key the user wrote for it (an engine's own name read under vLLM's)."""
 
     def at(self, key: str) -> str:
+        key = self.written.get(key, key)
         return f"{self.path}.{key}" if self.path else key
 
     def has(self, key: str) -> bool:
@@ -54,8 +59,9 @@ class FieldReader:
             if default is ...:
                 raise WorkloadError(f"{self.at(key)}: missing (a number is required)")
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            raise WorkloadError(f"{self.at(key)}: {value!r} must be a number")
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            raise WorkloadError(f"{self.at(key)}: {value!r} must be a finite number")
         if minimum is not None and (value <= minimum if exclusive_minimum else value < minimum):
             raise WorkloadError(f"{self.at(key)}: {value} must be {'>' if exclusive_minimum else '>='} {minimum}")
         if maximum is not None and value > maximum:

@@ -59,7 +59,8 @@ own profiling step (max_num_batched_tokens over max_num_seqs requests, what vLLM
 decode step (both kept under `activation_peaks`); `compiled`: measured through torch.compile; `device`: "cuda:0" or "cpu".
 Profiles from `cgtune profile` since the PIECEWISE rows also carry (older ones lack them): `capture_order`
 ("piecewise-then-full": FULL deltas were read with every PIECEWISE graph in the pool; absent: FULL graphs only),
-`non_kv_cache_bytes` (vLLM's non-KV memory, breakdown in `non_kv`), `compile_s`, `eager_kernels_per_layer`
+`non_kv_cache_bytes` (vLLM's non-KV memory, breakdown in `non_kv`), `pre_load_free_bytes` (free device memory with
+CUDA up, before the weights load: where SGLang's KV budget starts), `compile_s`, `eager_kernels_per_layer`
 and `noisy_widths`; with a draft model also `drafter` ({method, shape, weights_bytes, kv_layers, runner,
 graph_modes, ...}: its weights are then inside `non_kv_cache_bytes`). A profile calibrated on vLLM's start-up log
 (`cgtune check --calibrate`) also carries `vllm_calibration` (`tuner.calibration`: a graph-memory scale, and
@@ -185,11 +186,15 @@ def _number(text: str, cast: type, where: str, *, required: bool) -> Any:
             raise ProfileError(f"{where}: missing value")
         return None
     try:
-        value = cast(float(text)) if cast is int else cast(text)
+        value = float(text)
     except ValueError:
         raise ProfileError(f"{where}: {text!r} is not a number") from None
-    if isinstance(value, float) and not math.isfinite(value):
+    if not math.isfinite(value):
         raise ProfileError(f"{where}: {text!r} is not a finite number")
+    if cast is int:
+        if not value.is_integer():  # 64.5 tokens or bytes is no measurement: never truncate it to 64
+            raise ProfileError(f"{where}: {text!r} must be a whole number")
+        return int(value)
     return value
 
 

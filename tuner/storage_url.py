@@ -1,11 +1,12 @@
-"""Storage URLs may hold credentials: show them with every password hidden, in files, logs and errors; and name the
-database driver a URL is opened with."""
+"""Storage URLs may hold credentials: show them with every password hidden, in files, logs and errors; name the
+database driver a URL is opened with, and the file a SQLite URL opens."""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
-__all__ = ["StorageError", "display_url", "engine_url", "hide_secret"]
+__all__ = ["StorageError", "display_url", "engine_url", "hide_secret", "sqlite_file"]
 
 
 class StorageError(ValueError):
@@ -83,3 +84,17 @@ def hide_secret(text: str, url: str | None) -> str:
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file a `sqlite://` URL opens (SQLite creates it on open), None for another database or an
+    in-memory one."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+    except Exception:  # not a URL SQLAlchemy knows: nothing to say about its file
+        return None
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        return None
+    return Path(u.database)

@@ -32,9 +32,20 @@ def test_auto_picks_vllms_runner(method, parallel, runner):
 
 def test_a_pinned_runner_wins():
     assert resolve_model_runner("v1", "eagle") == "v1"
-    assert resolve_model_runner("v2", "suffix") == "v2"
+    assert resolve_model_runner("v1", "suffix") == "v1"
+    assert resolve_model_runner("v2", "dflash", parallel_drafting=True) == "v2"
     with pytest.raises(ValueError, match="model_runner='v3'"):
         resolve_model_runner("v3", None)
+
+
+@pytest.mark.parametrize(("method", "parallel", "lacks"), [
+    ("suffix", False, "speculative method 'suffix'"), ("custom_class", False, "speculative method 'custom_class'"),
+    ("eagle", True, "parallel drafting with method 'eagle'"),
+])
+def test_v2_pinned_where_v2_lacks_the_setup_is_refused(method, parallel, lacks):
+    # With VLLM_USE_V2_MODEL_RUNNER=1 vLLM does not fall back to V1, so the setup would not run as modelled.
+    with pytest.raises(ValueError, match=rf"^model_runner='v2': vLLM 0.33 has no V2 support for {lacks}"):
+        resolve_model_runner("v2", method, parallel_drafting=parallel)
 
 
 def test_v1_rewrite_on_vllms_own_example():

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
+from tuner.commands.common import check_out_dir
 
 __all__ = ["ReportCommand"]
 
@@ -44,7 +45,12 @@ class ReportCommand(Command):
         if conflict is not None and not args.force:
             raise UsageError(f"run_dir: {conflict} (its files are mixed); pass --force to re-render every output "
                              f"from its workload.yaml and profile.csv")
-        written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}", copy_inputs=False)
+        check_out_dir(args.run_dir, "run_dir")  # a folder this user may not write in: one line, before any work
+        try:
+            written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}",
+                                copy_inputs=False)
+        except OSError as exc:  # staged, then moved: nothing is half-written when the folder refuses a file
+            raise UsageError(f"run_dir: {str(args.run_dir)!r} cannot be written: {exc.strerror or exc}") from None
         print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, "
               f"{model.engine.label} files")
         print(words_of(model.engine).tuned_line(model, search, args.run_dir))

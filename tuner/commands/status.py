@@ -31,10 +31,13 @@ class StatusCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from tuner.fleet import FleetError, resolve_storage, study_status
-        from tuner.storage_url import display_url
+        from tuner.storage_url import display_url, sqlite_file
 
         try:
             url = resolve_storage(args.storage)
+            # Reading must not create: SQLite would make an empty database of a mistyped path and report 0 studies.
+            if (db := sqlite_file(url)) is not None and not db.is_file():
+                raise FleetError(f"--storage: {display_url(url)} names no database file ({db} does not exist)")
             studies = study_status(url, args.study)
         except FleetError as exc:
             raise UsageError(str(exc)) from None

@@ -39,7 +39,7 @@ def _weight(value: float) -> float | int:
 
 
 def derived_spec(base: Workload, traffic: dict[str, Any], *, name: str, description: str) -> dict[str, Any]:
-    """A new workload mapping: model, speculative setup (its drafter) and serving copied from the base spec,
+    """A new workload mapping: engine, model, speculative setup (its drafter) and serving copied from the base spec,
     traffic replaced."""
     base_traffic = base.spec.get("traffic") or {}
     traffic = dict(traffic)
@@ -53,6 +53,7 @@ def derived_spec(base: Workload, traffic: dict[str, Any], *, name: str, descript
     spec = {
         "name": name,
         "description": description,
+        **({"engine": base.spec["engine"]} if "engine" in base.spec else {}),  # its serving section is in its words
         "model": copy.deepcopy(base.spec["model"]),
     }
     if "speculative" in base.spec:

@@ -17,6 +17,7 @@ __all__ = [
     "runs_as",
     "v1_rewrite_applies",
     "v1_rewritten_sizes",
+    "v2_lacks",
 ]
 
 MODEL_RUNNERS = ("auto", "v1", "v2")
@@ -42,26 +43,38 @@ _FULL_DECODE_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 """cudagraph modes whose decode_mode() is FULL."""
 
 
+def v2_lacks(method: str | None, *, parallel_drafting: bool = False) -> str | None:
+    """What vLLM 0.33's V2 runner lacks to run this speculative setup (`VllmConfig.
+    _get_v2_model_runner_unsupported_features`: suffix and custom_class, parallel drafting outside DFlash/DSpark),
+    None where V2 runs it."""
+    if method in V1_ONLY_METHODS:
+        return f"speculative method {method!r}"
+    if parallel_drafting and method not in _PARALLEL_ON_V2:
+        return f"parallel drafting with method {method!r} (P-EAGLE/PARD)"
+    return None
+
+
 def runner_reason(requested: str, method: str | None, *, parallel_drafting: bool = False) -> str:
     """Why `resolve_model_runner` picks what it picks, in a few words (shown in reports)."""
     if requested != "auto":
         return f"model_runner: {requested} (set in the workload)"
-    if method in V1_ONLY_METHODS:
-        return f"V1: vLLM 0.33 has no V2 support for speculative method {method!r}"
-    if parallel_drafting and method not in _PARALLEL_ON_V2:
-        return f"V1: parallel drafting with method {method!r} (P-EAGLE/PARD) runs on V1 only"
+    lacks = v2_lacks(method, parallel_drafting=parallel_drafting)
+    if lacks is not None:
+        return f"V1: vLLM 0.33 has no V2 support for {lacks}"
     return "V2: vLLM 0.33's default model runner"
 
 
 def resolve_model_runner(requested: str, method: str | None, *, parallel_drafting: bool = False) -> str:
-    """`v1` or `v2`: the runner vLLM 0.33 uses (`auto`), or the one the workload pins."""
+    """`v1` or `v2`: the runner vLLM 0.33 uses (`auto`), or the one the workload pins. ValueError for V2 pinned where
+    it lacks the setup: with `VLLM_USE_V2_MODEL_RUNNER=1` set vLLM does not fall back to V1."""
     if requested not in MODEL_RUNNERS:
         raise ValueError(f"model_runner={requested!r} must be one of {', '.join(MODEL_RUNNERS)}")
+    lacks = v2_lacks(method, parallel_drafting=parallel_drafting)
+    if requested == "v2" and lacks is not None:
+        raise ValueError(f"model_runner='v2': vLLM 0.33 has no V2 support for {lacks}; use auto or v1")
     if requested != "auto":
         return requested
-    if method in V1_ONLY_METHODS or (parallel_drafting and method not in _PARALLEL_ON_V2):
-        return "v1"
-    return "v2"
+    return "v1" if lacks is not None else "v2"
 
 
 def keeps_dynamic_schedule(runner: str, method: str | None) -> bool:
