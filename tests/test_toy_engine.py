@@ -59,10 +59,12 @@ class ToyEngine(RequestEngine):
         return [1, 2, 4]
 
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
-                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str]) -> ToyKvRule:
+                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
+                pre_load_free_bytes: int | None = None) -> ToyKvRule:
         return ToyKvRule(total_memory_bytes, non_kv_cache_bytes, required_kv_bytes)
 
-    def render_request_files(self, batch_sizes: Sequence[int], provenance: object) -> dict[str, str]:
+    def render_request_files(self, batch_sizes: Sequence[int], deployment: object, provenance: object
+                             ) -> dict[str, str]:
         return {self.files[0]: json.dumps({"batch_sizes": list(batch_sizes)})}
 
     def memory_rule_words(self, budget: ToyKvRule, default_top: int, tuned_top: int,

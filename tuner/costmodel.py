@@ -395,7 +395,8 @@ class CostModel:
             total_memory_bytes=total, non_kv_cache_bytes=non_kv,
             weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
             required_kv_bytes=self.workload.required_kv_bytes,
-            tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes)
+            tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes,
+            pre_load_free_bytes=_meta_bytes(self.profile, "pre_load_free_bytes"))
 
     @staticmethod
     def _memory_curve(rows: dict, column: str, name: str, mode: str) -> Curve | None:

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from tuner.vllm.drafter_cost import DrafterCost
     from tuner.vllm.emit import Provenance
 
-__all__ = ["LIST_LABELS", "DrafterSweep", "Engine", "GraphDispatcher", "KvRule", "Speculation",
-           "flag_file_line"]
+__all__ = ["LIST_LABELS", "Deployment", "DrafterSweep", "Engine", "GraphDispatcher", "KvRule", "Speculation",
+           "flag_file_line", "placeholder"]
 
 LIST_LABELS = {"tuned": "tuned", "exact": "exact optimum", "ideal": "ideal (every width, memory ignored)"}
 """How reports and plots name the comparison's lists every engine has; an engine names its own default, widest and
@@ -96,6 +96,28 @@ class KvRule(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """What the workload says about the deployment beyond its serving section, which an engine's files must carry for
+    the engine to run what was tuned."""
+
+    checkpoint: str | None
+    """The served model (a Hugging Face id or a path); None: the workload names none."""
+    draft_checkpoint: str | None
+    """The draft model (`speculative.model`); None: the workload names none."""
+    dtype: str
+    """The dtype the profile measured (the workload's model.dtype)."""
+    tensor_parallel_size: int
+    """Ranks the model is sharded over."""
+
+
+def placeholder(what: str, where: str, put: str = "its Hugging Face id or path") -> str:
+    """A value that stands where a setting the workload does not give must go (a checkpoint, by default) and that
+    every engine refuses (angle brackets and spaces are no Hugging Face id, no path that exists, no method name):
+    `<WHAT: set WHERE in the workload, or put PUT here>`, never a silent omission."""
+    return f"<{what}: set {where} in the workload, or put {put} here>"
+
+
 def flag_file_line(path: Path) -> str | None:
     """The first line of a flag file that is not a comment (None when the file or the line is missing)."""
     if not path.is_file():
@@ -141,6 +163,9 @@ class Engine(ABC):
     report_words: ClassVar[str]
     """The module that words a run's report, summary and console lines for the engine's unit and rules
     (`tuner.vllm_report`, `tuner.engine_report`); it asks the engine for the words that are its own."""
+    exports_vllm_metrics: ClassVar[bool] = False
+    """The engine's server exports vLLM's step-width histogram (`vllm:iteration_tokens_total`), which `cgtune workload
+    buckets` and `from-metrics` read."""
     makes_estimate: ClassVar[bool] = False
     """The engine sizes its KV cache from a graph-memory estimate made before the real capture."""
     peer_rows: ClassVar[tuple[str, ...]] = ()
@@ -162,6 +187,11 @@ class Engine(ABC):
     def parse_serving(cls, r: FieldReader, *, speculative_method: str | None,
                       parallel_drafting: bool) -> ServingConfig:
         """The workload's `serving:` section in the engine's own words (WorkloadError naming the field)."""
+
+    @classmethod
+    def field_name(cls, name: str) -> str:
+        """The engine's own name for the serving field cgtune keeps as `name` (vLLM's), for errors and words."""
+        return name
 
     @property
     @abstractmethod
@@ -246,8 +276,10 @@ class Engine(ABC):
     # ------------------------------------------------------------------ memory
     @abstractmethod
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
-                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str]) -> KvRule:
-        """How the engine sizes its KV cache on this device (`weights_bytes()`: the weights on one rank)."""
+                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
+                pre_load_free_bytes: int | None = None) -> KvRule:
+        """How the engine sizes its KV cache on this device (`weights_bytes()`: the weights on one rank;
+        `pre_load_free_bytes`: free device memory before the weights load, when the profile measured it)."""
 
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         """The graph-memory figure the engine's KV rule charges for graphs in capture order: its estimate, or the real
@@ -282,7 +314,7 @@ class Engine(ABC):
                      notes: list[str]) -> DrafterCost | None:
         """The draft model's cost by the engine's rules (None, with a note, where they are not modelled)."""
         notes.append(f"{self.name}'s drafter graphs and passes are not modelled (vLLM's rules only); the drafter's "
-                     f"weights and KV layers are")
+                     f"weights and KV layers are counted")
         return None
 
     def drafter_sweep(self, method: str, candidates: Sequence[int]) -> DrafterSweep:
@@ -302,17 +334,15 @@ class Engine(ABC):
 
     # ------------------------------------------------------------------ files to emit
     @abstractmethod
-    def render_files(self, capture_sizes: Sequence[int], *, checkpoint: str | None, tensor_parallel_size: int,
-                     cudagraph_mode: str, provenance: Provenance | None = None) -> dict[str, str]:
-        """File name -> text of the engine's files for a tuned list (token widths), each checked by the engine's
-        emitter first (a ValueError, one line, for a list the engine would change or reject)."""
-
-    def provenance_notes(self) -> dict[str, str]:
-        """Extra comment lines for the engine's files: what the user must still add."""
-        return {}
+    def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,
+                     provenance: Provenance | None = None) -> dict[str, str]:
+        """File name -> text of the engine's files for a tuned list (token widths): everything the tuning assumed that
+        changes what the engine runs (serving flags, speculative settings, the environment), each file checked by the
+        engine's emitter first (a ValueError, one line, for a list the engine would change or reject)."""
 
     def serve_line(self, out_dir: Path, checkpoint: str | None) -> str | None:
-        """The command line that serves the model with the files written into `out_dir` (None: none to print)."""
+        """The command line, shell-quoted, that serves the model with the files written into `out_dir` (None: none to
+        print)."""
         return None
 
     # ------------------------------------------------------------------ words

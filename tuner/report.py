@@ -409,12 +409,10 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
             f"{model.workload.name} ({model.workload.content_hash})", now,
             {"source": search.source, "expected_step_ms": f"{search.chosen.expected_step_ms:.4f} "
              f"({model.engine.list_label('default')} {search.default.expected_step_ms:.4f}) under the cgtune cost "
-             f"model",
-             **model.engine.provenance_notes()},
+             f"model"},
         )
         # The engine's own files, its list in its own unit (EmitError: one line).
-        files = model.engine.render_files(search.chosen.capture_sizes, checkpoint=model.workload.model.checkpoint,
-                                          tensor_parallel_size=model.workload.model.tensor_parallel_size,
+        files = model.engine.render_files(search.chosen.capture_sizes, model.workload.deployment,
                                           cudagraph_mode=model.cudagraph_mode, provenance=provenance)
         files["search.json"] = json.dumps(search.to_dict(), indent=2) + "\n"
         files["summary.json"] = summary_json(data)

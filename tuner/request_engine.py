@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from tuner.engine import Engine, Speculation
+from tuner.engine import Deployment, Engine, Speculation
 from tuner.fields import FieldReader, WorkloadError
 from tuner.serving import VLLM_ONLY_FIELDS, ServingConfig, read_serving
 from tuner.vllm.defaults import CaptureDefaults
@@ -126,14 +126,19 @@ class RequestEngine(Engine):
     report_words = "tuner.engine_report"
     aliases: ClassVar[dict[str, str]] = {}
     """The engine's own names for the serving fields ServingConfig keeps under vLLM's names."""
-    request_cap_name: ClassVar[str] = "max_num_seqs"
-    """The engine's name for its request cap (max_num_seqs)."""
     speculative_names: ClassVar[dict[str, str]] = {}
     """vLLM's speculative methods (the workload's `speculative.method`) as the engine names them."""
     speculative_what: ClassVar[str] = "speculative method"
     """What the engine calls that name (SGLang's "speculative algorithm")."""
-    draft_tokens_field: ClassVar[str] = "num_speculative_tokens"
-    """The engine's own name for the draft tokens field."""
+
+    @classmethod
+    def field_name(cls, name: str) -> str:
+        return next((native for native, ours in cls.aliases.items() if ours == name), name)
+
+    @property
+    def request_cap_name(self) -> str:
+        """The engine's name for its request cap (max_num_seqs)."""
+        return self.field_name("max_num_seqs")
 
     # ------------------------------------------------------------------ what each engine gives
     @abstractmethod
@@ -141,8 +146,10 @@ class RequestEngine(Engine):
         """The engine's default decode list as written (requests)."""
 
     @abstractmethod
-    def render_request_files(self, batch_sizes: Sequence[int], provenance: Provenance | None) -> dict[str, str]:
-        """File name -> text of the engine's files for a list of batch sizes (requests), checked by its emitter."""
+    def render_request_files(self, batch_sizes: Sequence[int], deployment: Deployment,
+                             provenance: Provenance | None) -> dict[str, str]:
+        """File name -> text of the engine's files for a list of batch sizes (requests), with everything the tuning
+        assumed that changes what the engine runs, checked by its emitter."""
 
     @abstractmethod
     def memory_rule_words(self, budget: Any, default_top: int, tuned_top: int,
@@ -159,18 +166,19 @@ class RequestEngine(Engine):
             raise WorkloadError(f"speculative.method: {speculative_method!r} has no {cls.speculative_what} "
                                 f"({', '.join(cls.speculative_names)})")
         if num_speculative_tokens and native is None:
-            raise WorkloadError(f"{r.at(cls.draft_tokens_field)}: {num_speculative_tokens} needs speculative.method "
+            raise WorkloadError(f"{r.at('num_speculative_tokens')}: {num_speculative_tokens} needs speculative.method "
                                 f"with engine {cls.name} (its {cls.speculative_what})")
         return native
 
     # ------------------------------------------------------------------ what an engine may give (defaults)
     @classmethod
     def parse_settings(cls, r: FieldReader, num_speculative_tokens: int,
-                       speculative_method: str | None) -> tuple[Any, int]:
-        """`(the engine's own settings, tokens per request)` from the serving section, the speculative method
-        resolved in the engine's own words; by default no settings of its own and 1 + draft tokens."""
+                       speculative_method: str | None) -> tuple[Any, int, int]:
+        """`(the engine's own settings, tokens per request, draft tokens)` from the serving section, the speculative
+        method and numbers resolved as the engine resolves them; by default no settings of its own, 1 + draft tokens
+        and the draft tokens as written."""
         cls.native_method(r, num_speculative_tokens, speculative_method)
-        return None, 1 + num_speculative_tokens
+        return None, 1 + num_speculative_tokens, num_speculative_tokens
 
     @property
     def speculation(self) -> Speculation:
@@ -224,6 +232,9 @@ class RequestEngine(Engine):
     @classmethod
     def parse_serving(cls, r: FieldReader, *, speculative_method: str | None,
                       parallel_drafting: bool) -> ServingConfig:
+        if parallel_drafting:
+            raise WorkloadError(f"speculative.parallel_drafting: true is vLLM's (P-EAGLE/PARD on its V1 runner); "
+                                f"engine {cls.name} has no such setting")
         for key in VLLM_ONLY_FIELDS:
             if r.has(key):
                 raise WorkloadError(f"{r.at(key)}: a vLLM setting; engine {cls.name} has none (see the README's "
@@ -235,6 +246,8 @@ class RequestEngine(Engine):
                     raise WorkloadError(f"{r.at(native)}: give {native} or {ours}, not both")
                 data[ours] = data.pop(native)
                 r.used.add(native)
+            if ours not in r.data:  # errors name the key the user wrote, the engine's own where vLLM's is absent
+                r.written[ours] = native
         r.data = data
         return read_serving(r, speculative_method=speculative_method, parallel_drafting=parallel_drafting,
                             engine=cls.name, own=lambda k: cls.parse_settings(r, k, speculative_method))
@@ -276,6 +289,6 @@ class RequestEngine(Engine):
             return f"widest ({self.label}'s grid up to {self.request_cap_name})"
         return super().list_label(name)
 
-    def render_files(self, capture_sizes: Sequence[int], *, checkpoint: str | None, tensor_parallel_size: int,
-                     cudagraph_mode: str, provenance: Provenance | None = None) -> dict[str, str]:
-        return self.render_request_files(self.in_engine_unit(capture_sizes), provenance)
+    def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,
+                     provenance: Provenance | None = None) -> dict[str, str]:
+        return self.render_request_files(self.in_engine_unit(capture_sizes), deployment, provenance)

@@ -77,9 +77,10 @@ class ServingConfig:
 
 
 def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_drafting: bool, engine: str = "vllm",
-                 own: Callable[[int], tuple[Any, int | None]] | None = None) -> ServingConfig:
+                 own: Callable[[int], tuple[Any, int, int]] | None = None) -> ServingConfig:
     """The serving section's fields under vLLM's names (an engine's own names already read into them), then the
-    engine's own settings: `own(num_speculative_tokens)` gives `(engine_settings, tokens_per_request)`."""
+    engine's own settings: `own(num_speculative_tokens)` gives `(engine_settings, tokens_per_request,
+    num_speculative_tokens)`, the last two as the engine resolves its speculative numbers."""
     max_num_seqs = r.int("max_num_seqs", minimum=1)
     spec_tokens = r.int("num_speculative_tokens", 0, minimum=0)
     mnbt = r.int("max_num_batched_tokens", 8192, minimum=1)
@@ -111,12 +112,14 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
         model_runner=r.str("model_runner", "auto", choices=MODEL_RUNNERS),
         estimate_cudagraph_memory=r.bool("estimate_cudagraph_memory", True),
     )
-    settings, tokens_per_request = own(spec_tokens) if own is not None else (None, None)
+    settings, tokens_per_request = None, None
+    if own is not None:
+        settings, tokens_per_request, shared["num_speculative_tokens"] = own(spec_tokens)
     config = ServingConfig(**shared, speculative_method=speculative_method, parallel_drafting=parallel_drafting,
                            engine=engine, tokens_per_request=tokens_per_request, engine_settings=settings)
     r.done()
-    if config.speculative_method is not None and spec_tokens == 0:
-        raise WorkloadError(f"{r.at('num_speculative_tokens')}: 0 must be >= 1 with speculative.method="
+    if config.speculative_method is not None and config.decode_query_len <= 1:
+        raise WorkloadError(f"{r.at('num_speculative_tokens')}: {spec_tokens} must be >= 1 with speculative.method="
                             f"{config.speculative_method!r}")
     return config
 

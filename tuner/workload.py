@@ -11,16 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tuner.engine import Engine
+from tuner.engine import Deployment, Engine
 from tuner.engines import ENGINES, engine_class, engine_of
 from tuner.fields import FieldReader, WorkloadError
 from tuner.serving import ServingConfig
 from tuner.shapes import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
 from tuner.steps import Distribution, Step, Traffic, step_distribution
-from tuner.vllm.drafter import MODEL_BASED_METHODS, drafter_kv_bytes_per_token, drafter_weight_bytes
+from tuner.vllm.drafter import (
+    DRAFT_CHECKPOINT_METHODS,
+    MODEL_BASED_METHODS,
+    PARALLEL_DRAFTING_METHODS,
+    drafter_kv_bytes_per_token,
+    drafter_weight_bytes,
+)
 from tuner.vllm.runner import SPECULATIVE_METHODS
+from tuner.yaml_file import YamlFileError, read_yaml
 
 __all__ = [
     "Distribution",
@@ -88,6 +93,9 @@ class SpeculativeSpec:
     """The drafter uses the target's LM head (None: vLLM's default for the method)."""
     num_nextn_predict_layers: int | None = None
     """MTP: the predict layers that get KV cache (default: the drafter's layer count)."""
+    model: str | None = None
+    """The draft checkpoint the engine loads (`speculative.model`: a Hugging Face id or a path); None: not named (the
+    emitted files then hold a value the engine refuses, with a comment saying what to put there)."""
 
     @property
     def model_based(self) -> bool:
@@ -120,6 +128,13 @@ class Workload:
     def engine(self) -> Engine:
         """The engine the workload deploys on, answering for its serving settings (`tuner.engines`)."""
         return engine_of(self.serving)
+
+    @property
+    def deployment(self) -> Deployment:
+        """What the engine's files must carry beyond the serving section: checkpoints, dtype, tensor parallelism."""
+        return Deployment(checkpoint=self.model.checkpoint,
+                          draft_checkpoint=self.speculative.model if self.speculative is not None else None,
+                          dtype=self.model.dtype, tensor_parallel_size=self.model.tensor_parallel_size)
 
     @property
     def content_hash(self) -> str:
@@ -204,12 +219,18 @@ def _parse_model(r: FieldReader) -> ModelSpec:
         raise WorkloadError(
             f"{r.at('tensor_parallel_size')}: {tp} must divide intermediate_size={shape.intermediate_size}"
         )
-    name = r.str("name", None)
-    if name is not None and (not name.strip() or name != name.strip() or "\n" in name):
-        raise WorkloadError(f"{r.at('name')}: {name!r} must be a checkpoint name without surrounding spaces "
-                            f"(e.g. my-org/llama-ft)")
+    name = _checkpoint(r, "name", "my-org/llama-ft")
     r.done()
     return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp, name=name)
+
+
+def _checkpoint(r: FieldReader, key: str, example: str) -> str | None:
+    """A checkpoint the engine loads (a Hugging Face id or a path), as it will stand on a command line."""
+    name = r.str(key, None)
+    if name is not None and (not name.strip() or name != name.strip() or "\n" in name):
+        raise WorkloadError(f"{r.at(key)}: {name!r} must be a checkpoint name without surrounding spaces "
+                            f"(e.g. {example})")
+    return name
 
 
 _SHAPE_INTS = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
@@ -250,6 +271,14 @@ def _parse_drafter(r: FieldReader, method: str, target: ModelSpec) -> ModelShape
 def _parse_speculative(r: FieldReader, target: ModelSpec) -> SpeculativeSpec:
     method = r.str("method", None, choices=SPECULATIVE_METHODS)
     parallel = r.bool("parallel_drafting", False)
+    if parallel and method not in PARALLEL_DRAFTING_METHODS:
+        # vLLM would accept the flag and quietly fall back to its V1 runner for it (config/vllm.py).
+        raise WorkloadError(f"{r.at('parallel_drafting')}: true needs a drafter trained to draft in parallel "
+                            f"(method {', '.join(PARALLEL_DRAFTING_METHODS)}), not method {method!r}")
+    checkpoint = _checkpoint(r, "model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+    if checkpoint is not None and method not in DRAFT_CHECKPOINT_METHODS:
+        raise WorkloadError(f"{r.at('model')}: {checkpoint!r} names a draft checkpoint, but method {method!r} has "
+                            f"no draft model")
     drafter = None
     shares_embedding = shares_lm_head = predict_layers = None
     if method in MODEL_BASED_METHODS:
@@ -272,7 +301,7 @@ def _parse_speculative(r: FieldReader, target: ModelSpec) -> SpeculativeSpec:
     r.done()
     return SpeculativeSpec(method=method, parallel_drafting=parallel, drafter=drafter,
                            shares_embedding=shares_embedding, shares_lm_head=shares_lm_head,
-                           num_nextn_predict_layers=predict_layers)
+                           num_nextn_predict_layers=predict_layers, model=checkpoint)
 
 
 def _parse_serving(r: FieldReader, speculative: SpeculativeSpec | None, engine: str) -> ServingConfig:
@@ -329,6 +358,7 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
         raise WorkloadError(f"{where}: {str(path)!r} is not a file")
     engine = engine_of(serving)
     query_lens = engine.decode_query_lens()
+    cap_name, budget_name = engine.field_name("max_num_seqs"), engine.field_name("max_num_batched_tokens")
     rows: list[tuple[int, bool]] = []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -348,27 +378,36 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
                         from None
             tokens, reqs = values["num_tokens"], values["num_reqs"]
             assert tokens is not None
+            at = f"{where}: {path.name} line {line}"
             if tokens < 1 or tokens > serving.max_num_batched_tokens:
-                raise WorkloadError(
-                    f"{where}: {path.name} line {line}: num_tokens={tokens} must be in "
-                    f"1..max_num_batched_tokens={serving.max_num_batched_tokens}"
-                )
-            flag = (row.get("is_uniform_decode") or "").strip().lower()
-            if flag:
-                if flag not in ("true", "false", "1", "0"):
-                    raise WorkloadError(f"{where}: {path.name} line {line}: is_uniform_decode={flag!r} must be true/false")
-                uniform = flag in ("true", "1")
-            elif reqs is not None:
-                uniform = 1 <= reqs <= serving.max_num_seqs and tokens == reqs * query_lens[reqs]
+                raise WorkloadError(f"{at}: num_tokens={tokens} must be in 1..{budget_name}="
+                                    f"{serving.max_num_batched_tokens}")
+            if reqs is not None:
+                decode = 1 <= reqs <= serving.max_num_seqs and tokens == reqs * query_lens[reqs]
             else:
-                uniform = engine.decode_step(tokens) is not None
-            rows.append((tokens, uniform))
+                decode = engine.decode_step(tokens) is not None
+            flag = (row.get("is_uniform_decode") or "").strip().lower()
+            if flag and flag not in ("true", "false", "1", "0"):
+                raise WorkloadError(f"{at}: is_uniform_decode={flag!r} must be true/false")
+            if flag in ("true", "1") and not decode:
+                # A step the engine cannot run as a uniform decode step must not be costed as one.
+                if reqs is None:
+                    what = f"num_tokens={tokens} is no decode step of 1..{cap_name}={serving.max_num_seqs} requests"
+                elif not 1 <= reqs <= serving.max_num_seqs:
+                    what = f"num_reqs={reqs} must be in 1..{cap_name}={serving.max_num_seqs}"
+                else:
+                    what = (f"num_tokens={tokens} is not num_reqs={reqs} x q={query_lens[reqs]} = "
+                            f"{reqs * query_lens[reqs]}")
+                raise WorkloadError(f"{at}: is_uniform_decode={flag} but {what}: not a uniform decode step")
+            rows.append((tokens, flag in ("true", "1") if flag else decode))
     if not rows:
         raise WorkloadError(f"{where}: {path.name} has no steps")
     return tuple(rows)
 
 
 def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Traffic:
+    engine = engine_of(serving)
+    cap_name, budget_name = engine.field_name("max_num_seqs"), engine.field_name("max_num_batched_tokens")
     mean_ctx = r.int("mean_context_len", 2048, minimum=1, maximum=serving.max_model_len)
     note = r.str("source_note", "")
     if r.has("trace"):
@@ -377,25 +416,25 @@ def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Tr
         r.done()
         return Traffic(mean_context_len=mean_ctx, trace=trace, source_note=note)
     if r.has("widths"):
-        widths = _parse_distribution(r.sub("widths"), serving.max_num_batched_tokens, "max_num_batched_tokens")
+        widths = _parse_distribution(r.sub("widths"), serving.max_num_batched_tokens, budget_name)
         r.done()
         return Traffic(mean_context_len=mean_ctx, widths=widths, source_note=note)
     mixed_share = r.float("mixed_share", 0.0, minimum=0.0, maximum=1.0)
     requests = None
     if r.has("requests"):
-        requests = _parse_distribution(r.sub("requests"), serving.max_num_seqs, "max_num_seqs")
-        query_lens = engine_of(serving).decode_query_lens()
+        requests = _parse_distribution(r.sub("requests"), serving.max_num_seqs, cap_name)
+        query_lens = engine.decode_query_lens()
         widest, n = max((n * query_lens[n], n) for n in requests.pmf())
         if widest > serving.max_num_batched_tokens:
             raise WorkloadError(
                 f"{r.at('requests')}: {n} requests x q={query_lens[n]} = {widest} tokens "
-                f"exceed max_num_batched_tokens={serving.max_num_batched_tokens}"
+                f"exceed {budget_name}={serving.max_num_batched_tokens}"
             )
     elif mixed_share < 1.0:
         raise WorkloadError(f"{r.at('requests')}: missing (needed unless mixed_share is 1, or trace/widths is given)")
     mixed = None
     if r.has("mixed_tokens"):
-        mixed = _parse_distribution(r.sub("mixed_tokens"), serving.max_num_batched_tokens, "max_num_batched_tokens")
+        mixed = _parse_distribution(r.sub("mixed_tokens"), serving.max_num_batched_tokens, budget_name)
     elif mixed_share > 0:
         raise WorkloadError(f"{r.at('mixed_tokens')}: missing (needed when mixed_share > 0)")
     r.done()
@@ -425,18 +464,14 @@ def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | N
 
 
 def load_workload(path: str | Path) -> Workload:
-    """Load and validate a workload YAML file (safe loader only: no tags, no code)."""
+    """Load and validate a workload YAML file (`tuner.yaml_file`: UTF-8, safe loader only, no duplicate keys)."""
     p = Path(path)
     if not p.is_file():
         raise WorkloadError(f"workload: {str(p)!r} is not a file")
     try:
-        # The C safe loader when present: same safety as yaml.safe_load, ~10x faster on the large
-        # width histograms `cgtune workload from-metrics` writes.
-        data = yaml.load(p.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise WorkloadError(f"workload: {p.name} is not valid YAML{where}") from None
+        data = read_yaml(p)
+    except YamlFileError as exc:
+        raise WorkloadError(f"workload: {exc}") from None
     if data is None:
         raise WorkloadError(f"workload: {p.name} is empty (it needs name, model, serving and traffic)")
     if not isinstance(data, Mapping):

@@ -5,8 +5,6 @@ never measurements."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shlex
 import sys
@@ -16,10 +14,9 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile  # noqa: E402
+from handmade_profiles import shipped_profile, tune_quietly  # noqa: E402
 from cli_runner import run  # noqa: E402
 
-from tuner.cli import main  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.trtllm import captured_batch_sizes, resolve_cuda_graph_config  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
@@ -27,30 +24,20 @@ from tuner.workload import load_workload  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 SGLANG = ROOT / "workloads/sglang-eagle-llama-3.1-8b.yaml"
 TRTLLM = ROOT / "workloads/trtllm-eagle3-llama-3.1-8b.yaml"
-GIB = 1 << 30
 VLLM_FILES = ("compilation_config.json", "vllm-serve.yaml", "vllm-flags.txt")
 
 
 def profile_for(tmp_path: Path, workload_path: Path) -> Path:
     """A hand-made profile for a shipped Llama-3.1-8B workload: every multiple of q = 4 up to 1024 tokens (each decode
-    batch of up to 256 requests) and mixed-step widths up to 8192; an H200-sized device, 15 GiB weights, 2 GiB
-    activations; a graph saves 4 ms of launch cost at every width and costs 2 MiB in the shared pool."""
-    wl = load_workload(workload_path)
-    widths = sorted(set(range(4, 1025, 4)) | {2048, 4096, 8192})
-    return handmade_profile(tmp_path / "profiles", wl, widths, name=wl.name, total_memory_bytes=143771 * MIB,
-                            weights_bytes=15 * GIB, activation_peak_bytes=2 * GIB,
-                            eager_ms=lambda w: 6.0 + 0.01 * w, full_ms=lambda w: 2.0 + 0.01 * w)
+    batch of up to 256 requests) and mixed-step widths up to 8192."""
+    return shipped_profile(tmp_path / "profiles", workload_path, sorted(set(range(4, 1025, 4)) | {2048, 4096, 8192}))
 
 
 def tuned_run(tmp: Path, workload: Path) -> tuple[Path, Path]:
     """`cgtune tune` of a shipped engine workload on its hand-made profile: (run directory, profile)."""
     profile = profile_for(tmp, workload)
     out = tmp / "run"
-    # Its progress lines go nowhere: a test that instantiates the fixture reads only its own command's output.
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = main(["tune", str(workload), "--profile", str(profile), "--out", str(out), "--trials", "12",
-                     "--no-progress"])
-    assert code == 0
+    assert tune_quietly(workload, profile, out) == 0
     return out, profile
 
 
@@ -74,12 +61,13 @@ def test_sglang_tune_writes_sglang_files_with_the_tuned_list_in_requests(sglang_
     assert summary["engine"]["batch_sizes"] == tuned == summary["tuned"]["batch_sizes"]
     # The flag line and the JSON parse back to the tuned list, with the request pool pinned (unset, EAGLE would set
     # max_running_requests to 48 and cut the list there) and never the removed --cuda-graph-bs / --cuda-graph-max-bs.
+    # (tests/commands/test_engine_files_cli.py parses it with SGLang's own parser.)
     flags = (out / "sglang-flags.txt").read_text()
     line = [ln for ln in flags.splitlines() if ln and not ln.startswith("#")]
     assert len(line) == 1
-    argv = shlex.split(line[0])
-    assert argv[:3] == ["--max-running-requests", "128", "--cuda-graph-bs-decode"]
-    assert [int(x) for x in argv[3:]] == tuned
+    argv = dict(zip(*[iter(shlex.split(line[0]))] * 2))
+    assert argv["--max-running-requests"] == "128"
+    assert json.loads(argv["--cuda-graph-config"]) == {"decode": {"bs": tuned}}
     assert "--cuda-graph-bs " not in flags and "--cuda-graph-max-bs" not in flags
     assert json.loads((out / "sglang-cuda-graph-config.json").read_text()) == {"decode": {"bs": tuned}}
     assert max(tuned) <= 128
@@ -130,12 +118,17 @@ def test_trtllm_tune_writes_the_extra_options_yaml_that_trtllm_keeps(trtllm_run)
     summary = json.loads((out / "summary.json").read_text())
     tuned = [w // 4 for w in summary["capture_sizes"]]
     text = (out / "trtllm-extra-llm-api-options.yaml").read_text()
-    assert "add speculative_config.speculative_model" in text  # TensorRT-LLM refuses Eagle3 without its drafter
+    # TensorRT-LLM refuses Eagle3 without its drafter: a value it refuses stands there, and a comment says what it is.
+    assert "# speculative_config.speculative_model: <Eagle3 DRAFT CHECKPOINT: set speculative.model" in text
     options = yaml.safe_load(text)
     graph = options["cuda_graph_config"]
     assert graph == {"enable_padding": True, "batch_sizes": tuned}  # never a max_batch_size beside the list
     assert options["max_batch_size"] == 256 and options["max_num_tokens"] == 8192
-    assert options["speculative_config"] == {"decoding_type": "Eagle3", "max_draft_len": 3}
+    assert options["max_seq_len"] == 8192 and options["tensor_parallel_size"] == 1
+    assert options["speculative_config"] == {
+        "decoding_type": "Eagle3", "max_draft_len": 3,
+        "speculative_model": "<Eagle3 DRAFT CHECKPOINT: set speculative.model in the workload, or put its Hugging "
+                             "Face id or path here>"}
     assert options["kv_cache_config"] == {"free_gpu_memory_fraction": 0.9}
     # TensorRT-LLM's validator and engine filter keep it unchanged.
     assert resolve_cuda_graph_config(tuned, 0, enable_padding=True) == (tuned, max(tuned))

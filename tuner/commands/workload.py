@@ -168,7 +168,7 @@ class WorkloadCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         try:
             if args.workload_action == "buckets":
-                print(buckets_json(load_workload_arg(args.workload).serving))
+                print(buckets_json(_vllm_base(args.workload, "workload").serving))
                 return 0
             if args.workload_action == "from-metrics":
                 return self._from_metrics(args)
@@ -220,7 +220,7 @@ class WorkloadCommand(Command):
                 raise UsageError(f"--wait: needs SOURCE to be a URL to scrape twice, not {after!r}")
         name = _name_for(args, args.out)
         _check_out(args.out, args.force)
-        base = load_workload_arg(args.base)
+        base = _vllm_base(args.base, "--base")
 
         hist = self._histogram(args, after)
         where = _source_label(after)
@@ -293,6 +293,15 @@ class WorkloadCommand(Command):
         print(f"wrote {args.out}: {len(workload.traffic.trace)} steps, "
               f"{_decode_share(workload):.0%} uniform decode, from {args.trace}")
         return 0
+
+
+def _vllm_base(path: str, flag: str) -> Workload:
+    """A workload whose engine exports vLLM's step-width histogram: the metrics cgtune reads describe its steps."""
+    base = load_workload_arg(path)
+    if not base.engine.exports_vllm_metrics:
+        raise UsageError(f"{flag}: {path} deploys on {base.engine.label}, whose server exports no "
+                         f"vllm:iteration_tokens_total histogram (use `cgtune workload from-trace` with a step trace)")
+    return base
 
 
 def _decode_share(workload: Workload) -> float:

@@ -434,6 +434,8 @@ def profile_workload(
     meta.update(_activation_peaks(runner, workload, max(requested)))
     if dev.type == "cuda":
         meta["free_memory_bytes"] = runner.memory().free_bytes
+        # Where SGLang's KV budget starts: free memory with CUDA up, before any weights (tuner.sglang.memory).
+        meta["pre_load_free_bytes"] = baseline.free_bytes
 
     rows: dict[int, list[ProfileRow]] = dict(done)
     drafter_rows: dict[int, list[ProfileRow]] = dict(drafter_done)

@@ -173,9 +173,10 @@ def kv_budget_change_bytes(old_batch_sizes: Sequence[int], new_batch_sizes: Sequ
 
 @dataclass(frozen=True)
 class SglangKvRule:
-    """SGLang sizes the KV cache BEFORE capture from mem_fraction_static: KV = total x mfs - weights, and graphs
-    and activations must fit in the rest, total x (1 - mfs). With the automatic fraction only the list's max moves it
-    (2 MiB of reserve per request of max_bs, in 0.001 steps, not while the 10 GiB floor binds)."""
+    """SGLang sizes the KV cache BEFORE capture from mem_fraction_static: KV = free-before-load x mfs - weights, and
+    graphs and activations must fit in the rest, free-before-load x (1 - mfs) (`kv_budget_bytes`). With the automatic
+    fraction only the list's max moves it (2 MiB of reserve per request of max_bs, in 0.001 steps, not while the
+    10 GiB floor binds)."""
 
     total_memory_bytes: int
     """Device memory."""
@@ -195,6 +196,9 @@ class SglangKvRule:
     """SGLang's chunked prefill size (the activation reserve of the automatic fraction)."""
     tokens_per_request: int = 1
     """Tokens per request of a decode graph."""
+    pre_load_free_bytes: int | None = None
+    """Free device memory before the weights load, where SGLang's budget starts (the profile's); None: unknown, total
+    memory stands in."""
 
     estimate_enabled: bool = False
     """SGLang makes no graph-memory estimate: the real pool is what counts."""
@@ -208,6 +212,11 @@ class SglangKvRule:
                                                chunked_prefill_size=self.chunked_prefill_size)
 
     @property
+    def pre_load_bytes(self) -> int:
+        """The memory the fraction applies to: free before the weights load, else (unknown) total memory."""
+        return self.pre_load_free_bytes if self.pre_load_free_bytes is not None else self.total_memory_bytes
+
+    @property
     def requested_bytes(self) -> int:
         return self.total_memory_bytes
 
@@ -216,10 +225,11 @@ class SglangKvRule:
         return self.weights_bytes + self.activation_bytes
 
     def kv_available_bytes(self, estimate_bytes: float = 0.0, *, real_bytes: float = 0.0, top: int = 0) -> int:
-        return int(self.total_memory_bytes * self.fraction(top)) - self.weights_bytes
+        # kv_budget_bytes with free-after-weights = free-before - weights: free-before x fraction - weights
+        return int(self.pre_load_bytes * self.fraction(top)) - self.weights_bytes
 
     def capture_headroom_bytes(self, estimate_bytes: float, real_pool_bytes: float, *, top: int = 0) -> int:
-        slack = graph_slack_bytes(self.total_memory_bytes, self.fraction(top))
+        slack = graph_slack_bytes(self.pre_load_bytes, self.fraction(top))
         return int(slack - self.activation_bytes - round(real_pool_bytes))
 
     def applied_estimate(self, profiled_bytes: int) -> int:

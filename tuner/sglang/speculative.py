@@ -1,15 +1,23 @@
-"""SGLang 0.5.23's speculative-decoding resolution steps that change the decode graphs after the list is built."""
+"""SGLang 0.5.23's speculative-decoding resolution: the (steps, topk, draft tokens) it really runs, and the steps that
+change the decode graphs after the list is built."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
     "ALGORITHMS",
+    "DFLASH_DEFAULT_BLOCK_SIZE",
     "EAGLE_FAMILY",
+    "NGRAM_DEFAULT_DRAFT_TOKENS",
+    "NGRAM_DEFAULT_MAX_BFS_BREADTH",
     "SPECULATIVE_MAX_RUNNING_REQUESTS",
+    "ResolvedSpeculation",
     "auto_speculative_params",
     "effective_max_running_requests",
     "normalize_algorithm",
     "resolve_eagle_params",
+    "resolve_speculation",
 ]
 
 ALGORITHMS = ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM")
@@ -90,3 +98,82 @@ def resolve_eagle_params(algorithm: str, *, model_arch: str, num_steps: int | No
     if eagle_topk == 1 and num_draft_tokens != num_steps + 1:
         num_draft_tokens = num_steps + 1
     return num_steps, eagle_topk, num_draft_tokens
+
+
+NGRAM_DEFAULT_DRAFT_TOKENS = 12
+"""`_handle_ngram` (speculative_hook.py:1314-1318): speculative_num_draft_tokens when unset."""
+NGRAM_DEFAULT_MAX_BFS_BREADTH = 10
+"""`--speculative-ngram-max-bfs-breadth` default (arg_groups/fields/spec.py), which NGRAM takes as its topk
+(speculative_hook.py:1312)."""
+DFLASH_DEFAULT_BLOCK_SIZE = 16
+"""`_handle_dflash` (speculative_hook.py:389-424): speculative_num_draft_tokens when unset and the draft model's
+config.json names no block_size."""
+
+
+@dataclass(frozen=True)
+class ResolvedSpeculation:
+    """The speculative numbers SGLang runs, after its handler for the algorithm."""
+
+    num_steps: int
+    """speculative_num_steps."""
+    eagle_topk: int
+    """speculative_eagle_topk."""
+    num_draft_tokens: int
+    """speculative_num_draft_tokens: the tokens one request puts into a target-verify graph."""
+    changes: tuple[str, ...] = ()
+    """What SGLang changed or filled in, each with the rule's source, in words."""
+
+
+def resolve_speculation(algorithm: str, *, num_steps: int | None, eagle_topk: int | None,
+                        num_draft_tokens: int | None, dflash_block_size: int | None = None) -> ResolvedSpeculation:
+    """(steps, topk, draft tokens) as `handle_speculative_decoding` resolves them for a builtin algorithm: the EAGLE
+    family (EAGLE, EAGLE3, NEXTN, STANDALONE) forces draft tokens = steps + 1 at topk 1 (`resolve_eagle_params`);
+    NGRAM takes its BFS breadth as topk, 12 draft tokens when unset and steps = draft // topk; DFLASH runs 1 step at
+    topk 1 with draft tokens = its block size (`dflash_block_size`, else the draft model's config, else 16; cgtune
+    cannot read the draft model's config, so unset means 16). ValueError, naming the SGLang flag, where SGLang would
+    refuse or cgtune would have to guess (EAGLE without steps: SGLang's automatic triple depends on the
+    architecture)."""
+    name = normalize_algorithm(algorithm)
+    changes: list[str] = []
+    if name in EAGLE_FAMILY:
+        if num_steps is None:
+            raise ValueError("speculative_num_steps: missing (unset, SGLang picks steps, topk and draft tokens by the "
+                             "model's architecture; give them)")
+        topk = 1 if eagle_topk is None else eagle_topk
+        if topk > 1 and num_draft_tokens is None:
+            raise ValueError(f"speculative_num_draft_tokens: missing (needed with speculative_eagle_topk={topk})")
+        draft = num_draft_tokens if num_draft_tokens is not None else num_steps + 1
+        steps, topk, resolved = resolve_eagle_params(name, model_arch="", num_steps=num_steps, eagle_topk=topk,
+                                                     num_draft_tokens=draft)
+        if num_draft_tokens is not None and resolved != num_draft_tokens:
+            changes.append(f"speculative_num_draft_tokens {num_draft_tokens} -> {resolved}: SGLang forces steps + 1 "
+                           f"at speculative_eagle_topk 1 (speculative_hook.py:1255-1266)")
+        return ResolvedSpeculation(steps, topk, resolved, tuple(changes))
+    if name == "NGRAM":
+        topk = NGRAM_DEFAULT_MAX_BFS_BREADTH
+        if eagle_topk is not None and eagle_topk != topk:
+            changes.append(f"speculative_eagle_topk {eagle_topk} -> {topk}: NGRAM takes "
+                           f"speculative_ngram_max_bfs_breadth (speculative_hook.py:1312)")
+        draft = num_draft_tokens
+        if draft is None:
+            draft = NGRAM_DEFAULT_DRAFT_TOKENS
+            changes.append(f"speculative_num_draft_tokens unset -> {draft}: NGRAM's default "
+                           f"(speculative_hook.py:1314-1318)")
+        steps = num_steps if num_steps is not None else draft // topk
+        return ResolvedSpeculation(steps, topk, draft, tuple(changes))
+    if name == "DFLASH":
+        for flag, value in (("speculative_num_steps", num_steps), ("speculative_eagle_topk", eagle_topk)):
+            if value is not None and value != 1:
+                changes.append(f"{flag} {value} -> 1: DFLASH runs one step at topk 1 (speculative_hook.py:330-360)")
+        if dflash_block_size is not None and num_draft_tokens is not None and dflash_block_size != num_draft_tokens:
+            raise ValueError(f"speculative_num_draft_tokens: {num_draft_tokens} differs from "
+                             f"speculative_dflash_block_size={dflash_block_size} (SGLang refuses the pair for DFLASH)")
+        draft = dflash_block_size if dflash_block_size is not None else num_draft_tokens
+        if draft is None:
+            draft = DFLASH_DEFAULT_BLOCK_SIZE
+            changes.append(f"speculative_num_draft_tokens unset -> {draft}: SGLang reads the draft model's block_size "
+                           f"from its config.json, else 16 (speculative_hook.py:389-424); cgtune cannot read it, so "
+                           f"{draft} is tuned for and written into the flags (set it to your drafter's block size)")
+        return ResolvedSpeculation(1, 1, draft, tuple(changes))
+    raise ValueError(f"speculative_algorithm={algorithm!r}: cgtune resolves EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM "
+                     f"and DFLASH only")

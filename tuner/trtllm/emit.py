@@ -92,7 +92,8 @@ def validate_batch_sizes(batch_sizes: Sequence[int], *, max_batch_size: int = DE
 
 
 def extra_llm_api_options(batch_sizes: Sequence[int], *, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                          max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS, enable_padding: bool = True,
+                          max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS, max_seq_len: int | None = None,
+                          tensor_parallel_size: int | None = None, enable_padding: bool = True,
                           free_gpu_memory_fraction: float = DEFAULT_FREE_GPU_MEMORY_FRACTION,
                           speculative_config: Mapping[str, object] | None = None) -> dict[str, object]:
     """The YAML mapping. `cuda_graph_config.max_batch_size` is left out on purpose: next to `batch_sizes` it must equal
@@ -102,6 +103,8 @@ def extra_llm_api_options(batch_sizes: Sequence[int], *, max_batch_size: int = D
     options: dict[str, object] = {
         "max_batch_size": max_batch_size,
         "max_num_tokens": max_num_tokens,
+        **({"max_seq_len": max_seq_len} if max_seq_len is not None else {}),
+        **({"tensor_parallel_size": tensor_parallel_size} if tensor_parallel_size is not None else {}),
         # enable_padding defaults to false in TensorRT-LLM: a sparse list without it sends every unlisted size eager.
         "cuda_graph_config": {"enable_padding": enable_padding, "batch_sizes": sorted({int(s) for s in batch_sizes})},
         "kv_cache_config": {"free_gpu_memory_fraction": free_gpu_memory_fraction},
@@ -112,17 +115,21 @@ def extra_llm_api_options(batch_sizes: Sequence[int], *, max_batch_size: int = D
 
 
 def render_files(batch_sizes: Sequence[int], *, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                 max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS, enable_padding: bool = True,
+                 max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS, max_seq_len: int | None = None,
+                 tensor_parallel_size: int | None = None, enable_padding: bool = True,
                  free_gpu_memory_fraction: float = DEFAULT_FREE_GPU_MEMORY_FRACTION,
-                 speculative_config: Mapping[str, object] | None = None,
+                 speculative_config: Mapping[str, object] | None = None, notes: Sequence[str] = (),
                  provenance: Provenance | None = None) -> dict[str, str]:
-    """File name -> text for the YAML; validates the list first (EmitError)."""
+    """File name -> text for the YAML; validates the list first (EmitError). `notes`: comment lines on what the user
+    must still put in."""
     values = validate_batch_sizes(batch_sizes, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                                   enable_padding=enable_padding, speculative_config=speculative_config)
     options = extra_llm_api_options(values, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+                                    max_seq_len=max_seq_len, tensor_parallel_size=tensor_parallel_size,
                                     enable_padding=enable_padding, free_gpu_memory_fraction=free_gpu_memory_fraction,
                                     speculative_config=speculative_config)
     comments = "".join(f"# {line}\n" for line in (provenance.lines() if provenance is not None else []))
+    comments += "".join(f"# {note}\n" for note in notes)
     text = (
         comments
         + f"# usage: trtllm-serve MODEL --extra_llm_api_options {EXTRA_OPTIONS_FILE}\n"

@@ -4,11 +4,12 @@ bs x (1 + max_draft_len) tokens)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tuner.engine import Speculation
+from tuner.engine import Deployment, Speculation, placeholder
 from tuner.fields import FieldReader
 from tuner.request_engine import RequestEngine
 from tuner.trtllm.capture import filter_cuda_graph_batch_sizes
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["NEEDS_SPECULATIVE_MODEL", "TrtllmEngine", "TrtllmSettings"]
 
-NEEDS_SPECULATIVE_MODEL = ("Eagle", "Eagle3", "DraftTarget")
-"""Decoding types whose config refuses to load without `speculative_model` (llmapi/llm_args.py
-`EagleDecodingConfig.validate_speculative_model`: "Draft model must be provided for EAGLE"), a path cgtune does not
-know."""
+NEEDS_SPECULATIVE_MODEL = ("Eagle", "Eagle3", "Draft_Target")
+"""Decoding types whose config refuses to load without `speculative_model` (tensorrt_llm/llmapi/llm_args.py:
+`EagleDecodingConfig.validate_speculative_model`, "Draft model must be provided for EAGLE";
+`DraftTargetDecodingConfig.validate_draft_target_config`, "speculative_model must be specified for DraftTarget")."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class TrtllmSettings:
     vLLM's names)."""
 
     decoding_type: str | None = None
-    """speculative_config.decoding_type (Eagle, Eagle3, MTP, NGram, DraftTarget); None without speculation."""
+    """speculative_config.decoding_type, the tag of llm_args.py's union (Eagle, Eagle3, MTP, NGram, Draft_Target); None
+    without speculation."""
     enable_padding: bool = False
     """cuda_graph_config.enable_padding (its default false: only exactly captured sizes replay)."""
     free_gpu_memory_fraction: float = DEFAULT_FREE_GPU_MEMORY_FRACTION
@@ -51,11 +53,9 @@ class TrtllmEngine(RequestEngine):
     files = (EXTRA_OPTIONS_FILE,)
     aliases = {"max_batch_size": "max_num_seqs", "max_num_tokens": "max_num_batched_tokens",
                "max_seq_len": "max_model_len", "max_draft_len": "num_speculative_tokens"}
-    request_cap_name = "max_batch_size"
     speculative_names = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram",
-                         "draft_model": "DraftTarget"}
+                         "draft_model": "Draft_Target"}
     speculative_what = "TensorRT-LLM decoding_type"
-    draft_tokens_field = "max_draft_len"
 
     @property
     def settings(self) -> TrtllmSettings:
@@ -63,13 +63,13 @@ class TrtllmEngine(RequestEngine):
 
     @classmethod
     def parse_settings(cls, r: FieldReader, num_speculative_tokens: int,
-                       speculative_method: str | None) -> tuple[Any, int]:
+                       speculative_method: str | None) -> tuple[Any, int, int]:
         native = cls.native_method(r, num_speculative_tokens, speculative_method)
         settings = TrtllmSettings(
             decoding_type=native, enable_padding=r.bool("enable_padding", False),
             free_gpu_memory_fraction=r.float("free_gpu_memory_fraction", 0.9, minimum=0.0, maximum=1.0,
                                              exclusive_minimum=True))
-        return settings, 1 + num_speculative_tokens
+        return settings, 1 + num_speculative_tokens, num_speculative_tokens
 
     @property
     def speculation(self) -> Speculation:
@@ -98,23 +98,34 @@ class TrtllmEngine(RequestEngine):
         return default_batch_sizes(self.serving.max_num_seqs, enable_padding=self.settings.enable_padding)
 
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
-                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str]) -> TrtllmKvRule:
+                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
+                pre_load_free_bytes: int | None = None) -> TrtllmKvRule:
         return TrtllmKvRule(total_memory_bytes, non_kv_cache_bytes, required_kv_bytes,
                             self.settings.free_gpu_memory_fraction)
 
-    def render_request_files(self, batch_sizes: Sequence[int], provenance: Provenance | None) -> dict[str, str]:
-        """The extra_llm_api_options YAML with padding as the workload says."""
+    def render_request_files(self, batch_sizes: Sequence[int], deployment: Deployment,
+                             provenance: Provenance | None) -> dict[str, str]:
+        """The extra_llm_api_options YAML with padding as the workload says, the context length and tensor
+        parallelism it was tuned for, and the speculative config with its draft checkpoint."""
         s, e = self.serving, self.settings
         draft = self.decode_query_len - 1
-        speculative = None
+        speculative, notes = None, []
         if draft > 0:
             if e.decoding_type is None:
                 raise EmitError(f"speculative_config.decoding_type: None with max_draft_len={draft} (name "
                                 f"speculative.method)")
             speculative = {"decoding_type": e.decoding_type, "max_draft_len": draft}
+            model = deployment.draft_checkpoint
+            if model is None and e.decoding_type in NEEDS_SPECULATIVE_MODEL:
+                model = placeholder(f"{e.decoding_type} DRAFT CHECKPOINT", "speculative.model")
+                notes.append(f"speculative_config.speculative_model: {model} stands for the draft model "
+                             f"(TensorRT-LLM refuses {e.decoding_type} without one, and this value as it is)")
+            if model is not None:
+                speculative["speculative_model"] = model
         return render_files(batch_sizes, max_batch_size=s.max_num_seqs, max_num_tokens=s.max_num_batched_tokens,
+                            max_seq_len=s.max_model_len, tensor_parallel_size=deployment.tensor_parallel_size,
                             enable_padding=e.enable_padding, free_gpu_memory_fraction=e.free_gpu_memory_fraction,
-                            speculative_config=speculative, provenance=provenance)
+                            speculative_config=speculative, notes=notes, provenance=provenance)
 
     # ------------------------------------------------------------------ words
     def engine_line(self) -> str:
@@ -162,11 +173,7 @@ class TrtllmEngine(RequestEngine):
 
     def serve_line(self, out_dir: Path, checkpoint: str | None) -> str | None:
         options = out_dir / EXTRA_OPTIONS_FILE
-        return f"trtllm-serve {checkpoint or 'MODEL'} --extra_llm_api_options {options}" if options.is_file() else None
-
-    def provenance_notes(self) -> dict[str, str]:
-        t = self.settings.decoding_type
-        if t in NEEDS_SPECULATIVE_MODEL:
-            return {"note": f"add speculative_config.speculative_model (the {t} draft checkpoint): TensorRT-LLM "
-                            f"refuses {t} without it, and cgtune does not know it"}
-        return {}
+        if not options.is_file():
+            return None
+        return shlex.join(["trtllm-serve", checkpoint or placeholder("CHECKPOINT", "model.name"),
+                           "--extra_llm_api_options", str(options)])

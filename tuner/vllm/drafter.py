@@ -13,8 +13,10 @@ from tuner.vllm.dispatch import Dispatcher, manager_graphs, mode_parts
 
 __all__ = [
     "EAGLE_METHODS",
+    "DRAFT_CHECKPOINT_METHODS",
     "MODEL_BASED_METHODS",
     "MODEL_FREE_METHODS",
+    "PARALLEL_DRAFTING_METHODS",
     "RUNNERS",
     "SPECULATIVE_METHODS",
     "DrafterGraph",
@@ -39,6 +41,12 @@ EAGLE_METHODS = ("eagle", "eagle3", "mtp")
 """Methods drafted autoregressively from the target's hidden states (V2 `TargetDependentARSpeculator`)."""
 MODEL_BASED_METHODS = (*EAGLE_METHODS, "dflash", "draft_model")
 """Methods with a draft model of their own: its own forward passes, KV layers and (possibly) graphs (facts §1)."""
+DRAFT_CHECKPOINT_METHODS = (*MODEL_BASED_METHODS, "custom_class")
+"""Methods whose speculative config names a checkpoint (`SpeculativeConfig.model`; custom_class: its proposer's
+module); vLLM defaults it to the target for mtp only."""
+PARALLEL_DRAFTING_METHODS = ("eagle", "eagle3", "draft_model", "dflash", "dspark")
+"""Methods that may draft all K tokens in one pass (`SpeculativeConfig.parallel_drafting`: "Only compatible with EAGLE
+and draft model methods"; DFlash and DSpark always do)."""
 MODEL_FREE_METHODS = ("ngram", "ngram_gpu", "suffix", "custom_class")
 """Methods without a draft model: no drafter graphs, passes or KV (facts §1)."""
 SPECULATIVE_METHODS = (*MODEL_BASED_METHODS, *MODEL_FREE_METHODS)

@@ -1,5 +1,6 @@
 """Write a capture list as the files vLLM consumes: a `--compilation-config` JSON, a `vllm serve --config` YAML and
-the flag line, each checked against vLLM's own capture-size rules first."""
+the flag line, the last two with every serving, speculative and environment setting the tuning assumed, the list
+checked against vLLM's own capture-size rules first."""
 
 from __future__ import annotations
 
@@ -16,16 +17,25 @@ from tuner.vllm.defaults import default_capture_sizes
 __all__ = [
     "COMPILATION_CONFIG_FILE",
     "FLAGS_FILE",
+    "NEEDS_DRAFT_CHECKPOINT",
     "SERVE_YAML_FILE",
     "EmitError",
     "Provenance",
+    "ServeSettings",
     "compilation_config",
+    "env_prefix",
+    "flag_args",
     "flag_line",
     "render_files",
     "serve_config",
     "validate_capture_sizes",
     "write_files",
 ]
+
+NEEDS_DRAFT_CHECKPOINT = ("eagle", "eagle3", "dflash", "draft_model", "custom_class")
+"""Methods vLLM refuses without `speculative-config.model` (`SpeculativeConfig.__post_init__`: "num_speculative_tokens
+was provided but without speculative model"); mtp and dspark default to the target, the model-free methods to their
+own name."""
 
 COMPILATION_CONFIG_FILE = "compilation_config.json"
 SERVE_YAML_FILE = "vllm-serve.yaml"
@@ -96,56 +106,95 @@ def compilation_config(sizes: Sequence[int], cudagraph_mode: str) -> dict[str, o
             "max_cudagraph_capture_size": values[-1]}
 
 
-def serve_config(model: str | None, sizes: Sequence[int], *, cudagraph_mode: str, max_num_seqs: int,
-                 max_num_batched_tokens: int, max_model_len: int, gpu_memory_utilization: float,
-                 tensor_parallel_size: int) -> dict[str, object]:
-    """The `vllm serve --config` mapping (keys are CLI flag names); without a checkpoint no `model` key, since
-    vLLM would try to load whatever stood there."""
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything besides the compilation config that a `vllm serve` must be given to run what was tuned: the
+    serving flags, the speculative config and the environment."""
+
+    model: str
+    """The served checkpoint (or a placeholder vLLM refuses, `tuner.engine.placeholder`)."""
+    dtype: str
+    """--dtype: the dtype the profile measured."""
+    tensor_parallel_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    enforce_eager: bool = False
+    speculative_config: dict[str, object] | None = None
+    """--speculative-config (method, num_speculative_tokens, model, ...); None without speculation."""
+    environment: tuple[tuple[str, str, str], ...] = ()
+    """`(variable, value, why)` that must be set in vLLM's environment."""
+    notes: tuple[str, ...] = ()
+    """What the user must still put in (a placeholder's meaning), as comment lines."""
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return int(self.speculative_config["num_speculative_tokens"]) if self.speculative_config else 0
+
+
+def env_prefix(environment: Sequence[tuple[str, str, str]]) -> str:
+    """`VAR=value ` for each `(variable, value, why)`, to put before `vllm serve` ('' without any)."""
+    return "".join(f"{name}={shlex.quote(value)} " for name, value, _ in environment)
+
+
+def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> dict[str, object]:
+    """The `vllm serve --config` mapping (keys are CLI flag names, in the order a reader checks them)."""
+    s = settings
     return {
-        **({"model": model} if model else {}),
-        "max-num-seqs": max_num_seqs,
-        "max-num-batched-tokens": max_num_batched_tokens,
-        "max-model-len": max_model_len,
-        "gpu-memory-utilization": gpu_memory_utilization,
-        "tensor-parallel-size": tensor_parallel_size,
+        "model": s.model,
+        "dtype": s.dtype,
+        "tensor-parallel-size": s.tensor_parallel_size,
+        "max-model-len": s.max_model_len,
+        "max-num-seqs": s.max_num_seqs,
+        "max-num-batched-tokens": s.max_num_batched_tokens,
+        "gpu-memory-utilization": s.gpu_memory_utilization,
+        **({"enforce-eager": True} if s.enforce_eager else {}),
+        **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
         "compilation-config": compilation_config(sizes, cudagraph_mode),
     }
 
 
-def flag_line(sizes: Sequence[int], cudagraph_mode: str) -> str:
-    """`--compilation-config '{...}'`, shell-quoted, to append to `vllm serve MODEL`."""
-    return "--compilation-config " + shlex.quote(json.dumps(compilation_config(sizes, cudagraph_mode),
-                                                            separators=(", ", ": ")))
+def flag_args(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> list[str]:
+    """The same settings as `vllm serve MODEL` arguments (the model stays positional: not among them)."""
+    args: list[str] = []
+    for key, value in serve_config(sizes, settings, cudagraph_mode).items():
+        if key == "model":
+            continue
+        if value is True:
+            args.append(f"--{key}")
+        else:
+            args += [f"--{key}", json.dumps(value, separators=(", ", ": ")) if isinstance(value, dict) else str(value)]
+    return args
 
 
-def render_files(sizes: Sequence[int], *, model: str | None, cudagraph_mode: str, max_num_seqs: int,
-                 num_speculative_tokens: int, max_num_batched_tokens: int, max_model_len: int,
-                 gpu_memory_utilization: float, tensor_parallel_size: int,
+def flag_line(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> str:
+    """`--max-num-seqs N ... --compilation-config '{...}'`, shell-quoted, to append to `vllm serve MODEL`."""
+    return shlex.join(flag_args(sizes, settings, cudagraph_mode))
+
+
+def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mode: str,
                  provenance: Provenance) -> dict[str, str]:
-    """File name -> text for the three files; validates the list first (EmitError). `model`: the checkpoint vLLM
-    serves (a Hugging Face id or path); None writes a placeholder comment where it goes."""
+    """File name -> text for the three files; validates the list first (EmitError). The YAML and the flag file carry
+    every setting the tuning assumed, the environment it needs and what a placeholder stands for, as comments."""
     values = sorted({int(s) for s in sizes})
     if values and cudagraph_mode != "NONE":
-        validate_capture_sizes(values, max_num_seqs=max_num_seqs, num_speculative_tokens=num_speculative_tokens,
-                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_mode=cudagraph_mode)
+        validate_capture_sizes(values, max_num_seqs=settings.max_num_seqs,
+                               num_speculative_tokens=settings.num_speculative_tokens,
+                               max_num_batched_tokens=settings.max_num_batched_tokens, cudagraph_mode=cudagraph_mode)
     cc = compilation_config(values, cudagraph_mode)
     # JSON has no comments and vLLM rejects unknown keys, so provenance lives in the other two files.
     cc_text = json.dumps(cc, indent=2) + "\n"
     comments = "".join(f"# {line}\n" for line in provenance.lines())
-    serve = serve_config(model, values, cudagraph_mode=cudagraph_mode, max_num_seqs=max_num_seqs,
-                         max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-                         gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size)
-    if model:
-        usage = "# usage: vllm serve --config vllm-serve.yaml (add your speculative-config)\n"
-        placeholder = ""
-    else:
-        usage = "# usage: vllm serve CHECKPOINT --config vllm-serve.yaml (add your speculative-config)\n"
-        placeholder = ("# model: CHECKPOINT  <- the workload names no checkpoint (set model.name in it, or pass it to "
-                       "vllm serve)\n")
-    serve_text = comments + usage + placeholder + yaml.safe_dump(serve, sort_keys=False, default_flow_style=None,
-                                                                 width=100)
-    flags_text = (comments + f"# usage: vllm serve {model or 'CHECKPOINT'} <the line below>\n"
-                  + flag_line(values, cudagraph_mode) + "\n")
+    comments += "".join(f"# environment: {name}={value} must be set: {why}\n" for name, value, why in
+                        settings.environment)
+    comments += "".join(f"# {note}\n" for note in settings.notes)
+    env = env_prefix(settings.environment)
+    serve_text = (comments + f"# usage: {env}vllm serve --config {SERVE_YAML_FILE}\n"
+                  + yaml.safe_dump(serve_config(values, settings, cudagraph_mode), sort_keys=False,
+                                   default_flow_style=None, width=100))
+    flags_text = (comments + f"# usage: {env}vllm serve {shlex.quote(settings.model)} <the line below>\n"
+                  + flag_line(values, settings, cudagraph_mode) + "\n")
     return {COMPILATION_CONFIG_FILE: cc_text, SERVE_YAML_FILE: serve_text, FLAGS_FILE: flags_text}
 
 

@@ -3,11 +3,12 @@ they capture, their graph-memory estimate and where the drafter's graphs enter t
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tuner.engine import LIST_LABELS, DrafterSweep, Engine, Speculation, flag_file_line
-from tuner.fields import FieldReader
+from tuner.engine import LIST_LABELS, Deployment, DrafterSweep, Engine, Speculation, flag_file_line, placeholder
+from tuner.fields import FieldReader, WorkloadError
 from tuner.serving import ServingConfig, read_serving
 from tuner.vllm.defaults import (
     CaptureDefaults,
@@ -19,7 +20,15 @@ from tuner.vllm.defaults import (
 from tuner.vllm.dispatch import Dispatcher
 from tuner.vllm.drafter import EagerDrafterPasses, drafter_graphs, drafter_pass_widths, eager_drafter_passes
 from tuner.vllm.drafter_cost import DrafterCost
-from tuner.vllm.emit import COMPILATION_CONFIG_FILE, FLAGS_FILE, SERVE_YAML_FILE, render_files
+from tuner.vllm.emit import (
+    COMPILATION_CONFIG_FILE,
+    FLAGS_FILE,
+    NEEDS_DRAFT_CHECKPOINT,
+    SERVE_YAML_FILE,
+    ServeSettings,
+    env_prefix,
+    render_files,
+)
 from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes
 from tuner.vllm.runner import (
     effective_cudagraph_mode,
@@ -51,6 +60,7 @@ class VllmEngine(Engine):
     files = (COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE)
     report_words = "tuner.vllm_report"
     makes_estimate = True
+    exports_vllm_metrics = True
     peer_rows = ("sglang",)
 
     @classmethod
@@ -62,7 +72,12 @@ class VllmEngine(Engine):
     @classmethod
     def parse_serving(cls, r: FieldReader, *, speculative_method: str | None,
                       parallel_drafting: bool) -> ServingConfig:
-        return read_serving(r, speculative_method=speculative_method, parallel_drafting=parallel_drafting)
+        config = read_serving(r, speculative_method=speculative_method, parallel_drafting=parallel_drafting)
+        try:  # a runner pinned where it cannot run the setup
+            resolve_model_runner(config.model_runner, speculative_method, parallel_drafting=parallel_drafting)
+        except ValueError as exc:
+            raise WorkloadError(f"{r.at('model_runner')}: {exc}") from None
+        return config
 
     @property
     def speculation(self) -> Speculation:
@@ -152,7 +167,8 @@ class VllmEngine(Engine):
 
     # ------------------------------------------------------------------ memory
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
-                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str]) -> KvRule:
+                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
+                pre_load_free_bytes: int | None = None) -> KvRule:
         s = self.serving
         if not s.estimate_cudagraph_memory:
             notes.append("estimate_cudagraph_memory: false (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM "
@@ -224,19 +240,73 @@ class VllmEngine(Engine):
             max_num_seqs=s.max_num_seqs, dense_schedule=dense, parallel_drafting=s.parallel_drafting)
 
     # ------------------------------------------------------------------ files to emit
-    def render_files(self, capture_sizes: Sequence[int], *, checkpoint: str | None, tensor_parallel_size: int,
-                     cudagraph_mode: str, provenance: Provenance | None = None) -> dict[str, str]:
-        """`compilation_config.json`, `vllm-serve.yaml` and `vllm-flags.txt`."""
+    def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,
+                     provenance: Provenance | None = None) -> dict[str, str]:
+        """`compilation_config.json`, `vllm-serve.yaml` and `vllm-flags.txt`, the last two with the serving flags,
+        the speculative config and the environment the tuning assumed."""
+        return render_files(capture_sizes, self.serve_settings(deployment), cudagraph_mode=cudagraph_mode,
+                            provenance=provenance)
+
+    def serve_settings(self, deployment: Deployment) -> ServeSettings:
+        """What `vllm serve` must be given besides the compilation config; a checkpoint the workload does not name
+        stands as a placeholder vLLM refuses, with a note saying what to put there."""
+        s, notes = self.serving, []
+        model = deployment.checkpoint
+        if model is None:
+            model = placeholder("CHECKPOINT", "model.name")
+            notes.append(f"model: {model} stands for the served checkpoint (vLLM refuses it as it is)")
+        return ServeSettings(
+            model=model, dtype=deployment.dtype, tensor_parallel_size=deployment.tensor_parallel_size,
+            max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+            max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
+            enforce_eager=s.enforce_eager, speculative_config=self._speculative_config(deployment, notes),
+            environment=self._environment(), notes=tuple(notes))
+
+    def _speculative_config(self, deployment: Deployment, notes: list[str]) -> dict[str, object] | None:
+        """`--speculative-config` as tuned: method, num_speculative_tokens, the draft checkpoint, parallel drafting
+        and the dynamic schedule. Without it vLLM would run q = 1."""
         s = self.serving
-        return render_files(capture_sizes, model=checkpoint, cudagraph_mode=cudagraph_mode,
-                            max_num_seqs=s.max_num_seqs, num_speculative_tokens=s.num_speculative_tokens,
-                            max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len,
-                            gpu_memory_utilization=s.gpu_memory_utilization,
-                            tensor_parallel_size=tensor_parallel_size, provenance=provenance)
+        if s.num_speculative_tokens <= 0:
+            return None
+        method = s.speculative_method
+        config: dict[str, object] = {"method": method or placeholder("SPECULATIVE METHOD", "speculative.method",
+                                                                     "vLLM's name for it"),
+                                     "num_speculative_tokens": s.num_speculative_tokens}
+        if method is None:
+            notes.append(f"speculative-config.method: {config['method']} stands for the method that drafts the "
+                         f"{s.num_speculative_tokens} tokens (vLLM refuses it as it is)")
+        if deployment.draft_checkpoint is not None:
+            config["model"] = deployment.draft_checkpoint
+        elif method in NEEDS_DRAFT_CHECKPOINT:
+            config["model"] = placeholder(f"{method} DRAFT CHECKPOINT", "speculative.model")
+            notes.append(f"speculative-config.model: {config['model']} stands for the {method} drafter (vLLM refuses "
+                         f"{method} without one, and refuses this value as it is)")
+        if s.parallel_drafting:
+            config["parallel_drafting"] = True
+        if s.speculative_schedule:
+            config["num_speculative_tokens_per_batch_size"] = [list(e) for e in s.speculative_schedule]
+        return config
+
+    def _environment(self) -> tuple[tuple[str, str, str], ...]:
+        """Environment variables vLLM must see to run as modelled: the runner where the workload pins one vLLM would
+        not pick, and no graph-memory estimate where the workload turns it off."""
+        s, env = self.serving, []
+        vllm_pick = resolve_model_runner("auto", s.speculative_method, parallel_drafting=s.parallel_drafting)
+        if self.runner != vllm_pick:
+            env.append(("VLLM_USE_V2_MODEL_RUNNER", "1" if self.runner == "v2" else "0",
+                        f"the workload pins model_runner {self.runner}; vLLM 0.33 would run {vllm_pick.upper()}"))
+        if not s.estimate_cudagraph_memory:
+            env.append(("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0",
+                        "estimate_cudagraph_memory: false (vLLM subtracts no graph-memory estimate from the KV "
+                        "cache)"))
+        return tuple(env)
 
     def serve_line(self, out_dir: Path, checkpoint: str | None) -> str | None:
         line = flag_file_line(out_dir / FLAGS_FILE)
-        return f"vllm serve {checkpoint or 'CHECKPOINT'} {line}" if line else None
+        if not line:
+            return None
+        env = env_prefix(self._environment())
+        return f"{env}vllm serve {shlex.quote(checkpoint or placeholder('CHECKPOINT', 'model.name'))} {line}"
 
     # ------------------------------------------------------------------ words
     def list_label(self, name: str) -> str:
