@@ -219,7 +219,7 @@ def test_sglang_draft_model_path_is_named_or_a_value_sglang_refuses(sglang_runs)
     value = answer["parsed"]["shipped"]["speculative_draft_model_path"]
     assert value == placeholder("EAGLE DRAFT CHECKPOINT", "speculative.model")
     assert not Path(value).exists() and " " in value and value.startswith("<")  # neither a path nor a repo id
-    assert "# --speculative-draft-model-path <EAGLE DRAFT CHECKPOINT" in (runs["shipped"][0] / "sglang-flags.txt"
+    assert "# --speculative-draft-model-path: <EAGLE DRAFT CHECKPOINT" in (runs["shipped"][0] / "sglang-flags.txt"
                                                                           ).read_text()
 
 

@@ -226,11 +226,9 @@ class SglangEngine(RequestEngine):
         speculative: list[tuple[str, object]] = []
         if (r := e.speculation) is not None:
             speculative.append(("speculative-algorithm", e.speculative_algorithm))
-            draft = deployment.draft_checkpoint
-            if draft is None and e.speculative_algorithm in NEEDS_DRAFT_MODEL_PATH:
-                draft = placeholder(f"{e.speculative_algorithm} DRAFT CHECKPOINT", "speculative.model")
-                notes.append(f"--speculative-draft-model-path {draft} stands for the draft model (SGLang refuses "
-                             f"it as it is)")
+            draft = deployment.draft_model(str(e.speculative_algorithm),
+                                           needed=e.speculative_algorithm in NEEDS_DRAFT_MODEL_PATH,
+                                           key="--speculative-draft-model-path", engine="SGLang", notes=notes)
             if draft is not None:
                 speculative.append(("speculative-draft-model-path", draft))
             speculative += [("speculative-num-steps", r.num_steps), ("speculative-eagle-topk", r.eagle_topk),

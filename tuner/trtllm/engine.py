@@ -115,11 +115,9 @@ class TrtllmEngine(RequestEngine):
                 raise EmitError(f"speculative_config.decoding_type: None with max_draft_len={draft} (name "
                                 f"speculative.method)")
             speculative = {"decoding_type": e.decoding_type, "max_draft_len": draft}
-            model = deployment.draft_checkpoint
-            if model is None and e.decoding_type in NEEDS_SPECULATIVE_MODEL:
-                model = placeholder(f"{e.decoding_type} DRAFT CHECKPOINT", "speculative.model")
-                notes.append(f"speculative_config.speculative_model: {model} stands for the draft model "
-                             f"(TensorRT-LLM refuses {e.decoding_type} without one, and this value as it is)")
+            model = deployment.draft_model(e.decoding_type, needed=e.decoding_type in NEEDS_SPECULATIVE_MODEL,
+                                           key="speculative_config.speculative_model", engine="TensorRT-LLM",
+                                           notes=notes)
             if model is not None:
                 speculative["speculative_model"] = model
         return render_files(batch_sizes, max_batch_size=s.max_num_seqs, max_num_tokens=s.max_num_batched_tokens,

@@ -275,12 +275,10 @@ class VllmEngine(Engine):
         if method is None:
             notes.append(f"speculative-config.method: {config['method']} stands for the method that drafts the "
                          f"{s.num_speculative_tokens} tokens (vLLM refuses it as it is)")
-        if deployment.draft_checkpoint is not None:
-            config["model"] = deployment.draft_checkpoint
-        elif method in NEEDS_DRAFT_CHECKPOINT:
-            config["model"] = placeholder(f"{method} DRAFT CHECKPOINT", "speculative.model")
-            notes.append(f"speculative-config.model: {config['model']} stands for the {method} drafter (vLLM refuses "
-                         f"{method} without one, and refuses this value as it is)")
+        draft = deployment.draft_model(str(method), needed=method in NEEDS_DRAFT_CHECKPOINT,
+                                       key="speculative-config.model", engine="vLLM", notes=notes)
+        if draft is not None:
+            config["model"] = draft
         if s.parallel_drafting:
             config["parallel_drafting"] = True
         if s.speculative_schedule:
