@@ -42,7 +42,7 @@ class CheckCommand(Command):
         "(logged / predicted - 1) and whether the log line's rounding or cgtune's stated tolerance covers it.\n"
         "Exit 0 when it could compare, whatever the errors (1 with --fail-over), 2 on bad input.\n\n"
         "examples:\n"
-        "  vllm serve --config runs/dflash/vllm-serve.yaml --speculative-config '{...}' 2>&1 | tee vllm.log\n"
+        "  vllm serve --config runs/dflash/vllm-serve.yaml 2>&1 | tee vllm.log\n"
         "  cgtune check runs/dflash --vllm-log vllm.log\n"
         "  cgtune check runs/dflash --vllm-log - --json --fail-over 5 < vllm.log\n"
         "  cgtune check runs/dflash --vllm-log vllm.log --calibrate profiles/dflash-vllm.json\n"
