@@ -110,15 +110,15 @@ class Deployment:
     tensor_parallel_size: int
     """Ranks the model is sharded over."""
 
-    def draft_model(self, method: str, *, needed: bool, key: str, engine: str, notes: list[str]) -> str | None:
+    def draft_model(self, method: str, *, needed: bool, key: str, why: str, notes: list[str]) -> str | None:
         """The draft checkpoint an engine's files name for `method` (its own name for it): the workload's; where it
         names none and the engine `needed` one, a placeholder the engine refuses, with a note under `key` (the
-        engine's setting) saying what stands there; else None (the engine loads no draft model, or finds its own)."""
+        engine's setting) saying what stands there and `why` it must be set; else None (the engine loads no draft
+        model, or finds its own)."""
         if self.draft_checkpoint is not None or not needed:
             return self.draft_checkpoint
         value = placeholder(f"{method} DRAFT CHECKPOINT", "speculative.model")
-        notes.append(f"{key}: {value} stands for the {method} draft model ({engine} refuses {method} without one, "
-                     f"and this value as it is)")
+        notes.append(f"{key}: {value} stands for the {method} draft model ({why})")
         return value
 
 

@@ -228,7 +228,9 @@ class SglangEngine(RequestEngine):
             speculative.append(("speculative-algorithm", e.speculative_algorithm))
             draft = deployment.draft_model(str(e.speculative_algorithm),
                                            needed=e.speculative_algorithm in NEEDS_DRAFT_MODEL_PATH,
-                                           key="--speculative-draft-model-path", engine="SGLang", notes=notes)
+                                           key="--speculative-draft-model-path",
+                                           why="SGLang loads the draft model from it, and refuses this value as it "
+                                               "is", notes=notes)
             if draft is not None:
                 speculative.append(("speculative-draft-model-path", draft))
             speculative += [("speculative-num-steps", r.num_steps), ("speculative-eagle-topk", r.eagle_topk),

@@ -116,8 +116,9 @@ class TrtllmEngine(RequestEngine):
                                 f"speculative.method)")
             speculative = {"decoding_type": e.decoding_type, "max_draft_len": draft}
             model = deployment.draft_model(e.decoding_type, needed=e.decoding_type in NEEDS_SPECULATIVE_MODEL,
-                                           key="speculative_config.speculative_model", engine="TensorRT-LLM",
-                                           notes=notes)
+                                           key="speculative_config.speculative_model",
+                                           why=f"TensorRT-LLM refuses {e.decoding_type} without one, and this value "
+                                               f"as it is", notes=notes)
             if model is not None:
                 speculative["speculative_model"] = model
         return render_files(batch_sizes, max_batch_size=s.max_num_seqs, max_num_tokens=s.max_num_batched_tokens,

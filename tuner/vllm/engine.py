@@ -276,7 +276,9 @@ class VllmEngine(Engine):
             notes.append(f"speculative-config.method: {config['method']} stands for the method that drafts the "
                          f"{s.num_speculative_tokens} tokens (vLLM refuses it as it is)")
         draft = deployment.draft_model(str(method), needed=method in NEEDS_DRAFT_CHECKPOINT,
-                                       key="speculative-config.model", engine="vLLM", notes=notes)
+                                       key="speculative-config.model",
+                                       why=f"vLLM refuses {method} without one, and this value as it is",
+                                       notes=notes)
         if draft is not None:
             config["model"] = draft
         if s.parallel_drafting:
