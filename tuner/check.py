@@ -22,7 +22,6 @@ from tuner.workload import Workload
 
 __all__ = [
     "QUANTITIES",
-    "VLLM_BLOCK_TOKENS",
     "CheckError",
     "CheckResult",
     "Quantity",
@@ -34,9 +33,6 @@ __all__ = [
 QUANTITIES = ("vllm_graph_estimate_bytes", "kv_available_bytes", "kv_tokens", "max_concurrency", "graph_pool_bytes",
               "capture_s", "non_kv_cache_bytes")
 """What `cgtune check` compares, in table order (summary.json's names where it has them)."""
-VLLM_BLOCK_TOKENS = 16
-"""vLLM counts the KV cache in whole blocks (`CacheConfig.DEFAULT_BLOCK_SIZE`, vllm/config/cache.py:185), so its token
-count and concurrency can sit one block below the bytes they come from."""
 
 
 class CheckError(ValueError):
@@ -55,7 +51,7 @@ class Quantity:
     """vLLM's figure (with several workers: the one furthest from the prediction)."""
     resolution: float
     """How far the logged figure may sit from the true one by the log line's rounding alone (half its last printed
-    digit; plus vLLM's whole-block counting for tokens and concurrency), in `unit`."""
+    digit; 0 for the token count, which vLLM logs whole and cgtune counts in vLLM's blocks as it does), in `unit`."""
     tolerance: float | None
     """The share cgtune states it predicts the figure within (None: it states none)."""
     source: str
@@ -274,7 +270,6 @@ def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
 
 def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: list[str]) -> list[Quantity | None]:
     assert log.kv_tokens is not None and log.max_concurrency is not None
-    block = VLLM_BLOCK_TOKENS
     kv_line = "GPU KV cache size: N tokens, Maximum concurrency ..."
     capture_s = predicted_capture_s(model, e.runs_as)
     if capture_s is None:
@@ -283,9 +278,9 @@ def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
         notes.append("capture_s predicted = the profile's capture seconds summed over the list's graphs; vLLM's figure "
                      "also holds its warm-up runs and set-up, and no tolerance is stated for it")
     return [
-        _quantity("kv_tokens", "tokens", kv_tokens(model, e), {"": (log.kv_tokens, block, kv_line)}, None),
+        _quantity("kv_tokens", "tokens", kv_tokens(model, e), {"": (log.kv_tokens, 0, kv_line)}, None),
         _quantity("max_concurrency", "x", max_concurrency(model, e),
-                  {"": (log.max_concurrency, 0.005 + block / model.serving.max_model_len, kv_line)}, None),
+                  {"": (log.max_concurrency, 0.005, kv_line)}, None),
         _quantity("capture_s", "s", capture_s,
                   _per_worker(log, lambda w: (w.real_capture[0], 0.5, "Graph capturing finished in N secs")
                               if w.real_capture else None), None),

@@ -84,9 +84,9 @@ def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
 
 
 def kv_tokens(model: CostModel, e: Evaluation) -> int:
-    """Tokens the KV cache vLLM allocates for the list holds: KV bytes // KV bytes per token (0 when it would not
-    start). vLLM counts whole KV blocks, so the figure it logs ("GPU KV cache size") can be a block lower."""
-    return max(0, e.kv_available_bytes) // model.kv_bytes_per_token
+    """Tokens the KV cache the engine allocates for the list holds, as it logs them (vLLM: "GPU KV cache size", whole
+    blocks over whole-block requests; 0 when it would not start)."""
+    return model.engine.kv_capacity(e.kv_available_bytes, model.kv_bytes_per_token)[0]
 
 
 def feasible_cell(name: str, e: Evaluation) -> str:
@@ -97,9 +97,9 @@ def feasible_cell(name: str, e: Evaluation) -> str:
 
 
 def max_concurrency(model: CostModel, e: Evaluation) -> float:
-    """KV tokens / max_model_len: how many max_model_len requests fit at once, as vLLM logs it ("Maximum
-    concurrency for L tokens per request: X.XXx")."""
-    return kv_tokens(model, e) / model.serving.max_model_len
+    """How many max_model_len requests the KV cache holds at once, as the engine logs it (vLLM: "Maximum concurrency
+    for L tokens per request: X.XXx")."""
+    return model.engine.kv_capacity(e.kv_available_bytes, model.kv_bytes_per_token)[1]
 
 
 @dataclass(frozen=True)

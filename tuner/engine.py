@@ -249,6 +249,15 @@ class Engine(ABC):
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str]) -> KvRule:
         """How the engine sizes its KV cache on this device (`weights_bytes()`: the weights on one rank)."""
 
+    def start_kv_bytes(self, kv_bytes_per_token: int) -> int:
+        """The least KV memory the engine refuses to start below, whatever the workload asks (0: none)."""
+        return 0
+
+    def kv_capacity(self, kv_available_bytes: int, kv_bytes_per_token: int) -> tuple[int, float]:
+        """(tokens the KV cache holds, max_model_len requests it holds at once)."""
+        tokens = max(0, kv_available_bytes) // kv_bytes_per_token
+        return tokens, tokens / self.serving.max_model_len
+
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         """The graph-memory figure the engine's KV rule charges for graphs in capture order: its estimate, or the real
         pool where it makes none."""
