@@ -24,7 +24,7 @@ from cli_runner import run  # noqa: E402
 from handmade_profiles import MIB, handmade_profile  # noqa: E402
 from vllm_startup_logs import GIB, VllmWorker, startup_log  # noqa: E402
 
-from tuner.check import predicted_capture_s as predicted_capture_s_of  # noqa: E402
+from tuner.capture_time import predicted_capture_s as predicted_capture_s_of  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.report import load_run  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
