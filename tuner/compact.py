@@ -7,11 +7,15 @@ import copy
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tuner.costmodel import CostModel, Evaluation
 from tuner.exact import exact_solve
 
-__all__ = ["DEFAULT_TOLERANCE", "RECOMMEND_SAVING", "CompactChoice", "choose_compact", "counted_bytes"]
+if TYPE_CHECKING:
+    from tuner.search import SearchResult
+
+__all__ = ["DEFAULT_TOLERANCE", "RECOMMEND_SAVING", "CompactChoice", "choose_compact", "compact_of", "counted_bytes"]
 
 DEFAULT_TOLERANCE = 0.01
 """`--tolerance`: the compact list may be this share slower than the fastest list (1%)."""
@@ -106,3 +110,16 @@ def choose_compact(model: CostModel, tolerance: float = DEFAULT_TOLERANCE, *, kn
     within = [e for e in fitting if e.expected_step_ms <= limit_ms + 1e-12]
     best = min(within, key=lambda e: (counted_bytes(model, e), e.expected_step_ms, len(e.capture_sizes)))
     return CompactChoice(best, tolerance, fastest_ms, solved.exact_memory, solved.memory_unit_bytes)
+
+
+def compact_of(model: CostModel, search: SearchResult, tolerance: float | None = None, *,
+               memory_buckets: int = 2048) -> CompactChoice:
+    """The search's compact choice at `tolerance` (None: the one it holds, else DEFAULT_TOLERANCE): the one it holds
+    when chosen at that tolerance, else chosen now against the search's own fitting lists and kept on it (search.json
+    records it, so a re-render does not solve again)."""
+    held = search.compact
+    if held is None or (tolerance is not None and held.tolerance != tolerance):
+        known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None]
+        search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
+                                        memory_buckets=memory_buckets)
+    return search.compact

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner import sglang, trtllm
+from tuner.compact import compact_of
 from tuner.engines import ENGINE_LABELS, engine_runs_as_requests
 from tuner.costmodel import CostModel, Evaluation
 from tuner.vllm.defaults import default_capture_sizes, request_count_grid
@@ -22,11 +23,13 @@ __all__ = [
     "PEER_LISTS",
     "OffPeak",
     "WhatChanged",
+    "LIST_SAVING_SHARE",
     "WidthChange",
     "comparison",
     "feasible_cell",
     "kv_tokens",
     "list_label",
+    "listed_and_rest",
     "max_concurrency",
     "off_peak",
     "sglang_default_sizes",
@@ -38,6 +41,7 @@ __all__ = [
 LABELS = {
     "default": "vLLM default",
     "tuned": "tuned",
+    "compact": "compact (least graph memory within the tolerance)",
     "exact": "exact optimum",
     "widest": "widest capture (PR 50488)",
     "sglang": "SGLang default (same config, as a vLLM list)",
@@ -122,6 +126,7 @@ def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
     table = {
         "default": search.default,
         "tuned": search.chosen,
+        "compact": compact_of(model, search).evaluation,
         "exact": search.exact.best,
         "widest": model.evaluate(widest_sizes(model.serving)),
     }
@@ -197,6 +202,18 @@ def what_changed(model: CostModel, default: Evaluation, tuned: Evaluation) -> Wh
             saved_ms=without.expected_step_ms - tuned.expected_step_ms,
         ))
     return WhatChanged(tuple(sorted(t - d)), tuple(sorted(d - t)), top, tuple(rows))
+
+
+LIST_SAVING_SHARE = 0.001
+"""The report lists, one row each, the added widths that save at least this share of the tuned list's expected step;
+the others are summed in one line."""
+
+
+def listed_and_rest(rows: tuple[WidthChange, ...], step_ms: float
+                    ) -> tuple[tuple[WidthChange, ...], tuple[WidthChange, ...]]:
+    """(rows saving at least LIST_SAVING_SHARE of `step_ms`, the rest), each in width order."""
+    listed = tuple(w for w in rows if w.saved_ms >= LIST_SAVING_SHARE * step_ms)
+    return listed, tuple(w for w in rows if w not in listed)
 
 
 @dataclass(frozen=True)

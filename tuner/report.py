@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from tuner import __version__
-from tuner import engine_report
+from tuner import decision, engine_report
 from tuner.compare import (
     LABELS,
+    LIST_SAVING_SHARE,
     comparison,
     feasible_cell,
     kv_tokens,
     list_label,
+    listed_and_rest,
     max_concurrency,
     off_peak,
     sglang_sizes,
@@ -29,7 +31,9 @@ from tuner.engines import ENGINE_FILES, render_engine_files
 from tuner.host_cost import host_line
 from tuner.costmodel import GIB, CostModel, Evaluation, crossover_width
 from tuner.plots import PLOTS, log_axis, memory_unit, profile_provenance, render_plots
+from tuner.saving_interval import SavingInterval
 from tuner.search import SearchResult
+from tuner.vllm.log_lines import memory_lines
 from tuner.workload import Workload
 
 __all__ = [
@@ -61,7 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-SUMMARY_KEYS = ("default", "tuned", "exact", "widest", "ideal")
+SUMMARY_KEYS = ("default", "tuned", "compact", "exact", "widest", "ideal")
 """Lists summary.json always holds, each with its latency, vLLM's graph-memory estimate, the real pool, the KV cache
 vLLM sizes (bytes, tokens, max concurrency), the capture headroom, the list that runs, and `feasible`."""
 MODEL_SETTINGS = ("allow_mismatch", "off_peak_weight", "piecewise_fallback")
@@ -81,16 +85,15 @@ def keep_default_kv_utilization(model: CostModel, default: Evaluation, tuned: Ev
 
 
 def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
-    """The lines vLLM 0.33 logs about memory when it starts with the list (its own wording and decimals);
-    with the estimate switched off, vLLM subtracts none, so no estimate line is predicted."""
-    lines = []
-    if model.budget.estimate_enabled:
-        lines.append(f"Estimated CUDA graph memory: {e.graph_estimate_bytes / GIB:.2f} GiB total")
-    lines.append(f"Available KV cache memory: {e.kv_available_bytes / GIB:.2f} GiB")
-    lines.append(f"GPU KV cache size: {kv_tokens(model, e):,} tokens")
-    lines.append(f"Maximum concurrency for {model.serving.max_model_len:,} tokens per request: "
-                 f"{max_concurrency(model, e):.2f}x")
-    return lines
+    """The memory lines vLLM 0.33 logs when it starts with the list, through its own format strings
+    (`tuner.vllm.log_lines`): V1's estimate, the KV cache, the gpu_memory_utilization hint (a warning with the estimate
+    off), the KV size and concurrency, and the pool beside the estimate after the capture."""
+    b = model.budget
+    return memory_lines(runner=model.runner, captures=bool(e.runs_as), profiled_estimate_bytes=e.profiled_estimate_bytes,
+                        estimate_enabled=b.estimate_enabled, kv_available_bytes=e.kv_available_bytes,
+                        kv_tokens=kv_tokens(model, e), max_model_len=model.serving.max_model_len,
+                        max_concurrency=max_concurrency(model, e), total_memory_bytes=b.total_memory_bytes,
+                        gpu_memory_utilization=b.gpu_memory_utilization, pool_bytes=e.graph_memory_bytes)
 
 
 def _meta(model: CostModel) -> dict[str, Any]:
@@ -124,6 +127,7 @@ def _vllm_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
         "expected_step_ms": e.expected_step_ms,
         "per_token_ms": e.per_token_ms,
         "num_graphs": len(e.capture_sizes),
+        "capture_s": decision.capture_s(model, e),
         "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
         "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
         "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
@@ -142,9 +146,11 @@ def _vllm_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
     }
 
 
-def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> dict[str, Any]:
+def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
+            interval: SavingInterval | None = None) -> dict[str, Any]:
     """summary.json: each list's figures (`_figures`), vLLM's memory rule, what changed, off-peak figures, noise, the
-    model settings, plus provenance."""
+    model settings, the compact choice and the saving's interval (`tuner.decision`; `interval`: computed already),
+    plus provenance."""
     b = model.budget
     d, t = table["default"], table["tuned"]
     meta = model.profile.metadata
@@ -196,6 +202,7 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "exact_resource": search.exact.resource,
         "notes": list(search.notes),
         "cgtune_version": __version__,
+        **decision.summary_fields(model, search, table, interval or decision.interval_of(model, table)),
         **_meta(model),
     })
     return out
@@ -294,10 +301,12 @@ def _noise_line(model: CostModel) -> str:
     return line
 
 
-def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> list[str]:
+def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation],
+                    interval: SavingInterval) -> list[str]:
     d, t = table["default"], table["tuned"]
+    sure = decision.decision_lines(model, search, table, interval)
     if model.serving.engine != "vllm":
-        return engine_report.decision_lines(model, table, search.source) + _source_lines(search) + [""]
+        return engine_report.decision_lines(model, table, search.source) + _source_lines(search) + sure + [""]
     lines = [f"Tuned list ({search.source}): `{list(t.capture_sizes)}`", ""]
     if t.runs_as != t.capture_sizes:
         lines += [f"**It runs as a different list**: the {model.runner.upper()} runner rewrites an explicit list when "
@@ -318,10 +327,15 @@ def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Eva
                      + ("." if t.feasible else " not either."))
     lines += _drafter_lines(model, d, t)
     lines += _source_lines(search)
+    lines += sure
     u = keep_default_kv_utilization(model, d, t)
     now = model.budget.gpu_memory_utilization
-    lines += ["", "What vLLM will log when it starts with the tuned list (predicted; vLLM counts whole KV blocks, so "
-              "the last two figures can come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
+    estimate = ("V1 logs its estimate on a line of its own; V2 only through the gpu_memory_utilization hint and the "
+                "pool line after the capture" if model.runner == "v1" else "V2 logs its estimate only through the "
+                "gpu_memory_utilization hint and the pool line after the capture")
+    lines += ["", f"What vLLM will log when it starts with the tuned list (predicted, in vLLM's own format strings; "
+              f"{estimate}; vLLM counts whole KV blocks, so the KV size and concurrency can come out slightly "
+              f"lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
     if not d.starts:
         lines.append("vLLM's default list would not start here, so there is no default KV cache size to keep.")
     elif u > 1.0:
@@ -394,10 +408,16 @@ def _what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[
             "tuned step) |",
             "|---|---|---|---|---|",
         ]
-        for w in c.above_max:
+        listed, rest = listed_and_rest(c.above_max, t.expected_step_ms)
+        for w in listed:
             share = w.saved_ms / t.expected_step_ms if t.expected_step_ms > 0 else 0.0
             lines.append(f"| {w.num_tokens} | {_mib(w.estimate_bytes)} | {_mib(w.real_bytes)} | {w.saved_ms:+.4f} "
                          f"| {share:+.2%} |")
+        if rest:
+            lines.append(f"| {len(rest)} more, each saving less than {LIST_SAVING_SHARE:.1%} "
+                         f"({_fmt_sizes(tuple(w.num_tokens for w in rest), 8)}), row by row summed | "
+                         f"{_mib(sum(w.estimate_bytes for w in rest))} | {_mib(sum(w.real_bytes for w in rest))} | "
+                         f"{sum(w.saved_ms for w in rest):+.4f} | |")
         lines.append("")
     else:
         lines += [f"No width is added above the default max ({c.default_max}).", ""]
@@ -445,8 +465,8 @@ def _side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[
         "",
         f"| list | graphs | max | runs as | expected step (ms) | per token (ms) | vLLM estimate ({u}) "
         f"| real pool ({u}) | KV cache ({u}) | KV tokens | max concurrency | KV margin ({u}) "
-        f"| capture headroom ({u}) | feasible |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| capture headroom ({u}) | capture (s) | feasible |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in table.items():
         feasible = feasible_cell(name, e)
@@ -457,8 +477,9 @@ def _side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[
             f"| {runs} | {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {_num(model, e.graph_estimate_bytes)} "
             f"| {_num(model, e.graph_memory_bytes)} | {_num(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} "
             f"| {max_concurrency(model, e):.2f} | {_num(model, e.kv_margin_bytes)} "
-            f"| {_num(model, e.capture_headroom_bytes)} | {feasible} |")
-    lines += ["", f"No graphs at all: {model.eager_step_ms():.4f} ms per step.", ""]
+            f"| {_num(model, e.capture_headroom_bytes)} | {decision.capture_cell(model, e)} | {feasible} |")
+    lines += ["", *decision.no_graphs_lines(model), "Capture (s): the profile's capture seconds summed over the graphs "
+              "the list creates, the drafter's included (vLLM adds its warm-up runs).", ""]
     return lines
 
 
@@ -478,12 +499,13 @@ def _exact_line(search: SearchResult) -> str:
 
 
 def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
-                    command: str = "", plots_dir: str = "plots") -> str:
-    """report.md text."""
+                    command: str = "", plots_dir: str = "plots", interval: SavingInterval | None = None) -> str:
+    """report.md text (`interval`: the saving's interval, computed already)."""
     rule = _kv_rule_lines(model) if model.serving.engine == "vllm" else engine_report.memory_rule_lines(model, table)
     lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model), *rule,
              _noise_line(model), f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""),
-             "", "## Decision", "", *_decision_lines(model, search, table), ""]
+             "", "## Decision", "",
+             *_decision_lines(model, search, table, interval or decision.interval_of(model, table)), ""]
     cross = crossover_width(model.profile)
     lines += [
         "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
@@ -586,7 +608,8 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
         if copy_inputs:
             _copy_inputs(staging, model)
         table = comparison(model, search)
-        data = summary(model, search, table)
+        interval = decision.interval_of(model, table)  # drawn once: summary.json and report.md both show it
+        data = summary(model, search, table, interval=interval)
         s = model.serving
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         provenance = Provenance(
@@ -612,7 +635,7 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
         files["summary.json"] = summary_json(data)
         validation: dict[str, Any] | None = None
         if report:
-            files["report.md"] = render_markdown(model, search, table, command=command)
+            files["report.md"] = render_markdown(model, search, table, command=command, interval=interval)
             from tuner.validate_report import section_for_run  # keeps `cgtune validate`'s section on re-render
 
             if section := section_for_run(run, search.chosen.capture_sizes):
