@@ -14,10 +14,11 @@ import yaml
 from tuner.profile_table import ProfileRow, read_profile, write_profile
 from tuner.workload import Workload, load_workload, parse_workload
 
-__all__ = ["MIB", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic", "with_timing",
-           "write_handmade_inputs"]
+__all__ = ["GIB", "MIB", "gpu_scale_profile", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic",
+           "with_timing", "write_handmade_inputs"]
 
 MIB = 1 << 20
+GIB = 1 << 30
 
 
 def mixed_traffic(max_num_seqs: int, max_num_batched_tokens: int, mixed_share: float = 0.2) -> dict[str, Any]:
@@ -167,3 +168,17 @@ def with_timing(csv_path: Path, *, samples: dict[tuple[str, int], list[float]] |
             r = dataclasses.replace(r, latency_iqr_ms=iqr[key])
         rows.append(r)
     return write_profile(csv_path.parent, csv_path.stem, rows, md)
+
+
+def gpu_scale_profile(out_dir: Path, workload: Path) -> Path:
+    """A made-up profile at H200 scale over vLLM's default grid, every decode width and a 32-token grid above the
+    ceiling (the shape benchmarks/bench_search.py uses): a fixture, never a measurement."""
+    wl = load_workload(workload)
+    s = wl.serving
+    q = s.decode_query_len
+    widths = set(s.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)} | set(range(544, 8193, 32))
+    return handmade_profile(out_dir, wl, sorted(w for w in widths if w <= s.max_num_batched_tokens),
+                            eager_ms=lambda w: 6.0 + 0.004 * w, full_ms=lambda w: 1.5 + 0.004 * w,
+                            standalone_bytes=lambda w: 64 * MIB + 600_000 * w, delta_bytes=lambda w: 2 * MIB + 4096 * w,
+                            total_memory_bytes=141 * GIB, weights_bytes=wl.model.weight_bytes(),
+                            activation_peak_bytes=4 * GIB, name="synthetic")

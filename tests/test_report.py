@@ -21,6 +21,7 @@ from handmade_profiles import (  # noqa: E402
 )
 
 from tuner import compare  # noqa: E402
+from tuner.compact import CompactChoice  # noqa: E402
 from tuner.exact import ExactResult, exact_solve  # noqa: E402
 from tuner.costmodel import GIB, CostModel  # noqa: E402
 from tuner.report import PLOTS, SUMMARY_KEYS, comparison, load_run, sglang_sizes, summary, widest_sizes  # noqa: E402
@@ -268,6 +269,51 @@ def test_a_list_the_v1_runner_rewrites_is_shown_beside_the_list_that_runs(tmp_pa
     assert data["what_changed"]["added"] == [] and data["what_changed"]["removed"] == [12, 33, 42, 48, 57]
     assert "Compared as the V1 runner captures the lists" in md
     assert "- tuned: 1, 2, 4, 8, 16, 24 (runs as 3, 6, 9, 18, 24)" in md
+
+
+def test_v1_logs_its_estimate_on_its_own_line_and_the_estimate_off_logs_a_warning(tmp_path):
+    # vLLM 0.33: the V1 runner logs "Estimated CUDA graph memory: X GiB total" (%.2f) before the KV line; with
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 it subtracts nothing and warns (util + estimate / total, 4 decimals).
+    spec = handmade_spec(name="v1-hand", max_num_seqs=16, num_speculative_tokens=2, max_num_batched_tokens=64)
+    spec["speculative"] = {"method": "suffix"}
+    model = _model(tmp_path / "v1", spec, list(range(1, 65)), total_memory_bytes=1000 * MIB)
+    t = model.evaluate((3, 6, 9, 18, 24))
+    lines = render(model, hand_picked(model, t.capture_sizes))[1]["vllm_log_lines"]
+    assert model.runner == "v1" and t.profiled_estimate_bytes > 0
+    assert lines[0] == f"Estimated CUDA graph memory: {t.profiled_estimate_bytes / GIB:.2f} GiB total"
+    assert lines[1] == f"Available KV cache memory: {round(t.kv_available_bytes / GIB, 2)} GiB"
+    off = dict(spec, name="off-hand", serving={**spec["serving"], "estimate_cudagraph_memory": False})
+    model = _model(tmp_path / "off", off, list(range(1, 65)), total_memory_bytes=1000 * MIB)
+    t = model.evaluate((3, 6, 9, 18, 24))
+    lines = render(model, hand_picked(model, t.capture_sizes))[1]["vllm_log_lines"]
+    assert t.graph_estimate_bytes == 0 < t.profiled_estimate_bytes  # measured, not subtracted
+    assert lines[1] == f"Available KV cache memory: {round(t.kv_available_bytes / GIB, 2)} GiB"
+    assert lines[2].startswith("CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0).")
+    assert lines[2].endswith(f"from 0.9000 to {0.9 + t.profiled_estimate_bytes / (1000 * MIB):.4f}.")
+    assert not any("is enabled" in line for line in lines)
+
+
+def test_the_compact_paragraph_recommends_only_a_quarter_saved(ceiling):
+    model = ceiling
+    tuned = sorted(set(model.default_sizes) | {527, 544})  # hand-picked
+    search = hand_picked(model, tuned)
+    t = search.chosen
+    # Itself: nothing within the tolerance counts less.
+    search.compact = CompactChoice(t, 0.01, t.expected_step_ms, True, MIB)
+    md, data = render(model, search)
+    assert "Compact list (the least vLLM estimate whose expected step is within 1.0% of the fastest list's " in md
+    assert ": the tuned list itself; no list within the tolerance counts less vLLM estimate." in md
+    assert data["compact"] == data["tuned"] and data["compact_choice"]["saved_share"] == 0.0
+    # A hand-picked list standing in for the compact one: 544 dropped saves less than a quarter of the estimate.
+    c = model.evaluate(set(tuned) - {544})
+    search.compact = CompactChoice(c, 0.01, t.expected_step_ms, False, 3 * MIB)
+    md, data = render(model, search)
+    share = 1 - c.graph_estimate_bytes / t.graph_estimate_bytes
+    assert 0 < share < 0.25 and data["compact_choice"]["recommended"] is False
+    assert (f"It saves {share:.0%} of the tuned list's vLLM estimate, less than 25%: the tuned list stays the "
+            f"recommendation.") in md and "Recommended" not in md
+    assert "least up to the exact solver's memory unit (3.00 MiB; it rounded memory)" in md
+    assert data["compact_choice"]["proven"] is False and data["compact_choice"]["memory_unit_bytes"] == 3 * MIB
 
 
 def _edit_metadata(path: Path, **changes) -> None:

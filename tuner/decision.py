@@ -11,12 +11,17 @@ from tuner.compact import RECOMMEND_SAVING, compact_of, counted_bytes
 from tuner.compare import list_label
 from tuner.plots import memory_unit
 from tuner.saving_interval import SavingInterval, saving_interval
+from tuner.search import SearchConfig
 
 if TYPE_CHECKING:
     from tuner.costmodel import CostModel, Evaluation
     from tuner.search import SearchResult
 
-__all__ = ["capture_cell", "capture_s", "counted_name", "decision_lines", "interval_of", "no_graphs_lines", "summary_fields"]
+__all__ = ["capture_cell", "capture_s", "counted_name", "decision_lines", "interval_of", "no_graphs_lines",
+           "ship_reason", "summary_fields"]
+
+STUDY_TOLERANCE = SearchConfig.tolerance
+"""The study's best ships when within this share of the exact optimum."""
 
 
 def counted_name(model: CostModel) -> str:
@@ -131,3 +136,19 @@ def no_graphs_lines(model: CostModel) -> list[str]:
     drafter = (f" ({e.expected_step_ms - e.drafter_step_ms:.4f} ms target + {e.drafter_step_ms:.4f} ms drafter)"
                if e.drafter_step_ms else "")
     return [f"No graphs at all: {e.expected_step_ms:.4f} ms per step{drafter}."]
+
+
+def ship_reason(source: str, gap: float | None) -> str | None:
+    """Why the tuned list is the study's best or the exact solver's list (`SearchResult.source`, and the study's best
+    over the exact optimum minus 1); None for the other sources."""
+    if source == "study" and gap is not None:
+        return f"The optuna study's best is within {gap:.2%} of the exact optimum."
+    if source != "exact":
+        return None
+    if gap is None:
+        why = "no study trial was feasible."
+    elif gap > STUDY_TOLERANCE:
+        why = f"the study's best was not within {STUDY_TOLERANCE:.0%} of it ({gap:.2%} slower)."
+    else:
+        why = f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory."
+    return "**The exact solver's answer is used**: " + why

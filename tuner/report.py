@@ -352,18 +352,8 @@ def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Eva
 
 def _source_lines(search: SearchResult) -> list[str]:
     """How the tuned list was found: the study's best within 1% of the exact optimum, or the exact answer, and why."""
-    gap = search.gap
-    if search.source == "study" and gap is not None:
-        return [f"The optuna study's best is within {gap:.2%} of the exact optimum."]
-    if search.source == "exact":
-        if gap is None:
-            why = "no study trial was feasible."
-        elif gap > 0.01:
-            why = f"the study's best was not within 1% of it ({gap:.2%} slower)."
-        else:
-            why = f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory."
-        return ["**The exact solver's answer is used**: " + why]
-    return []
+    why = decision.ship_reason(search.source, search.gap)
+    return [why] if why else []
 
 
 def _drafter_lines(model: CostModel, d: Evaluation, t: Evaluation) -> list[str]:
