@@ -163,8 +163,9 @@ def test_what_changed_rows_are_each_added_width_with_and_without_it(ceiling):
         # A row each for the widths that save at least 0.1% of the step (544: 0.39%); 527 (0.01%) is summed below.
         assert (row in md) == (share >= 0.001) == (w == 544)
     r = rows[527]
-    assert (f"| 1 more, each saving less than 0.1% (527), row by row summed | {r['vllm_graph_estimate_bytes'] / MIB:+.2f} "
-            f"| {r['graph_memory_bytes'] / MIB:+.2f} | {r['saved_ms']:+.4f} | |") in md
+    assert (f"| 1 more, each saving less than 0.1% (527), row by row summed "
+            f"| {r['vllm_graph_estimate_bytes'] / MIB:+.2f} | {r['graph_memory_bytes'] / MIB:+.2f} "
+            f"| {r['saved_ms']:+.4f} | |") in md
     # By hand (eager 1 + 0.01 w, FULL 0.5 + 0.01 w ms; no piecewise rows, so a mixed step under a graph costs the
     # eager step at the padded width). 512 already rounds up to the 527-token FULL decode graph (31 x 17), so 527
     # adds only a PIECEWISE graph: mixed steps of 513..527 tokens (0.1 / 1024 each) pad to 527, not 544 (0.17 ms).

@@ -1,7 +1,8 @@
 """vLLM 0.33 start-up logs for the `cgtune check` tests, written from vLLM 0.33.0's own format strings (each quoted
-in tuner/vllm/log_lines.py with its file and line in vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl) through vLLM's own log-line format
-(vllm/logger.py:28 `_FORMAT`) by the standard `logging.Formatter`, as vLLM's handler formats them. The numbers in them
-are hand-made, or a run's own predictions with known errors put in: test fixtures, never measurements."""
+in tuner/vllm/log_lines.py with its file and line in vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl) through
+vLLM's own log-line format (vllm/logger.py:28 `_FORMAT`) by the standard `logging.Formatter`, as vLLM's handler
+formats them. The numbers in them are hand-made, or a run's own predictions with known errors put in: test fixtures,
+never measurements."""
 
 from __future__ import annotations
 

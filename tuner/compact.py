@@ -7,7 +7,7 @@ import copy
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tuner.costmodel import CostModel, Evaluation
 from tuner.exact import exact_solve
@@ -63,14 +63,14 @@ class CompactChoice:
         """It saves at least RECOMMEND_SAVING of the tuned list's counted memory."""
         return self.saved_share(model, tuned) >= RECOMMEND_SAVING
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, Any]:
         return {"capture_sizes": list(self.evaluation.capture_sizes), "tolerance": self.tolerance,
                 "fastest_ms": self.fastest_ms, "proven": self.proven, "memory_unit_bytes": self.memory_unit_bytes}
 
     @classmethod
-    def from_dict(cls, data: dict[str, object], model: CostModel) -> CompactChoice:
-        return cls(model.evaluate(data["capture_sizes"]), float(data["tolerance"]),  # type: ignore[arg-type]
-                   float(data["fastest_ms"]), bool(data["proven"]), int(data["memory_unit_bytes"]))  # type: ignore[arg-type]
+    def from_dict(cls, data: dict[str, Any], model: CostModel) -> CompactChoice:
+        return cls(model.evaluate(data["capture_sizes"]), float(data["tolerance"]), float(data["fastest_ms"]),
+                   bool(data["proven"]), int(data["memory_unit_bytes"]))
 
 
 def _counting(model: CostModel) -> CostModel:
@@ -103,7 +103,7 @@ def choose_compact(model: CostModel, tolerance: float = DEFAULT_TOLERANCE, *, kn
         raise ValueError(f"tolerance={tolerance} must be a finite number >= 0")
     solved = exact_solve(_counting(model), memory_buckets=memory_buckets, candidates=candidates,
                          front_points=_EVERY_POINT)
-    pool = [model.evaluate(e.capture_sizes) for e in (*solved.front, solved.best)] + [e for e in known if e.feasible]
+    pool = [model.evaluate(e.capture_sizes) for e in (*solved.front, solved.best)] + list(known)
     fitting = [e for e in pool if e.feasible]
     fastest_ms = min(e.expected_step_ms for e in fitting)
     limit_ms = fastest_ms * (1 + tolerance)

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LABELS",
+    "LIST_SAVING_SHARE",
     "PEER_LISTS",
     "OffPeak",
     "WhatChanged",
-    "LIST_SAVING_SHARE",
     "WidthChange",
     "comparison",
     "feasible_cell",

@@ -116,9 +116,9 @@ def _compact_lines(model: CostModel, search: SearchResult, table: dict[str, Eval
         "|---|---|---|---|---|---|---|",
     ]
     for name, e in (("tuned", t), ("compact", c)):
-        lines.append(f"| {name} | {len(e.capture_sizes)} | {e.expected_step_ms:.4f} | {_mem(model, counted_bytes(model, e))} "
-                     f"| {_mem(model, e.graph_memory_bytes)} | {_mem(model, e.kv_available_bytes)} "
-                     f"| {_seconds(capture_s(model, e))} |")
+        lines.append(f"| {name} | {len(e.capture_sizes)} | {e.expected_step_ms:.4f} "
+                     f"| {_mem(model, counted_bytes(model, e))} | {_mem(model, e.graph_memory_bytes)} "
+                     f"| {_mem(model, e.kv_available_bytes)} | {_seconds(capture_s(model, e))} |")
     lines.append("")
     if choice.recommended(model, t):
         lines.append(f"**Recommended: the compact list.** It saves {share:.0%} of the tuned list's {what} (at least "

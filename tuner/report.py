@@ -33,7 +33,7 @@ from tuner.costmodel import GIB, CostModel, Evaluation, crossover_width
 from tuner.plots import PLOTS, log_axis, memory_unit, profile_provenance, render_plots
 from tuner.saving_interval import SavingInterval
 from tuner.search import SearchResult
-from tuner.vllm.log_lines import memory_lines
+from tuner.vllm.log_lines import estimate_line_note, memory_lines
 from tuner.workload import Workload
 
 __all__ = [
@@ -89,11 +89,12 @@ def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
     (`tuner.vllm.log_lines`): V1's estimate, the KV cache, the gpu_memory_utilization hint (a warning with the estimate
     off), the KV size and concurrency, and the pool beside the estimate after the capture."""
     b = model.budget
-    return memory_lines(runner=model.runner, captures=bool(e.runs_as), profiled_estimate_bytes=e.profiled_estimate_bytes,
-                        estimate_enabled=b.estimate_enabled, kv_available_bytes=e.kv_available_bytes,
-                        kv_tokens=kv_tokens(model, e), max_model_len=model.serving.max_model_len,
-                        max_concurrency=max_concurrency(model, e), total_memory_bytes=b.total_memory_bytes,
-                        gpu_memory_utilization=b.gpu_memory_utilization, pool_bytes=e.graph_memory_bytes)
+    return memory_lines(runner=model.runner, captures=bool(e.runs_as),
+                        profiled_estimate_bytes=e.profiled_estimate_bytes, estimate_enabled=b.estimate_enabled,
+                        kv_available_bytes=e.kv_available_bytes, kv_tokens=kv_tokens(model, e),
+                        max_model_len=model.serving.max_model_len, max_concurrency=max_concurrency(model, e),
+                        total_memory_bytes=b.total_memory_bytes, gpu_memory_utilization=b.gpu_memory_utilization,
+                        pool_bytes=e.graph_memory_bytes)
 
 
 def _meta(model: CostModel) -> dict[str, Any]:
@@ -330,12 +331,9 @@ def _decision_lines(model: CostModel, search: SearchResult, table: dict[str, Eva
     lines += sure
     u = keep_default_kv_utilization(model, d, t)
     now = model.budget.gpu_memory_utilization
-    estimate = ("V1 logs its estimate on a line of its own; V2 only through the gpu_memory_utilization hint and the "
-                "pool line after the capture" if model.runner == "v1" else "V2 logs its estimate only through the "
-                "gpu_memory_utilization hint and the pool line after the capture")
     lines += ["", f"What vLLM will log when it starts with the tuned list (predicted, in vLLM's own format strings; "
-              f"{estimate}; vLLM counts whole KV blocks, so the KV size and concurrency can come out slightly "
-              f"lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
+              f"{estimate_line_note(model.runner)}; vLLM counts whole KV blocks, so the KV size and concurrency can "
+              f"come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
     if not d.starts:
         lines.append("vLLM's default list would not start here, so there is no default KV cache size to keep.")
     elif u > 1.0:

@@ -212,9 +212,10 @@ def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, repo
         print(f"compact list (least {what} within {choice.tolerance:.1%} of the fastest): the tuned list itself")
     else:
         print(f"compact list (least {what} within {choice.tolerance:.1%} of the fastest): {len(c.capture_sizes)} "
-              f"graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}, {what} {counted_bytes(model, c) / GIB:.3f} "
-              f"GiB vs {counted_bytes(model, t) / GIB:.3f} ({choice.saved_share(model, t):.0%} less), expected step "
-              f"{c.expected_step_ms:.4f} ms ({c.expected_step_ms / t.expected_step_ms - 1:+.2%})"
+              f"graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}, {what} "
+              f"{counted_bytes(model, c) / GIB:.3f} GiB vs {counted_bytes(model, t) / GIB:.3f} "
+              f"({choice.saved_share(model, t):.0%} less), expected step {c.expected_step_ms:.4f} ms "
+              f"({c.expected_step_ms / t.expected_step_ms - 1:+.2%})"
               + ("; RECOMMENDED (see report.md)" if choice.recommended(model, t) else ""))
     try:
         data = json.loads((out / "summary.json").read_text())

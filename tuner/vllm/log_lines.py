@@ -20,6 +20,7 @@ __all__ = [
     "V1_ESTIMATE",
     "V2_RUNNER",
     "WARMUP",
+    "estimate_line_note",
     "format_gib",
     "memory_lines",
 ]
@@ -63,6 +64,13 @@ POOL = ("CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), "  # v1/wo
 def format_gib(b: float) -> str:
     """vllm/utils/mem_utils.py:30: GiB rounded to 2 decimals, printed by str (5.1, not 5.10)."""
     return f"{round(b / GIB, 2)}"
+
+
+def estimate_line_note(runner: str) -> str:
+    """Where the runner logs its graph-memory estimate at INFO, in words."""
+    if runner == "v1":
+        return "V1 logs its estimate on a line of its own"
+    return "V2 logs its estimate only through the gpu_memory_utilization hint and the pool line after the capture"
 
 
 def memory_lines(*, runner: str, captures: bool, profiled_estimate_bytes: float, estimate_enabled: bool,
