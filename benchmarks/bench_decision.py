@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from bench_search import ROOT, synthetic_profile
+from bench_search import ROOT, machine, synthetic_profile
 
 from tuner.capture_time import predicted_capture_s
 from tuner.compact import choose_compact, counted_bytes
@@ -75,14 +74,13 @@ def main() -> int:
         exact = exact_solve(model)
         exact_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        choice = choose_compact(model, args.tolerance, known=[exact.best])
+        choice = choose_compact(model, args.tolerance, fastest=exact)  # as `cgtune search` does, after its solve
         compact_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         interval = saving_interval(model, model.default_sizes, exact.best.capture_sizes)
         interval_s = time.perf_counter() - t0
         report = {
-            "machine": f"{platform.node()} ({platform.processor() or platform.machine()}), Python "
-                       f"{platform.python_version()}",
+            "machine": machine(),
             "profile": f"benchmarks/bench_search.py's synthetic profile ({n_widths} widths)"
                        + (f" with seeded samples (spread {args.spread}, {args.samples} per eager and full reading, "
                           f"each reading their median)" if args.spread > 0 else "") + ": not a measurement",
@@ -93,7 +91,8 @@ def main() -> int:
             "compact": {**_figures(model, choice.evaluation.capture_sizes), "tolerance": args.tolerance,
                         "saved_share": round(choice.saved_share(model, exact.best), 3),
                         "recommended": choice.recommended(model, exact.best), "proven": choice.proven,
-                        "memory_unit_mib": round(choice.memory_unit_bytes / (1 << 20), 2)},
+                        "proven_floor_gib": round(choice.floor_bytes / GIB, 3),
+                        "fastest_proven": choice.fastest_proven, "capped_solves": choice.solves},
             "default": _figures(model, model.default_sizes),
             "saving_ms": round(interval.point_ms, 4),
             "saving_interval_ms": [round(interval.low_ms, 4), round(interval.high_ms, 4)],

@@ -302,21 +302,28 @@ def test_the_compact_paragraph_recommends_only_a_quarter_saved(ceiling):
     search = hand_picked(model, tuned)
     t = search.chosen
     # Itself: nothing within the tolerance counts less.
-    search.compact = CompactChoice(t, 0.01, t.expected_step_ms, True, MIB)
+    search.compact = CompactChoice(t, 0.01, t.expected_step_ms, True, t.graph_estimate_bytes, True)
     md, data = render(model, search)
     assert "Compact list (the least vLLM estimate whose expected step is within 1.0% of the fastest list's " in md
     assert ": the tuned list itself; no list within the tolerance counts less vLLM estimate." in md
     assert data["compact"] == data["tuned"] and data["compact_choice"]["saved_share"] == 0.0
     # A hand-picked list standing in for the compact one: 544 dropped saves less than a quarter of the estimate.
     c = model.evaluate(set(tuned) - {544})
-    search.compact = CompactChoice(c, 0.01, t.expected_step_ms, False, 3 * MIB)
+    floor = c.graph_estimate_bytes - 3 * MIB  # what a solve that rounds memory may prove
+    search.compact = CompactChoice(c, 0.01, t.expected_step_ms, False, floor, True)
     md, data = render(model, search)
     share = 1 - c.graph_estimate_bytes / t.graph_estimate_bytes
     assert 0 < share < 0.25 and data["compact_choice"]["recommended"] is False
     assert (f"It saves {share:.0%} of the tuned list's vLLM estimate, less than 25%: the tuned list stays the "
             f"recommendation.") in md and "Recommended" not in md
-    assert "least up to the exact solver's memory unit (3.00 MiB; it rounded memory)" in md
-    assert data["compact_choice"]["proven"] is False and data["compact_choice"]["memory_unit_bytes"] == 3 * MIB
+    assert (f"(not proven the least: proven, no list within the tolerance counts less than "
+            f"{floor / MIB:.3f} MiB ({3 * MIB / c.graph_estimate_bytes:.1%} below it))") in md
+    assert data["compact_choice"]["proven"] is False and data["compact_choice"]["floor_bytes"] == floor
+    # Nothing proven at all, the fastest list not proven either, and the time budget spent: each said.
+    search.compact = CompactChoice(c, 0.01, t.expected_step_ms, False, 0, False, True)
+    md, _ = render(model, search)
+    assert ("(not proven the least: the exact solver proved no floor below it; the fastest list is the best found, "
+            "not proven optimal (see Search); the time budget (`--exact-seconds`) ran out)") in md
 
 
 def _edit_metadata(path: Path, **changes) -> None:

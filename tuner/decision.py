@@ -8,16 +8,18 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.capture_time import predicted_capture_s
 from tuner.compact import RECOMMEND_SAVING, compact_of, counted_bytes
+from tuner.exact_program import memory_axis
 from tuner.report_text import mem_text
 from tuner.saving_interval import SavingInterval, saving_interval
 from tuner.search import SearchConfig
 
 if TYPE_CHECKING:
+    from tuner.compact import CompactChoice
     from tuner.costmodel import CostModel, Evaluation
     from tuner.search import SearchResult
 
-__all__ = ["capture_cell", "capture_s", "counted_name", "decision_lines", "interval_of", "no_graphs_lines",
-           "ship_reason", "summary_fields"]
+__all__ = ["capture_cell", "capture_s", "compact_proof", "counted_name", "decision_lines", "interval_of",
+           "no_graphs_lines", "ship_reason", "summary_fields"]
 
 STUDY_TOLERANCE = SearchConfig.tolerance
 """The study's best ships when within this share of the exact optimum."""
@@ -25,7 +27,27 @@ STUDY_TOLERANCE = SearchConfig.tolerance
 
 def counted_name(model: CostModel) -> str:
     """What `tuner.compact.counted_bytes` is, in the report's words."""
-    return "vLLM estimate" if model.budget.estimate_enabled else "real pool"
+    return "vLLM estimate" if memory_axis(model) == "estimate" else "real pool"
+
+
+def compact_proof(model: CostModel, choice: CompactChoice) -> str:
+    """What is proven of the compact choice, in a clause ("" when it is what brute force would give)."""
+    if choice.proven:
+        return ""
+    counted = counted_bytes(model, choice.evaluation)
+    parts = []
+    if choice.floor_bytes >= counted:
+        parts.append("proven the least memory within the tolerance")
+    elif choice.floor_bytes > 0:
+        parts.append(f"not proven the least: proven, no list within the tolerance counts less than "
+                     f"{mem_text(model, choice.floor_bytes)} ({1 - choice.floor_bytes / counted:.1%} below it)")
+    else:
+        parts.append("not proven the least: the exact solver proved no floor below it")
+    if not choice.fastest_proven:
+        parts.append("the fastest list is the best found, not proven optimal (see Search)")
+    if choice.stopped_early:
+        parts.append("the time budget (`--exact-seconds`) ran out")
+    return "; ".join(parts)
 
 
 def interval_of(model: CostModel, table: dict[str, Evaluation]) -> SavingInterval:
@@ -53,10 +75,12 @@ def summary_fields(model: CostModel, search: SearchResult, table: dict[str, Eval
     t = table["tuned"]
     return {
         "tolerance": choice.tolerance,
-        "compact_choice": {"memory_counted": "vllm_graph_estimate_bytes" if model.budget.estimate_enabled
+        "compact_choice": {"memory_counted": "vllm_graph_estimate_bytes" if memory_axis(model) == "estimate"
                            else "graph_memory_bytes", "fastest_ms": choice.fastest_ms, "limit_ms": choice.limit_ms,
                            "saved_share": choice.saved_share(model, t), "recommended": choice.recommended(model, t),
-                           "proven": choice.proven, "memory_unit_bytes": choice.memory_unit_bytes},
+                           "proven": choice.proven, "floor_bytes": choice.floor_bytes,
+                           "fastest_proven": choice.fastest_proven, "stopped_early": choice.stopped_early,
+                           "solves": choice.solves},
         "saving_interval_ms": [interval.low_ms, interval.high_ms],
         "saving_interval": interval.as_dict(),
         "no_graphs_step_ms": model.evaluate(()).expected_step_ms,
@@ -95,11 +119,12 @@ def _compact_lines(model: CostModel, search: SearchResult, table: dict[str, Eval
     what = counted_name(model)
     head = (f"Compact list (the least {what} whose expected step is within {choice.tolerance:.1%} of the fastest "
             f"list's {choice.fastest_ms:.4f} ms, `--tolerance {choice.tolerance:g}`)")
-    if not choice.proven:
-        head += (f", least up to the exact solver's memory unit ({choice.memory_unit_bytes / (1 << 20):.2f} MiB; it "
-                 f"rounded memory)")
+    proof = compact_proof(model, choice)
+    if proof:
+        head += f" ({proof})"
     if c.capture_sizes == t.capture_sizes:
-        return [f"{head}: the tuned list itself; no list within the tolerance counts less {what}."]
+        return [f"{head}: the tuned list itself; no list within the tolerance "
+                f"{'was found that counts' if proof else 'counts'} less {what}."]
     share = choice.saved_share(model, t)
     slower = c.expected_step_ms / t.expected_step_ms - 1 if t.expected_step_ms > 0 else 0.0
     lines = [

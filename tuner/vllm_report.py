@@ -217,8 +217,8 @@ def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
         if rest:
             lines.append(f"| {len(rest)} more, each saving less than {LIST_SAVING_SHARE:.1%} "
                          f"({sizes_text(tuple(w.num_tokens for w in rest), 8)}), row by row summed | "
-                         f"{mib_text(sum(w.estimate_bytes for w in rest))} | {mib_text(sum(w.real_bytes for w in rest))} "
-                         f"| {sum(w.saved_ms for w in rest):+.4f} | |")
+                         f"{mib_text(sum(w.estimate_bytes for w in rest))} "
+                         f"| {mib_text(sum(w.real_bytes for w in rest))} | {sum(w.saved_ms for w in rest):+.4f} | |")
         lines.append("")
     else:
         lines += [f"No width is added above the default max ({c.default_max}).", ""]

@@ -59,8 +59,10 @@ def test_dflash_summary_holds_the_compact_list_shaped_like_tuned_and_every_list_
         assert data[name]["num_graphs"] == len(e.capture_sizes)
         assert data[name]["capture_s"] == pytest.approx(predicted_capture_s(model, e.runs_as))
         assert data[name]["capture_s"] == pytest.approx(0.01 * len(model.graph_costs(e.runs_as)))  # 0.01 s each
-    # The compact list under the cost model: recomputed from the run's own copies, the same list and figures.
-    choice = choose_compact(model, 0.01, known=[search.chosen])
+    # The compact list under the cost model: recomputed from the run's own copies as the search chose it (against
+    # its exact answer and lists), the same list and figures.
+    choice = choose_compact(model, 0.01, known=[search.chosen, search.study_best, search.exact.best],
+                            fastest=search.exact)
     c = choice.evaluation
     assert data["compact"]["capture_sizes"] == list(c.capture_sizes)
     assert data["compact"]["expected_step_ms"] == c.expected_step_ms
@@ -75,6 +77,10 @@ def test_dflash_summary_holds_the_compact_list_shaped_like_tuned_and_every_list_
     assert data["compact_choice"]["recommended"] == (share >= 0.25) is True
     assert data["compact"]["num_graphs"] < data["tuned"]["num_graphs"]
     assert data["compact"]["capture_s"] < data["tuned"]["capture_s"]
+    # Memory rounded to units at this scale: not proven the least, but a floor below it is, and recorded.
+    floor = data["compact_choice"]["floor_bytes"]
+    assert data["compact_choice"]["proven"] is False and choice.floor_bytes == floor
+    assert 0.9 * c.graph_estimate_bytes < floor <= c.graph_estimate_bytes
 
 
 def test_dflash_saving_interval_is_the_seeded_bootstrap_on_the_profiles_samples(dflash_tune):
@@ -103,6 +109,9 @@ def test_dflash_report_shows_both_lists_recommends_the_compact_one_and_the_draft
                 f"{e['vllm_graph_estimate_bytes'] / GIB:.3f} GiB | {e['graph_memory_bytes'] / GIB:.3f} GiB | "
                 f"{e['kv_available_bytes'] / GIB:.3f} GiB | {e['capture_s']:.1f} s |") in report
     assert "**Recommended: the compact list.**" in report and "RECOMMENDED" in stdout
+    floor = data["compact_choice"]["floor_bytes"]
+    assert (f"not proven the least: proven, no list within the tolerance counts less than {floor / GIB:.3f} GiB "
+            f"({1 - floor / c['vllm_graph_estimate_bytes']:.1%} below it)") in report
     assert f"`{c['capture_sizes']}`" in report
     # No graphs at all: the drafter's eager passes included (the empty list under the cost model).
     model, _ = load_run(out)

@@ -222,17 +222,18 @@ def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, repo
     import json
 
     from tuner.compact import compact_of, counted_bytes
-    from tuner.decision import counted_name
+    from tuner.decision import compact_proof, counted_name
     from tuner.report_text import GIB
 
     choice = compact_of(model, result)
     c, t = choice.evaluation, result.chosen
     what = counted_name(model)
+    proof = compact_proof(model, choice)
+    head = f"compact list (least {what} within {choice.tolerance:.1%} of the fastest" + (f"; {proof}" if proof else "")
     if c.capture_sizes == t.capture_sizes:
-        print(f"compact list (least {what} within {choice.tolerance:.1%} of the fastest): the tuned list itself")
+        print(f"{head}): the tuned list itself")
     else:
-        print(f"compact list (least {what} within {choice.tolerance:.1%} of the fastest): {len(c.capture_sizes)} "
-              f"graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}, {what} "
+        print(f"{head}): {len(c.capture_sizes)} graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}, {what} "
               f"{counted_bytes(model, c) / GIB:.3f} GiB vs {counted_bytes(model, t) / GIB:.3f} "
               f"({choice.saved_share(model, t):.0%} less), expected step {c.expected_step_ms:.4f} ms "
               f"({c.expected_step_ms / t.expected_step_ms - 1:+.2%})"

@@ -41,8 +41,9 @@ def shipped(url: str, study: str) -> dict[str, Any] | None:
         graphs = len(data["capture_sizes"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    why = ship_reason(source, gap, proven) or {"gpu-validated": "measured fastest on the GPU by `cgtune tune --validate`",
-                                       "default": "vLLM's default: nothing found was faster"}.get(source, source)
+    why = ship_reason(source, gap, proven) or {
+        "gpu-validated": "measured fastest on the GPU by `cgtune tune --validate`",
+        "default": "vLLM's default: nothing found was faster"}.get(source, source)
     return {"source": source, "num_graphs": graphs, "exact_num_graphs": (data.get("exact") or {}).get("num_graphs"),
             "reason": why.replace("**", ""), "summary": str(summary)}
 
