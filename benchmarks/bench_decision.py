@@ -85,7 +85,9 @@ def main() -> int:
                        + (f" with seeded samples (spread {args.spread}, {args.samples} per eager and full reading, "
                           f"each reading their median)" if args.spread > 0 else "") + ": not a measurement",
             "workload": model.workload.name,
-            "exact_solver_s": round(exact_s, 2), "compact_choice_s": round(compact_s, 2),
+            "exact_solver_s": round(exact_s, 2), "exact_proven": exact.exact_memory,
+            "exact_gap_bound": None if exact.gap is None else round(exact.gap, 6),
+            "compact_choice_s": round(compact_s, 2),
             "saving_interval_s": round(interval_s, 2),
             "tuned_is_the_exact_optimum": _figures(model, exact.best.capture_sizes),
             "compact": {**_figures(model, choice.evaluation.capture_sizes), "tolerance": args.tolerance,
