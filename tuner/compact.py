@@ -187,10 +187,15 @@ def choose_compact(model: CostModel, tolerance: float = DEFAULT_TOLERANCE, *, kn
 def compact_of(model: CostModel, search: SearchResult, tolerance: float | None = None, *,
                memory_buckets: int = 2048, seconds: float | None = None) -> CompactChoice:
     """The search's compact choice at `tolerance` (None: the one it holds, else DEFAULT_TOLERANCE): the one it holds
-    when chosen at that tolerance, else chosen now against the search's own fitting lists within `seconds` and kept
-    on it (search.json records it, so a re-render does not solve again)."""
+    when chosen at that tolerance, else chosen now against the search's own fitting lists within `seconds` (None: the
+    search's default budget, `SearchConfig.exact_seconds`, as when `cgtune report` renders a run that records none)
+    and kept on it (search.json records it, so a re-render does not solve again)."""
     held = search.compact
     if held is None or (tolerance is not None and held.tolerance != tolerance):
+        if seconds is None:
+            from tuner.search import SearchConfig  # search.py holds a CompactChoice: imported here, not at the top
+
+            seconds = SearchConfig.exact_seconds
         known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None]
         search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
                                         memory_buckets=memory_buckets, seconds=seconds, fastest=search.exact)

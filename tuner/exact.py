@@ -434,23 +434,23 @@ class _Solve:
         """The fastest list of each of the least levels where the fastest over every pass drops to within `keep_ms`,
         evaluated, the first KEPT that fit kept (program latency is the model's where the layers are)."""
         assert self.keep_ms is not None
-        empty = self.seen[()]  # no closed chain: the dynamic program never holds it, and it counts nothing
+        if read:
+            totals = np.min(np.stack([t for t, _ in read]), axis=0)
+            levels = [m for m in np.flatnonzero(totals <= self.keep_ms + 1e-12).tolist()
+                      if m == 0 or totals[m] < totals[m - 1] - 1e-15]  # a drop: the level's list needs all of it
+            for m in levels[:4 * KEPT]:  # lists the real capture does not fit are passed over, a few levels at most
+                if len(self.kept) == KEPT:
+                    break
+                self.check()
+                _, backtrack = read[int(np.argmin([t[m] for t, _ in read]))]
+                e = self._consider(backtrack(m), float(totals[m]))
+                if self.fits(e):
+                    self.kept.append(e)
+        empty = self.seen[()]  # no closed chain, so no level holds it: it counts nothing, first but for a faster 0
         if empty.expected_step_ms <= self.keep_ms + 1e-12:
-            self.kept.append(empty)
-            return
-        if not read:
-            return  # no pass has a list within keep_ms
-        totals = np.min(np.stack([t for t, _ in read]), axis=0)
-        levels = [m for m in np.flatnonzero(totals <= self.keep_ms + 1e-12).tolist()
-                  if m == 0 or totals[m] < totals[m - 1] - 1e-15]  # a drop: the level's list needs all of it
-        for m in levels[:4 * KEPT]:  # lists the real capture does not fit are passed over, a few levels at most
-            if len(self.kept) == KEPT:
-                break
-            self.check()
-            _, backtrack = read[int(np.argmin([t[m] for t, _ in read]))]
-            e = self._consider(backtrack(m), float(totals[m]))
-            if self.fits(e):
-                self.kept.append(e)
+            zero = [e for e in self.kept[:1] if counted_bytes(self.model, e) == 0
+                    and e.expected_step_ms < empty.expected_step_ms]
+            self.kept = (zero + [empty] + [e for e in self.kept if e not in zero])[:KEPT]
 
     def _alive(self, cls: int, same: bool) -> Callable[[Edge, int, np.ndarray], np.ndarray] | None:
         """Which transitions of a pass may still lead to a list faster than the one to beat."""
