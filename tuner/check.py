@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.capture_time import predicted_capture_s
 from tuner.compare import kv_tokens, max_concurrency
 from tuner.costmodel import CostModel, Evaluation
-from tuner.curve import Curve
 from tuner.validate import MEMORY_GOAL
 from tuner.vllm.emit import COMPILATION_CONFIG_FILE
 from tuner.vllm.startup_log import GIB, GIB_RESOLUTION, StartupLog, WorkerFigures
@@ -26,7 +26,6 @@ __all__ = [
     "CheckResult",
     "Quantity",
     "check_run",
-    "predicted_capture_s",
     "write_calibration",
 ]
 
@@ -109,24 +108,6 @@ class CheckResult:
 
 
 # ---------------------------------------------------------------------------------------------- predictions
-def predicted_capture_s(model: CostModel, runs: tuple[int, ...]) -> float | None:
-    """Seconds the capture of the list's graphs takes by the profile's `capture_s` (each graph's own capture, read
-    off its mode's rows; PIECEWISE graphs from the FULL rows when the profile has no PIECEWISE times, as their memory
-    is); None when the profile records no capture time for a mode the list captures."""
-    curves: dict[str, Curve | None] = {}
-    for mode in ("full", "piecewise", "drafter_full", "drafter_piecewise"):
-        points = {w: float(r.capture_s) for w, r in model.profile.by_mode(mode).items() if r.capture_s is not None}
-        curves[mode] = Curve(points, monotone=False) if points else None
-    total = 0.0
-    for g in model.graph_costs(runs):
-        prefix = "drafter_" if g.owner == "drafter" else ""
-        curve = curves[prefix + g.mode.lower()] or curves[prefix + "full"]
-        if curve is None:
-            return None
-        total += max(0.0, float(curve(g.num_tokens)))
-    return total
-
-
 def _run_list(run_dir: Path) -> tuple[int, ...]:
     """The list the run emitted (what `vllm serve` was given), from its compilation_config.json."""
     path = run_dir / COMPILATION_CONFIG_FILE

@@ -1,6 +1,6 @@
-"""Evaluate, once and beside the search, every list a search is judged against (vLLM's default, the exact optimum,
-PR 50488's widest capture, peer engines' lists, the memory-blind ideal) and what the tuned list changes against
-vLLM's default, so the report only renders."""
+"""Evaluate, once and beside the search, every list a search is judged against (vLLM's default, the compact list,
+the exact optimum, PR 50488's widest capture, peer engines' lists, the memory-blind ideal) and what the tuned list
+changes against vLLM's default, so the report only renders."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner import sglang
+from tuner.compact import compact_of
 from tuner.costmodel import CostModel, Evaluation
 from tuner.engines import engine_of
 from tuner.workload import ServingConfig
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from tuner.search import SearchResult
 
 __all__ = [
+    "LIST_SAVING_SHARE",
     "PEER_LISTS",
     "OffPeak",
     "WhatChanged",
@@ -24,6 +26,7 @@ __all__ = [
     "comparison",
     "feasible_cell",
     "kv_tokens",
+    "listed_and_rest",
     "max_concurrency",
     "off_peak",
     "sglang_default_sizes",
@@ -74,6 +77,7 @@ def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
     table = {
         "default": search.default,
         "tuned": search.chosen,
+        "compact": compact_of(model, search).evaluation,
         "exact": search.exact.best,
         "widest": model.evaluate(widest_sizes(model.serving)),
     }
@@ -148,6 +152,18 @@ def what_changed(model: CostModel, default: Evaluation, tuned: Evaluation) -> Wh
             saved_ms=without.expected_step_ms - tuned.expected_step_ms,
         ))
     return WhatChanged(tuple(sorted(t - d)), tuple(sorted(d - t)), top, tuple(rows))
+
+
+LIST_SAVING_SHARE = 0.001
+"""The report lists, one row each, the added widths that save at least this share of the tuned list's expected step;
+the others are summed in one line."""
+
+
+def listed_and_rest(rows: tuple[WidthChange, ...], step_ms: float
+                    ) -> tuple[tuple[WidthChange, ...], tuple[WidthChange, ...]]:
+    """(rows saving at least LIST_SAVING_SHARE of `step_ms`, the rest), each in width order."""
+    listed = tuple(w for w in rows if w.saved_ms >= LIST_SAVING_SHARE * step_ms)
+    return listed, tuple(w for w in rows if w not in listed)
 
 
 @dataclass(frozen=True)

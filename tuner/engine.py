@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["LIST_LABELS", "DrafterSweep", "Engine", "GraphDispatcher", "KvRule", "Speculation",
            "flag_file_line"]
 
-LIST_LABELS = {"tuned": "tuned", "exact": "exact optimum", "ideal": "ideal (every width, memory ignored)"}
+LIST_LABELS = {"tuned": "tuned", "compact": "compact (least graph memory within the tolerance)",
+               "exact": "exact optimum", "ideal": "ideal (every width, memory ignored)"}
 """How reports and plots name the comparison's lists every engine has; an engine names its own default, widest and
 peer rows (`Engine.list_label`)."""
 
