@@ -73,8 +73,11 @@ def test_summary_holds_the_issue_keys_and_files_render(tmp_path):
         assert data[key]["graph_memory_bytes"] == e.graph_memory_bytes
         assert data[key]["vllm_graph_estimate_bytes"] == e.graph_estimate_bytes
         assert data[key]["kv_available_bytes"] == e.kv_available_bytes
-        assert data[key]["kv_tokens"] == max(0, e.kv_available_bytes) // (2 * 2 * 2 * 16 * 4)  # tiny, float32
-        assert data[key]["max_concurrency"] == data[key]["kv_tokens"] / 64  # max_model_len 64
+        # vLLM's whole blocks: 16 tokens x the tiny float32 model's 512 KV bytes per token; a 64-token request
+        # takes 4 of them.
+        blocks = max(0, e.kv_available_bytes) // (16 * 2 * 2 * 2 * 16 * 4)
+        assert data[key]["max_concurrency"] == blocks / 4
+        assert data[key]["kv_tokens"] == int(blocks / 4 * 64)
         assert data[key]["capture_headroom_bytes"] == e.capture_headroom_bytes
         assert data[key]["runs_as"] == list(e.runs_as)
         assert data[key]["feasible"] == e.feasible == (e.starts and e.capture_fits)
@@ -187,8 +190,9 @@ def test_predicted_vllm_log_lines_kv_tokens_and_utilization(ceiling):
     b = model.budget
     assert b.requested_bytes == 900 * MIB and b.non_kv_cache_bytes == 150 * MIB  # 0.9 x 1000; weights + activations
     assert t.kv_available_bytes == 750 * MIB - t.graph_estimate_bytes
-    tokens = t.kv_available_bytes // TINY_KV_BYTES_PER_TOKEN
-    assert data["tuned"]["kv_tokens"] == tokens and data["tuned"]["max_concurrency"] == tokens / 64
+    blocks = t.kv_available_bytes // (16 * TINY_KV_BYTES_PER_TOKEN)  # vLLM's whole blocks; 4 per 64-token request
+    tokens = int(blocks / 4 * 64)
+    assert data["tuned"]["kv_tokens"] == tokens and data["tuned"]["max_concurrency"] == blocks / 4
     # vLLM 0.33's lines for V2 through its own format strings (tuner.vllm.log_lines, held to the wheel by
     # tests/vllm/test_startup_log.py), the numbers by hand: format_gib is str(round(GiB, 2)); V2 logs its estimate only
     # in the hint (util - estimate / total, 4 decimals) and in the pool line after the capture; the KV size and the
