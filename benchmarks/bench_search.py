@@ -26,7 +26,7 @@ from tuner.profile_table import ProfileRow, write_profile
 from tuner.search import ExactResult, SearchConfig, exact_solve, run_search
 from tuner.workload import load_workload
 
-__all__ = ["main", "synthetic_profile"]
+__all__ = ["machine", "main", "synthetic_profile"]
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -123,7 +123,7 @@ def main() -> int:
         # run_search solves exactly once more before the study; report the study's share separately.
         study_s = total_s - statistics.median(exact_times)
         report = {
-            "machine": _machine(),
+            "machine": machine(),
             "workload": wl.name,
             "steps": len(model.steps),
             "candidates": len(model.candidates),
@@ -168,7 +168,7 @@ def _time_exact(model: CostModel, args: argparse.Namespace) -> tuple[ExactResult
     return exact, times
 
 
-def _machine() -> str:
+def machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     return (f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
             f"{load}), Python {platform.python_version()}")
@@ -178,7 +178,7 @@ def _scaling(args: argparse.Namespace) -> int:
     """The exact solver alone per stride, best of --repeat, all in one run; the widest over the narrowest."""
     wl = load_workload(args.workload)
     rows = []
-    print(f"machine: {_machine()}")
+    print(f"machine: {machine()}")
     print(f"workload: {wl.name}; synthetic profiles (timing fixtures, not measurements); graph budget: "
           f"{'as the workload' if args.graph_budget_gib is None else f'{args.graph_budget_gib:g} GiB'}")
     print("| stride | profile widths | exact solver, best of %d (s) | proven optimal | proven gap | passes (solved over "
@@ -197,7 +197,7 @@ def _scaling(args: argparse.Namespace) -> int:
     ratio = rows[-1]["best_s"] / rows[0]["best_s"]
     print(f"ratio {rows[-1]['widths']} / {rows[0]['widths']} widths: {ratio:.1f} (target <= "
           f"{TARGETS['scaling_ratio']}; width ratio {rows[-1]['widths'] / rows[0]['widths']:.1f})")
-    print(f"load average after: {_machine()}")
+    print(f"load average after: {machine()}")
     return 0
 
 

@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner.profile_table import ProfileRow, write_profile
+import numpy as np
 import yaml
 
+from tuner.profile_table import ProfileRow, read_profile, write_profile
 from tuner.workload import Workload, load_workload, parse_workload
 
-__all__ = ["MIB", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic", "shipped_profile",
-           "tune_quietly", "write_handmade_inputs"]
+__all__ = ["GIB", "MIB", "gpu_scale_profile", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic",
+           "shipped_profile", "tune_quietly", "with_timing", "write_handmade_inputs"]
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -160,3 +162,44 @@ def tune_quietly(workload_path: Path, profile: Path, out: Path, *extra: str) -> 
     with contextlib.redirect_stdout(io.StringIO()):
         return main(["tune", str(workload_path), "--profile", str(profile), "--out", str(out), "--trials", "12",
                      "--no-progress", *extra])
+
+
+def with_timing(csv_path: Path, *, samples: dict[tuple[str, int], list[float]] | None = None,
+                iqr: dict[tuple[str, int], float] | None = None) -> Path:
+    """Rewrite a profile pair with timing spread, as `cgtune profile` records it: `samples` {(mode, width): [ms, ...]}
+    become the reading's raw samples in the metadata's `measurements` (the drafter's under `drafter`), its latency
+    their median and its IQR theirs (linear quantiles, as tuner.measure.timing); `iqr` {(mode, width): ms} sets a
+    reading's IQR alone, no samples kept."""
+    profile = read_profile(csv_path)
+    md = dict(profile.metadata)
+    rows = []
+    for r in profile.rows:
+        key = (r.mode, r.num_tokens)
+        if samples and key in samples:
+            s = np.array(samples[key], dtype=float)
+            r = dataclasses.replace(r, latency_ms=float(np.median(s)),
+                                    latency_iqr_ms=float(np.percentile(s, 75) - np.percentile(s, 25)))
+            drafter = r.mode.startswith("drafter_")
+            holder = md.setdefault("drafter", {}) if drafter else md
+            holder.setdefault("measurements", {}).setdefault(str(r.num_tokens), {})[
+                r.mode.removeprefix("drafter_")] = {"median_ms": r.latency_ms, "iqr_ms": r.latency_iqr_ms,
+                                                    "samples_ms": [float(x) for x in s]}
+        elif iqr and key in iqr:
+            r = dataclasses.replace(r, latency_iqr_ms=iqr[key])
+        rows.append(r)
+    return write_profile(csv_path.parent, csv_path.stem, rows, md)
+
+
+def gpu_scale_profile(out_dir: Path, workload: Path) -> Path:
+    """A made-up profile at H200 scale over vLLM's default grid, every decode width and a 32-token grid above the
+    ceiling (the shape benchmarks/bench_search.py uses): a fixture, never a measurement."""
+    wl = load_workload(workload)
+    s = wl.serving
+    q = s.decode_query_len
+    widths = (set(wl.engine.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
+              | set(range(544, 8193, 32)))
+    return handmade_profile(out_dir, wl, sorted(w for w in widths if w <= s.max_num_batched_tokens),
+                            eager_ms=lambda w: 6.0 + 0.004 * w, full_ms=lambda w: 1.5 + 0.004 * w,
+                            standalone_bytes=lambda w: 64 * MIB + 600_000 * w, delta_bytes=lambda w: 2 * MIB + 4096 * w,
+                            total_memory_bytes=141 * GIB, weights_bytes=wl.model.weight_bytes(),
+                            activation_peak_bytes=4 * GIB, name="synthetic")

@@ -85,8 +85,10 @@ def test_graph_memory_is_first_graph_standalone_plus_deltas(tmp_path):
     assert m.graph_memory_bytes(()) == 0
     e = m.evaluate((2, 8))
     assert e.kv_available_bytes == int(1000 * MIB * 0.9) - 100 * MIB - 50 * MIB - 92 * MIB
-    assert e.required_kv_bytes == 64 * 512  # max_model_len x KV bytes per token of the tiny fp32 model
-    assert e.kv_margin_gib == pytest.approx((e.kv_available_bytes - 64 * 512) / GIB)
+    # vLLM starts with one max_model_len request's whole 16-token blocks plus the null block: (64 / 16 + 1) blocks of
+    # 16 tokens x the tiny fp32 model's 512 KV bytes per token.
+    assert e.required_kv_bytes == (64 // 16 + 1) * 16 * 512
+    assert e.kv_margin_gib == pytest.approx((e.kv_available_bytes - 5 * 16 * 512) / GIB)
     assert e.feasible
 
     full_only = model_for(tmp_path / "full", handmade_workload(cudagraph_mode="FULL"), **kwargs)
@@ -121,7 +123,7 @@ def test_kv_shortfall_is_infeasible(tmp_path):
                   standalone_bytes=lambda w: 2 * w * MIB)
     # No non_kv_cache_bytes in the fixture: weights + activation peak stand in for vLLM's non-KV memory.
     assert m.budget.non_kv_cache_bytes == 160 * MIB
-    assert m.budget.estimate_budget_bytes == math.ceil(200 * MIB * 0.9) - 160 * MIB - 64 * 512
+    assert m.budget.estimate_budget_bytes == math.ceil(200 * MIB * 0.9) - 160 * MIB - (64 // 16 + 1) * 16 * 512
     assert any("no non_kv_cache_bytes" in n for n in m.notes)
     assert m.evaluate((4,)).feasible
     e = m.evaluate((1, 2, 4, 8))

@@ -121,7 +121,8 @@ def test_drafter_weights_and_kv_layers_by_hand(tmp_path):
     # dearer by the drafter's layers.
     assert m_eagle.budget.non_kv_cache_bytes - m_plain.budget.non_kv_cache_bytes == (per_layer + 64) * 4
     assert m_eagle.kv_bytes_per_token - m_plain.kv_bytes_per_token == 256
-    assert m_eagle.budget.required_kv_bytes == 64 * (m_plain.kv_bytes_per_token + 256)
+    # vLLM's start check: a 64-token request's four 16-token blocks and the null block, of both models' layers.
+    assert m_eagle.budget.required_kv_bytes == 5 * 16 * (m_plain.kv_bytes_per_token + 256)
     for method in ("ngram", "suffix"):
         free = handmade_workload(num_speculative_tokens=3, speculative={"method": method})
         m = CostModel.from_files(handmade_profile(tmp_path / method, free, [1, 2, 4, 8]), free)

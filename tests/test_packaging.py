@@ -57,7 +57,9 @@ def test_the_package_imports_only_runtime_dependencies():
     project = _pyproject()["project"]
     runtime = _requirement_names(project["dependencies"])
     problems = _undeclared(ROOT / "tuner", runtime, {"tuner"})
-    problems += _undeclared(ROOT / "benchmarks", runtime, {"tuner"})
+    # A benchmark script may import another (bench_decision.py reuses bench_search.py's synthetic profile).
+    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+    problems += _undeclared(ROOT / "benchmarks", runtime, {"tuner"} | scripts)
     assert not problems, f"not in [project] dependencies: {problems}"
 
 

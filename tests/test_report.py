@@ -22,6 +22,7 @@ from handmade_profiles import (  # noqa: E402
 )
 
 from tuner import compare  # noqa: E402
+from tuner.compact import CompactChoice  # noqa: E402
 from tuner.exact import ExactResult, exact_solve  # noqa: E402
 from tuner.costmodel import GIB, CostModel  # noqa: E402
 from tuner.engines import engine_of  # noqa: E402
@@ -72,8 +73,11 @@ def test_summary_holds_the_issue_keys_and_files_render(tmp_path):
         assert data[key]["graph_memory_bytes"] == e.graph_memory_bytes
         assert data[key]["vllm_graph_estimate_bytes"] == e.graph_estimate_bytes
         assert data[key]["kv_available_bytes"] == e.kv_available_bytes
-        assert data[key]["kv_tokens"] == max(0, e.kv_available_bytes) // (2 * 2 * 2 * 16 * 4)  # tiny, float32
-        assert data[key]["max_concurrency"] == data[key]["kv_tokens"] / 64  # max_model_len 64
+        # vLLM's whole blocks: 16 tokens x the tiny float32 model's 512 KV bytes per token; a 64-token request
+        # takes 4 of them.
+        blocks = max(0, e.kv_available_bytes) // (16 * 2 * 2 * 2 * 16 * 4)
+        assert data[key]["max_concurrency"] == blocks / 4
+        assert data[key]["kv_tokens"] == int(blocks / 4 * 64)
         assert data[key]["capture_headroom_bytes"] == e.capture_headroom_bytes
         assert data[key]["runs_as"] == list(e.runs_as)
         assert data[key]["feasible"] == e.feasible == (e.starts and e.capture_fits)
@@ -160,7 +164,13 @@ def test_what_changed_rows_are_each_added_width_with_and_without_it(ceiling):
         assert rows[w] == {"num_tokens": w, "vllm_graph_estimate_bytes": est, "graph_memory_bytes": real,
                            "saved_ms": saved}
         share = saved / t.expected_step_ms
-        assert f"| {w} | {est / MIB:+.2f} | {real / MIB:+.2f} | {saved:+.4f} | {share:+.2%} |" in md
+        row = f"| {w} | {est / MIB:+.2f} | {real / MIB:+.2f} | {saved:+.4f} | {share:+.2%} |"
+        # A row each for the widths that save at least 0.1% of the step (544: 0.39%); 527 (0.01%) is summed below.
+        assert (row in md) == (share >= 0.001) == (w == 544)
+    r = rows[527]
+    assert (f"| 1 more, each saving less than 0.1% (527), row by row summed "
+            f"| {r['vllm_graph_estimate_bytes'] / MIB:+.2f} | {r['graph_memory_bytes'] / MIB:+.2f} "
+            f"| {r['saved_ms']:+.4f} | |") in md
     # By hand (eager 1 + 0.01 w, FULL 0.5 + 0.01 w ms; no piecewise rows, so a mixed step under a graph costs the
     # eager step at the padded width). 512 already rounds up to the 527-token FULL decode graph (31 x 17), so 527
     # adds only a PIECEWISE graph: mixed steps of 513..527 tokens (0.1 / 1024 each) pad to 527, not 544 (0.17 ms).
@@ -180,17 +190,30 @@ def test_predicted_vllm_log_lines_kv_tokens_and_utilization(ceiling):
     b = model.budget
     assert b.requested_bytes == 900 * MIB and b.non_kv_cache_bytes == 150 * MIB  # 0.9 x 1000; weights + activations
     assert t.kv_available_bytes == 750 * MIB - t.graph_estimate_bytes
-    tokens = t.kv_available_bytes // TINY_KV_BYTES_PER_TOKEN
-    assert data["tuned"]["kv_tokens"] == tokens and data["tuned"]["max_concurrency"] == tokens / 64
+    blocks = t.kv_available_bytes // (16 * TINY_KV_BYTES_PER_TOKEN)  # vLLM's whole blocks; 4 per 64-token request
+    tokens = int(blocks / 4 * 64)
+    assert data["tuned"]["kv_tokens"] == tokens and data["tuned"]["max_concurrency"] == blocks / 4
+    # vLLM 0.33's lines for V2 through its own format strings (tuner.vllm.log_lines, held to the wheel by
+    # tests/vllm/test_startup_log.py), the numbers by hand: format_gib is str(round(GiB, 2)); V2 logs its estimate only
+    # in the hint (util - estimate / total, 4 decimals) and in the pool line after the capture; the KV size and the
+    # concurrency are one line.
+    est, pool = t.profiled_estimate_bytes, t.graph_memory_bytes
+    assert est == t.graph_estimate_bytes > pool > 0
+    delta = est / (1000 * MIB)
     log = "\n".join([
         "```",
-        f"Estimated CUDA graph memory: {t.graph_estimate_bytes / GIB:.2f} GiB total",
-        f"Available KV cache memory: {t.kv_available_bytes / GIB:.2f} GiB",
-        f"GPU KV cache size: {tokens:,} tokens",
-        f"Maximum concurrency for 64 tokens per request: {tokens / 64:.2f}x",
+        f"Available KV cache memory: {round(t.kv_available_bytes / GIB, 2)} GiB",
+        f"CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9000 "
+        f"is equivalent to --gpu-memory-utilization={0.9 - delta:.4f} without CUDA graph memory profiling. To maintain "
+        f"the same effective KV cache size as before, increase --gpu-memory-utilization to {min(0.9 + delta, 1):.4f}. "
+        f"To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+        f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for 64 tokens per request: {tokens / 64:.2f}x",
+        f"CUDA graph pool memory: {round(pool / GIB, 2)} GiB (actual), {round(est / GIB, 2)} GiB (estimated), "
+        f"difference: {round((est - pool) / GIB, 2)} GiB ({100 * (est - pool) / pool:.1f}%).",
         "```",
     ])
     assert log in md and data["vllm_log_lines"] == log.splitlines()[1:-1]
+    assert "Estimated CUDA graph memory" not in md  # V1's line: V2 logs it at DEBUG
     # The utilization that gives the tuned list the default's KV cache: (KV + non-KV + estimate) / total, rounded up.
     u = math.ceil((d.kv_available_bytes + 150 * MIB + t.graph_estimate_bytes) / (1000 * MIB) * 10_000) / 10_000
     assert u > 0.9 and data["gpu_memory_utilization_to_keep_default_kv"] == u
@@ -200,7 +223,7 @@ def test_predicted_vllm_log_lines_kv_tokens_and_utilization(ceiling):
            f"| {t.graph_estimate_bytes / MIB:.3f} | {t.graph_memory_bytes / MIB:.3f} "
            f"| {t.kv_available_bytes / MIB:.3f} "
            f"| {tokens:,} | {tokens / 64:.2f} | {t.kv_margin_bytes / MIB:.3f} | {t.capture_headroom_bytes / MIB:.3f} "
-           f"| yes |")
+           f"| {0.01 * len(model.graphs(tuned)):.1f} | yes |")  # capture: the fixture's 0.01 s per graph
     assert row in md
 
 
@@ -253,6 +276,58 @@ def test_a_list_the_v1_runner_rewrites_is_shown_beside_the_list_that_runs(tmp_pa
     assert data["what_changed"]["added"] == [] and data["what_changed"]["removed"] == [12, 33, 42, 48, 57]
     assert "Compared as the V1 runner captures the lists" in md
     assert "- tuned: 1, 2, 4, 8, 16, 24 (runs as 3, 6, 9, 18, 24)" in md
+
+
+def test_v1_logs_its_estimate_on_its_own_line_and_the_estimate_off_logs_a_warning(tmp_path):
+    # vLLM 0.33: the V1 runner logs "Estimated CUDA graph memory: X GiB total" (%.2f) before the KV line; with
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 it subtracts nothing and warns (util + estimate / total, 4 decimals).
+    spec = handmade_spec(name="v1-hand", max_num_seqs=16, num_speculative_tokens=2, max_num_batched_tokens=64)
+    spec["speculative"] = {"method": "suffix"}
+    model = _model(tmp_path / "v1", spec, list(range(1, 65)), total_memory_bytes=1000 * MIB)
+    t = model.evaluate((3, 6, 9, 18, 24))
+    lines = render(model, hand_picked(model, t.capture_sizes))[1]["vllm_log_lines"]
+    assert model.runner == "v1" and t.profiled_estimate_bytes > 0
+    assert lines[0] == f"Estimated CUDA graph memory: {t.profiled_estimate_bytes / GIB:.2f} GiB total"
+    assert lines[1] == f"Available KV cache memory: {round(t.kv_available_bytes / GIB, 2)} GiB"
+    off = dict(spec, name="off-hand", serving={**spec["serving"], "estimate_cudagraph_memory": False})
+    model = _model(tmp_path / "off", off, list(range(1, 65)), total_memory_bytes=1000 * MIB)
+    t = model.evaluate((3, 6, 9, 18, 24))
+    lines = render(model, hand_picked(model, t.capture_sizes))[1]["vllm_log_lines"]
+    assert t.graph_estimate_bytes == 0 < t.profiled_estimate_bytes  # measured, not subtracted
+    assert lines[1] == f"Available KV cache memory: {round(t.kv_available_bytes / GIB, 2)} GiB"
+    assert lines[2].startswith("CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0).")
+    assert lines[2].endswith(f"from 0.9000 to {0.9 + t.profiled_estimate_bytes / (1000 * MIB):.4f}.")
+    assert not any("is enabled" in line for line in lines)
+
+
+def test_the_compact_paragraph_recommends_only_a_quarter_saved(ceiling):
+    model = ceiling
+    tuned = sorted(set(model.default_sizes) | {527, 544})  # hand-picked
+    search = hand_picked(model, tuned)
+    t = search.chosen
+    # Itself: nothing within the tolerance counts less.
+    search.compact = CompactChoice(t, 0.01, t.expected_step_ms, True, t.graph_estimate_bytes, True)
+    md, data = render(model, search)
+    assert "Compact list (the least vLLM estimate whose expected step is within 1.0% of the fastest list's " in md
+    assert ": the tuned list itself; no list within the tolerance counts less vLLM estimate." in md
+    assert data["compact"] == data["tuned"] and data["compact_choice"]["saved_share"] == 0.0
+    # A hand-picked list standing in for the compact one: 544 dropped saves less than a quarter of the estimate.
+    c = model.evaluate(set(tuned) - {544})
+    floor = c.graph_estimate_bytes - 3 * MIB  # what a solve that rounds memory may prove
+    search.compact = CompactChoice(c, 0.01, t.expected_step_ms, False, floor, True)
+    md, data = render(model, search)
+    share = 1 - c.graph_estimate_bytes / t.graph_estimate_bytes
+    assert 0 < share < 0.25 and data["compact_choice"]["recommended"] is False
+    assert (f"It saves {share:.0%} of the tuned list's vLLM estimate, less than 25%: the tuned list stays the "
+            f"recommendation.") in md and "Recommended" not in md
+    assert (f"(not proven the least: proven, no list within the tolerance counts less than "
+            f"{floor / MIB:.3f} MiB ({3 * MIB / c.graph_estimate_bytes:.1%} below it))") in md
+    assert data["compact_choice"]["proven"] is False and data["compact_choice"]["floor_bytes"] == floor
+    # Nothing proven at all, the fastest list not proven either, and the time budget spent: each said.
+    search.compact = CompactChoice(c, 0.01, t.expected_step_ms, False, 0, False, True)
+    md, _ = render(model, search)
+    assert ("(not proven the least: the exact solver proved no floor below it; the fastest list is the best found, "
+            "not proven optimal (see Search); the time budget (`--exact-seconds`) ran out)") in md
 
 
 def _edit_metadata(path: Path, **changes) -> None:

@@ -99,11 +99,17 @@ def test_widths_histogram_assumes_decode_at_multiples_of_q():
     assert [(s.num_tokens, s.uniform_decode) for s in steps] == [(4, True), (6, False), (64, False)]
 
 
-def test_required_kv_defaults_to_one_max_model_len_request():
+def test_required_kv_defaults_to_one_max_model_len_request_in_vllms_whole_blocks():
+    # vLLM starts only with one request's whole 16-token blocks (1000 tokens: 63) plus the null block.
     w = parse_workload(with_("serving.max_model_len", 1000))
-    assert w.required_kv_bytes == 1000 * 131072
+    assert w.required_kv_bytes == (63 + 1) * 16 * 131072
     w = parse_workload(with_("serving.required_kv_gib", 5.12))
     assert w.required_kv_bytes == int(5.12 * 2**30)
+    # Asking for less than vLLM starts with does not make it start: the start need stands.
+    data = with_("serving.required_kv_gib", 0.001)
+    data["serving"]["max_model_len"] = 1000
+    w = parse_workload(data)
+    assert w.required_kv_bytes == 64 * 16 * 131072 > int(0.001 * 2**30)
 
 
 def test_content_hash_changes_with_content():

@@ -1,61 +1,26 @@
 """vLLM 0.33 start-up logs for the `cgtune check` tests, written from vLLM 0.33.0's own format strings (each quoted
-below with its file and line in vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl) through vLLM's own log-line format
-(vllm/logger.py:28 `_FORMAT`) by the standard `logging.Formatter`, as vLLM's handler formats them. The numbers in them
-are hand-made, or a run's own predictions with known errors put in: test fixtures, never measurements."""
+in tuner/vllm/log_lines.py with its file and line in vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl) through
+vLLM's own log-line format (vllm/logger.py:28 `_FORMAT`) by the standard `logging.Formatter`, as vLLM's handler
+formats them. The numbers in them are hand-made, or a run's own predictions with known errors put in: test fixtures,
+never measurements."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-__all__ = ["GIB", "VllmWorker", "format_gib", "startup_log"]
+# The format strings, verbatim, live with the rulebook (the report predicts the lines with them): imported, not retyped.
+from tuner.vllm.log_lines import (CAPTURE, ENGINE_CONFIG, ESTIMATE_DISABLED, GIB, KV_AVAILABLE, KV_SIZE,  # noqa: F401
+                                  LOADING, MODEL_LOADING, NON_DEFAULT_ARGS, POOL, UTIL_HINT, V1_ESTIMATE, V2_RUNNER,
+                                  WARMUP, format_gib)
 
-GIB = 1 << 30
+__all__ = ["GIB", "VllmWorker", "format_gib", "startup_log"]
 
 # vllm/logger.py:28-32 (VLLM_LOGGING_PREFIX prepended) and :33.
 _FORMAT = "(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"
 _DATE_FORMAT = "%m-%d %H:%M:%S"
 # vllm/logging_utils/formatter.py ColoredFormatter: cyan process tag, grey time and file, green INFO.
 _CYAN, _GREY, _GREEN, _RESET, _TAG_RESET = "\033[0;36m", "\033[90m", "\033[32m", "\033[0m", "\033[0;0m"
-
-# The format strings, verbatim.
-ENGINE_CONFIG = "Initializing a V1 LLM engine (v%s) with config: %s"  # v1/engine/core.py:139
-NON_DEFAULT_ARGS = "non-default args: %s"  # entrypoints/common/startup.py:96
-V2_RUNNER = "Using V2 Model Runner"  # v1/worker/gpu_worker.py:513
-LOADING = "Loading model from scratch..."  # v1/worker/gpu/model_runner.py:399
-MODEL_LOADING = "Model loading took %s GiB memory and %.6f seconds"  # v1/worker/gpu/model_runner.py:428
-V1_ESTIMATE = "Estimated CUDA graph memory: %.2f GiB total"  # v1/worker/gpu_model_runner.py:6409
-KV_AVAILABLE = "Available KV cache memory: %s GiB"  # v1/worker/gpu_worker.py:772
-UTIL_HINT = (  # v1/worker/gpu_worker.py:787
-    "CUDA graph memory profiling is enabled (default since "
-    "v0.21.0). The current --gpu-memory-utilization=%.4f is "
-    "equivalent to --gpu-memory-utilization=%.4f without "
-    "CUDA graph memory profiling. To maintain the same "
-    "effective KV cache size as before, increase "
-    "--gpu-memory-utilization to %.4f. To disable, set "
-    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."
-)
-ESTIMATE_DISABLED = (  # v1/worker/gpu_worker.py:804 (WARNING)
-    "CUDA graph memory profiling is disabled "
-    "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). "
-    "Without it, CUDA graph memory is not accounted for "
-    "during KV cache allocation, which may require lowering "
-    "--gpu-memory-utilization to avoid OOM. Consider "
-    "re-enabling it (the default as of v0.21.0) and increasing "
-    "--gpu-memory-utilization from %.4f to %.4f."
-)
-KV_SIZE = ("%s KV cache size: %s tokens, "  # v1/core/kv_cache_utils.py:1147
-           "Maximum concurrency for %s tokens per request: %.2fx")
-WARMUP = "Compile and warming up model for size %d"  # v1/worker/gpu_worker.py:971
-CAPTURE = "Graph capturing finished in %.0f secs, took %.2f GiB"  # v1/worker/gpu/model_runner.py:1163 (V2),
-# v1/worker/gpu_model_runner.py:6516 (V1)
-POOL = ("CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), "  # v1/worker/gpu_worker.py:1003
-        "difference: %s GiB (%.1f%%).")
-
-
-def format_gib(b: float) -> str:
-    """vllm/utils/mem_utils.py:30."""
-    return f"{round(b / GIB, 2)}"
 
 
 def _memory_summary(*, free: float, total: float, util: float, requested: float, consumed: float, activation: float,

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.capture_time import predicted_capture_s
 from tuner.compare import kv_tokens, max_concurrency
 from tuner.costmodel import CostModel, Evaluation
-from tuner.curve import Curve
 from tuner.validate import MEMORY_GOAL
 from tuner.vllm.emit import COMPILATION_CONFIG_FILE
 from tuner.vllm.startup_log import GIB, GIB_RESOLUTION, StartupLog, WorkerFigures
@@ -22,21 +22,16 @@ from tuner.workload import Workload
 
 __all__ = [
     "QUANTITIES",
-    "VLLM_BLOCK_TOKENS",
     "CheckError",
     "CheckResult",
     "Quantity",
     "check_run",
-    "predicted_capture_s",
     "write_calibration",
 ]
 
 QUANTITIES = ("vllm_graph_estimate_bytes", "kv_available_bytes", "kv_tokens", "max_concurrency", "graph_pool_bytes",
               "capture_s", "non_kv_cache_bytes")
 """What `cgtune check` compares, in table order (summary.json's names where it has them)."""
-VLLM_BLOCK_TOKENS = 16
-"""vLLM counts the KV cache in whole blocks (`CacheConfig.DEFAULT_BLOCK_SIZE`, vllm/config/cache.py:185), so its token
-count and concurrency can sit one block below the bytes they come from."""
 
 
 class CheckError(ValueError):
@@ -55,7 +50,7 @@ class Quantity:
     """vLLM's figure (with several workers: the one furthest from the prediction)."""
     resolution: float
     """How far the logged figure may sit from the true one by the log line's rounding alone (half its last printed
-    digit; plus vLLM's whole-block counting for tokens and concurrency), in `unit`."""
+    digit; 0 for the token count, which vLLM logs whole and cgtune counts in vLLM's blocks as it does), in `unit`."""
     tolerance: float | None
     """The share cgtune states it predicts the figure within (None: it states none)."""
     source: str
@@ -113,24 +108,6 @@ class CheckResult:
 
 
 # ---------------------------------------------------------------------------------------------- predictions
-def predicted_capture_s(model: CostModel, runs: tuple[int, ...]) -> float | None:
-    """Seconds the capture of the list's graphs takes by the profile's `capture_s` (each graph's own capture, read
-    off its mode's rows; PIECEWISE graphs from the FULL rows when the profile has no PIECEWISE times, as their memory
-    is); None when the profile records no capture time for a mode the list captures."""
-    curves: dict[str, Curve | None] = {}
-    for mode in ("full", "piecewise", "drafter_full", "drafter_piecewise"):
-        points = {w: float(r.capture_s) for w, r in model.profile.by_mode(mode).items() if r.capture_s is not None}
-        curves[mode] = Curve(points, monotone=False) if points else None
-    total = 0.0
-    for g in model.graph_costs(runs):
-        prefix = "drafter_" if g.owner == "drafter" else ""
-        curve = curves[prefix + g.mode.lower()] or curves[prefix + "full"]
-        if curve is None:
-            return None
-        total += max(0.0, float(curve(g.num_tokens)))
-    return total
-
-
 def _run_list(run_dir: Path) -> tuple[int, ...]:
     """The list the run emitted (what `vllm serve` was given), from its compilation_config.json."""
     path = run_dir / COMPILATION_CONFIG_FILE
@@ -274,7 +251,6 @@ def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
 
 def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: list[str]) -> list[Quantity | None]:
     assert log.kv_tokens is not None and log.max_concurrency is not None
-    block = VLLM_BLOCK_TOKENS
     kv_line = "GPU KV cache size: N tokens, Maximum concurrency ..."
     capture_s = predicted_capture_s(model, e.runs_as)
     if capture_s is None:
@@ -283,9 +259,9 @@ def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
         notes.append("capture_s predicted = the profile's capture seconds summed over the list's graphs; vLLM's figure "
                      "also holds its warm-up runs and set-up, and no tolerance is stated for it")
     return [
-        _quantity("kv_tokens", "tokens", kv_tokens(model, e), {"": (log.kv_tokens, block, kv_line)}, None),
+        _quantity("kv_tokens", "tokens", kv_tokens(model, e), {"": (log.kv_tokens, 0, kv_line)}, None),
         _quantity("max_concurrency", "x", max_concurrency(model, e),
-                  {"": (log.max_concurrency, 0.005 + block / model.serving.max_model_len, kv_line)}, None),
+                  {"": (log.max_concurrency, 0.005, kv_line)}, None),
         _quantity("capture_s", "s", capture_s,
                   _per_worker(log, lambda w: (w.real_capture[0], 0.5, "Graph capturing finished in N secs")
                               if w.real_capture else None), None),

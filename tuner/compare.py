@@ -1,6 +1,6 @@
-"""Evaluate, once and beside the search, every list a search is judged against (vLLM's default, the exact optimum,
-PR 50488's widest capture, peer engines' lists, the memory-blind ideal) and what the tuned list changes against
-vLLM's default, so the report only renders."""
+"""Evaluate, once and beside the search, every list a search is judged against (vLLM's default, the compact list,
+the exact optimum, PR 50488's widest capture, peer engines' lists, the memory-blind ideal) and what the tuned list
+changes against vLLM's default, so the report only renders."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner import sglang
+from tuner.compact import compact_of
 from tuner.costmodel import CostModel, Evaluation
 from tuner.engines import engine_of
 from tuner.workload import ServingConfig
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from tuner.search import SearchResult
 
 __all__ = [
+    "LIST_SAVING_SHARE",
     "PEER_LISTS",
     "OffPeak",
     "WhatChanged",
@@ -24,6 +26,7 @@ __all__ = [
     "comparison",
     "feasible_cell",
     "kv_tokens",
+    "listed_and_rest",
     "max_concurrency",
     "off_peak",
     "sglang_default_sizes",
@@ -74,6 +77,7 @@ def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
     table = {
         "default": search.default,
         "tuned": search.chosen,
+        "compact": compact_of(model, search).evaluation,
         "exact": search.exact.best,
         "widest": model.evaluate(widest_sizes(model.serving)),
     }
@@ -84,9 +88,9 @@ def comparison(model: CostModel, search: SearchResult) -> dict[str, Evaluation]:
 
 
 def kv_tokens(model: CostModel, e: Evaluation) -> int:
-    """Tokens the KV cache vLLM allocates for the list holds: KV bytes // KV bytes per token (0 when it would not
-    start). vLLM counts whole KV blocks, so the figure it logs ("GPU KV cache size") can be a block lower."""
-    return max(0, e.kv_available_bytes) // model.kv_bytes_per_token
+    """Tokens the KV cache the engine allocates for the list holds, as it logs them (vLLM: "GPU KV cache size", whole
+    blocks over whole-block requests; 0 when it would not start)."""
+    return model.engine.kv_capacity(e.kv_available_bytes, model.kv_bytes_per_token)[0]
 
 
 def feasible_cell(name: str, e: Evaluation) -> str:
@@ -97,9 +101,9 @@ def feasible_cell(name: str, e: Evaluation) -> str:
 
 
 def max_concurrency(model: CostModel, e: Evaluation) -> float:
-    """KV tokens / max_model_len: how many max_model_len requests fit at once, as vLLM logs it ("Maximum
-    concurrency for L tokens per request: X.XXx")."""
-    return kv_tokens(model, e) / model.serving.max_model_len
+    """How many max_model_len requests the KV cache holds at once, as the engine logs it (vLLM: "Maximum concurrency
+    for L tokens per request: X.XXx")."""
+    return model.engine.kv_capacity(e.kv_available_bytes, model.kv_bytes_per_token)[1]
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,18 @@ def what_changed(model: CostModel, default: Evaluation, tuned: Evaluation) -> Wh
             saved_ms=without.expected_step_ms - tuned.expected_step_ms,
         ))
     return WhatChanged(tuple(sorted(t - d)), tuple(sorted(d - t)), top, tuple(rows))
+
+
+LIST_SAVING_SHARE = 0.001
+"""The report lists, one row each, the added widths that save at least this share of the tuned list's expected step;
+the others are summed in one line."""
+
+
+def listed_and_rest(rows: tuple[WidthChange, ...], step_ms: float
+                    ) -> tuple[tuple[WidthChange, ...], tuple[WidthChange, ...]]:
+    """(rows saving at least LIST_SAVING_SHARE of `step_ms`, the rest), each in width order."""
+    listed = tuple(w for w in rows if w.saved_ms >= LIST_SAVING_SHARE * step_ms)
+    return listed, tuple(w for w in rows if w not in listed)
 
 
 @dataclass(frozen=True)

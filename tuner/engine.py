@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["LIST_LABELS", "Deployment", "DrafterSweep", "Engine", "GraphDispatcher", "KvRule", "Speculation",
            "flag_file_line", "placeholder"]
 
-LIST_LABELS = {"tuned": "tuned", "exact": "exact optimum", "ideal": "ideal (every width, memory ignored)"}
+LIST_LABELS = {"tuned": "tuned", "compact": "compact (least graph memory within the tolerance)",
+               "exact": "exact optimum", "ideal": "ideal (every width, memory ignored)"}
 """How reports and plots name the comparison's lists every engine has; an engine names its own default, widest and
 peer rows (`Engine.list_label`)."""
 
@@ -291,6 +292,15 @@ class Engine(ABC):
                 pre_load_free_bytes: int | None = None) -> KvRule:
         """How the engine sizes its KV cache on this device (`weights_bytes()`: the weights on one rank;
         `pre_load_free_bytes`: free device memory before the weights load, when the profile measured it)."""
+
+    def start_kv_bytes(self, kv_bytes_per_token: int) -> int:
+        """The least KV memory the engine refuses to start below, whatever the workload asks (0: none)."""
+        return 0
+
+    def kv_capacity(self, kv_available_bytes: int, kv_bytes_per_token: int) -> tuple[int, float]:
+        """(tokens the KV cache holds, max_model_len requests it holds at once)."""
+        tokens = max(0, kv_available_bytes) // kv_bytes_per_token
+        return tokens, tokens / self.serving.max_model_len
 
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         """The graph-memory figure the engine's KV rule charges for graphs in capture order: its estimate, or the real

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from tuner.compare import feasible_cell, kv_tokens, max_concurrency, what_changed
+from tuner import decision
+from tuner.compare import LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency, what_changed
 from tuner.eager_share import eager_share
 from tuner.vllm.drafter import spans
 from tuner.report_text import GIB, mem_text, memory_unit, num_text
@@ -37,8 +38,6 @@ __all__ = [
 ]
 
 MIB = 1 << 20
-_ROWS = 32
-"""Rows of the what-changed table before the rest are summed in one."""
 
 
 def default_name(model: CostModel) -> str:
@@ -124,15 +123,15 @@ def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
                   f"{c.default_max} tokens), judged by the tuned list with and without it (the rest kept):", "",
                   "| batch size (requests) | width (tokens) | real pool added (MiB) | expected step saved (ms) | saved "
                   "(% of the tuned step) |", "|---|---|---|---|---|"]
-        for w in c.above_max[:_ROWS]:
+        listed, rest = listed_and_rest(c.above_max, t.expected_step_ms)
+        for w in listed:
             share = w.saved_ms / t.expected_step_ms if t.expected_step_ms > 0 else 0.0
             lines.append(f"| {w.num_tokens // model.q} | {w.num_tokens} | {w.real_bytes / MIB:+.2f} | "
                          f"{w.saved_ms:+.4f} | {share:+.2%} |")
-        if len(c.above_max) > _ROWS:
-            rest = c.above_max[_ROWS:]
-            lines.append(f"| ... {len(rest)} more ({rest[0].num_tokens // model.q}..{rest[-1].num_tokens // model.q}) "
-                         f"| | {sum(w.real_bytes for w in rest) / MIB:+.2f} in all | "
-                         f"{sum(w.saved_ms for w in rest):+.4f} in all | |")
+        if rest:
+            lines.append(f"| {len(rest)} more, each saving less than {LIST_SAVING_SHARE:.1%} "
+                         f"({rest[0].num_tokens // model.q}..{rest[-1].num_tokens // model.q}), row by row summed | | "
+                         f"{sum(w.real_bytes for w in rest) / MIB:+.2f} | {sum(w.saved_ms for w in rest):+.4f} | |")
         lines.append("")
     else:
         lines += [f"No batch size is added above the default's max ({c.default_max // model.q} requests).", ""]
@@ -147,8 +146,8 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
         "",
         f"| list | graphs | max (requests) | max (tokens) | runs as | expected step (ms) | per token (ms) "
         f"| real pool ({u}) | KV cache ({u}) | KV tokens | max concurrency | KV margin ({u}) | capture headroom ({u}) "
-        f"| feasible |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| capture (s) | feasible |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in table.items():
         feasible = feasible_cell(name, e)
@@ -159,10 +158,11 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
             f"| {model.engine.list_label(name)} | {len(e.capture_sizes)} | {-(-top // model.q)} | {top} | {runs} "
             f"| {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {num_text(model, e.graph_memory_bytes)} "
             f"| {num_text(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
-            f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} | {feasible} |")
-    lines += ["", f"No graphs at all: {model.eager_step_ms():.4f} ms per step. The ideal row captures every token "
-              f"width a step has (not only multiples of {model.q}): a bound, not a list {engine} "
-              f"can run.", ""]
+            f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} "
+            f"| {decision.capture_cell(model, e)} | {feasible} |")
+    lines += ["", *decision.no_graphs_lines(model), f"The ideal row captures every token width a step has (not only "
+              f"multiples of {model.q}): a bound, not a list {engine} can run. Capture (s): the profile's capture "
+              f"seconds summed over the graphs the list creates.", ""]
     return lines
 
 

@@ -20,9 +20,11 @@ import numpy as np
 from tuner.costmodel import GIB, CostModel, Evaluation
 from tuner.exact_bounds import Bounds, Columns, Relaxation, TimeUp, float_slack
 from tuner.exact_levels import Levels
-from tuner.exact_program import FIGURES, Edge, Program, latency_layers, memory_figures, round_up, window_query_len
+from tuner.exact_program import (FIGURES, Edge, Program, counted_bytes, latency_layers, memory_figures, round_up,
+                                 window_query_len)
 
-__all__ = ["APPROXIMATED", "ExactResult", "SearchError", "brute_force", "exact_solve", "pareto_front", "round_up"]
+__all__ = ["APPROXIMATED", "KEPT", "ROUNDED", "ExactResult", "SearchError", "brute_force", "exact_solve",
+           "pareto_front", "round_up"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,10 @@ ties, not worth proving faster: the same sums in another order differ by about a
 APPROXIMATED = ("the program approximates the step latency (several speculative tiers, or DFlash under cudagraph_mode "
                 "FULL; its answer is then improved one width at a time)")
 """Why an answer whose latency layers are not the cost model's is not proven (and has no bound)."""
+ROUNDED = "memory figures rounded to units of"
+"""How an answer says its memory was rounded (one of `ExactResult.unproven`)."""
+KEPT = 16
+"""`keep_within_ms`: at most this many of the least memory levels keep their fastest list."""
 
 
 class SearchError(ValueError):
@@ -70,6 +76,15 @@ class ExactResult:
     """Passes the dynamic program over memory levels solved (0: the bounds alone proved the answer, or stopped)."""
     unproven: tuple[str, ...] = ()
     """Why the answer is not proven optimal (empty when it is)."""
+    kept: tuple[Evaluation, ...] = ()
+    """With `keep_within_ms`: the fastest fitting list of each of the least memory levels whose fastest list is
+    within it (at most KEPT, by level). Proven (`exact_memory`), the first counts the least memory (`counted_bytes`)
+    of any fitting list within it, and no list counting that little is faster."""
+
+    @property
+    def rounded(self) -> bool:
+        """Memory was rounded to units: the levels count it only up to a unit."""
+        return any(why.startswith(ROUNDED) for why in self.unproven)
 
     @property
     def gap(self) -> float | None:
@@ -92,8 +107,10 @@ class ExactResult:
 
 def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
                 front_points: int = 40, seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
-                incumbents: Sequence[Sequence[int]] = (), bounds: bool = True) -> ExactResult:
-    """Fastest capture list over `candidates` (default: the model's) that fits vLLM's two memory conditions.
+                incumbents: Sequence[Sequence[int]] = (), bounds: bool = True,
+                memory_cap_bytes: int | None = None, keep_within_ms: float | None = None) -> ExactResult:
+    """Fastest capture list over `candidates` (default: the model's) that fits vLLM's two memory conditions (and,
+    with `memory_cap_bytes`, counts at most that many bytes on the program's memory axis: `counted_bytes`).
 
     The program (`tuner.exact_program`): a list is a path through the sorted candidates. Its latency splits into
     per-gap terms between consecutive members (steps padded up to the upper one), FULL decode graphs into q-wide
@@ -129,9 +146,22 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     `stopped_early` and a proven lower bound on the optimum (the bounds' first forward sweeps, at price 0 and on
     the grid, always run to their end: they are that bound).
     `bounds=False` skips the bounds: every pass over every transition (the reference the pruning is tested against).
+
+    Cap. `memory_cap_bytes` lowers the program's budget (each top's, where the rule has one per top) to the cap, and
+    a list fits only when its counted memory is within it too: the answer and its lower bound are then those of the
+    lists under the cap (`tuner.compact` asks for the fastest list under a cap to find the least memory within a
+    tolerance of the fastest).
+
+    Keep. `keep_within_ms`: nothing that could still be within that latency is pruned (only what can neither beat
+    the answer nor be within it), and the dynamic program's every memory level is read: the least levels whose
+    fastest list is within it keep that list (`ExactResult.kept`), so one solve finds the least memory within a
+    latency (`tuner.compact`'s compact list) where the levels count memory exactly.
     """
+    if memory_cap_bytes is not None and memory_cap_bytes < 0:
+        raise ValueError(f"memory_cap_bytes={memory_cap_bytes} must be >= 0")
     return _Solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
-                  seconds=seconds, clock=clock, incumbents=incumbents, bounds=bounds).run()
+                  seconds=seconds, clock=clock, incumbents=incumbents, bounds=bounds, cap=memory_cap_bytes,
+                  keep_ms=keep_within_ms).run()
 
 
 class _Solve:
@@ -139,8 +169,9 @@ class _Solve:
 
     def __init__(self, model: CostModel, *, memory_buckets: int, candidates: Sequence[int] | None,
                  front_points: int, seconds: float | None, clock: Callable[[], float],
-                 incumbents: Sequence[Sequence[int]], bounds: bool) -> None:
-        self.model, self.use_bounds = model, bounds
+                 incumbents: Sequence[Sequence[int]], bounds: bool, cap: int | None, keep_ms: float | None) -> None:
+        self.model, self.use_bounds, self.cap, self.keep_ms = model, bounds, cap, keep_ms
+        self.kept: list[Evaluation] = []
         self.cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
         self.memory_buckets, self.front_points, self.incumbents = memory_buckets, front_points, incumbents
         self.clock = clock
@@ -160,6 +191,14 @@ class _Solve:
         if self.deadline is not None and self.clock() > self.deadline:
             raise TimeUp
 
+    def over_cap(self, e: Evaluation) -> int:
+        """Bytes the list counts beyond the cap (<= 0: within it, or no cap)."""
+        return 0 if self.cap is None else counted_bytes(self.model, e) - self.cap
+
+    def fits(self, e: Evaluation) -> bool:
+        """Both memory conditions, and the cap."""
+        return e.feasible and self.over_cap(e) <= 0
+
     # ------------------------------------------------------------------------------------------------ answer
     def run(self) -> ExactResult:
         model = self.model
@@ -170,7 +209,8 @@ class _Solve:
                 f"without graphs < required {model.budget.required_kv_bytes / GIB:.2f} GiB"
             )
         if model.cudagraph_mode == "NONE" or not self.cands:
-            return ExactResult(empty, [empty], 1, True, 0, lower_bound_ms=empty.expected_step_ms)
+            kept = (empty,) if self.keep_ms is not None and empty.expected_step_ms <= self.keep_ms + 1e-12 else ()
+            return ExactResult(empty, [empty], 1, True, 0, lower_bound_ms=empty.expected_step_ms, kept=kept)
         self._setup(empty)
         self.best, self.ub = empty, empty.expected_step_ms  # the list to beat, and its latency in program terms
         self.seen[()] = empty
@@ -184,7 +224,7 @@ class _Solve:
         except TimeUp:
             self.stopped = True
         if not self.layers_exact:
-            self.best = improve_locally(self.model, self.best, self.cands)
+            self.best = improve_locally(self.model, self.best, self.cands, fits=self.fits)
         proven = (self.exact_memory and self.layers_exact and not self.headroom and not self.stopped
                   and not self.dp_failed and not self.capture_binds)
         seconds = self.clock() - self.started
@@ -192,14 +232,14 @@ class _Solve:
             log.info("exact solver: stopped at its time budget after %.1f s", seconds)
         unproven = [why for why, yes in (
             (f"stopped at its time budget of {self.budget_s or 0:g} s", self.stopped),
-            (f"memory figures rounded to units of {self.unit / (1 << 20):.3f} MiB", not self.exact_memory),
+            (f"{ROUNDED} {self.unit / (1 << 20):.3f} MiB", not self.exact_memory),
             ("the real capture could outgrow vLLM's estimate by more than the memory vLLM does not request",
              self.headroom or self.capture_binds),
             (APPROXIMATED, not self.layers_exact),
             ("no rounded answer fit in bytes", self.dp_failed)) if yes]
         return ExactResult(self.best, self._front(), self.unit, bool(proven), len(self.cands), self.resource,
                            self._lower_bound(proven), self.stopped, seconds, self.passes, self.level_solves,
-                           () if proven else tuple(unproven))
+                           () if proven else tuple(unproven), tuple(self.kept))
 
     def _consider(self, sizes: tuple[int, ...], program_ms: float | None = None) -> Evaluation:
         """Evaluate a list; if it fits, it may become the answer and the latency to beat (`program_ms`: its latency
@@ -207,7 +247,7 @@ class _Solve:
         e = self.seen.get(sizes)
         if e is None:
             e = self.seen[sizes] = self.model.evaluate(sizes)
-        if e.feasible:
+        if self.fits(e):
             if e.expected_step_ms < self.best.expected_step_ms - 1e-12:
                 self.best = e
             if program_ms is not None:
@@ -242,7 +282,7 @@ class _Solve:
             pool = [pool[i] for i in np.unique(np.linspace(0, len(pool) - 1, self.front_points).round().astype(int))]
         for sizes in pool:
             self._consider(sizes)
-        front = pareto_front([e for e in self.seen.values() if e.feasible] + [self.best])
+        front = pareto_front([e for e in self.seen.values() if self.fits(e)] + [self.best])
         if len(front) > self.front_points:
             keep = np.unique(np.linspace(0, len(front) - 1, self.front_points).round().astype(int))
             front = [front[i] for i in keep]
@@ -259,6 +299,10 @@ class _Solve:
         r = round_up(c, q) if sep else c.copy()
         layers, constant, self.layers_exact = latency_layers(model, c, r, q)
         mem, self.budget_bytes, self.resource = memory_figures(model, c, r)
+        if self.cap is not None:  # before the units: a lower budget is counted in finer ones
+            self.budget_bytes = min(self.budget_bytes, self.cap)
+            if mem.top_budget is not None:
+                mem.top_budget = np.minimum(mem.top_budget, float(self.cap))
         self.mem = mem
 
         # Memory in units: when one unit divides every figure (the gcd) and the budget spans few enough of them, the
@@ -310,8 +354,10 @@ class _Solve:
 
     # ------------------------------------------------------------------------------------------------ bounds
     def _beat(self) -> float:
-        """A bound at or above this rules a list out: it cannot beat the list to beat by more than float noise."""
-        return self.ub - max(_TIE * self.ub, self.tie)
+        """A bound at or above this rules a list out: it cannot beat the list to beat by more than float noise (nor,
+        with `keep_ms`, be within that latency)."""
+        beat = self.ub - max(_TIE * self.ub, self.tie)
+        return beat if self.keep_ms is None else max(beat, self.keep_ms + max(_TIE * self.keep_ms, self.tie))
 
     def _chains(self, rel: Relaxation, cols: range, best: int = 4) -> None:
         """The columns' cheapest chains that fit in bytes: the `best` fastest evaluated (the list to beat), all kept
@@ -350,31 +396,61 @@ class _Solve:
             passes = [(-1, 0)] + ([(int(p), int(p)) for p in sorted(set(classes.tolist()))]
                                   if program.kind != "real" else [])
             results = []
+            read: list[tuple[np.ndarray, Callable[[int], tuple[int, ...]]]] = []  # per pass, every level (keep)
             for cls, p in sorted(passes, key=lambda cp: self.bounds.pass_bound(cp[0], same)):
                 if self.bounds.pass_bound(cls, same) >= self._beat():
                     continue  # no list of the pass can beat the list to beat
                 levels = Levels(program, units, cls, p, B, pred_cls, alive=self._alive(cls, same), check=self.check)
                 self.level_solves += 1
-                value, sizes = levels.best(limit)
+                if self.keep_ms is not None and attempt == 0:
+                    totals, backtrack = levels.best_levels(limit)
+                    read.append((totals, backtrack))
+                    value, sizes = (float(totals[B]), backtrack(B)) if math.isfinite(totals[B]) else (math.inf, ())
+                else:
+                    value, sizes = levels.best(limit)
                 if attempt == 0:
                     self.solved[cls] = value
                 if math.isfinite(value):
                     results.append((value, sizes))
                     self._consider(sizes, value)
+            if self.keep_ms is not None and attempt == 0:
+                self._keep(read)
             if not results or min(results)[0] >= self._beat():
                 return  # nothing the program finds beats the list to beat
             value, sizes = min(results)
             e = self._consider(sizes)
-            if e.feasible:
+            if self.fits(e):
                 return
-            if not e.reason and e.starts and not e.capture_fits:
+            if not e.reason and e.starts and not e.capture_fits and self.over_cap(e) <= 0:
                 # The condition the program does not carry bound: the fastest list of any pass and level that fits
                 # both is the answer, feasible but not proven optimal.
                 self.capture_binds = True
                 self._fastest_fitting(units, B, passes, limit, pred_cls)
                 return
-            budget_limit -= max(self.unit, -e.kv_margin_bytes)
+            budget_limit -= max(self.unit, -e.kv_margin_bytes, self.over_cap(e))
         self.dp_failed = True
+
+    def _keep(self, read: list[tuple[np.ndarray, Callable[[int], tuple[int, ...]]]]) -> None:
+        """The fastest list of each of the least levels where the fastest over every pass drops to within `keep_ms`,
+        evaluated, the first KEPT that fit kept (program latency is the model's where the layers are)."""
+        assert self.keep_ms is not None
+        if read:
+            totals = np.min(np.stack([t for t, _ in read]), axis=0)
+            levels = [m for m in np.flatnonzero(totals <= self.keep_ms + 1e-12).tolist()
+                      if m == 0 or totals[m] < totals[m - 1] - 1e-15]  # a drop: the level's list needs all of it
+            for m in levels[:4 * KEPT]:  # lists the real capture does not fit are passed over, a few levels at most
+                if len(self.kept) == KEPT:
+                    break
+                self.check()
+                _, backtrack = read[int(np.argmin([t[m] for t, _ in read]))]
+                e = self._consider(backtrack(m), float(totals[m]))
+                if self.fits(e):
+                    self.kept.append(e)
+        empty = self.seen[()]  # no closed chain, so no level holds it: it counts nothing, first but for a faster 0
+        if empty.expected_step_ms <= self.keep_ms + 1e-12:
+            zero = [e for e in self.kept[:1] if counted_bytes(self.model, e) == 0
+                    and e.expected_step_ms < empty.expected_step_ms]
+            self.kept = (zero + [empty] + [e for e in self.kept if e not in zero])[:KEPT]
 
     def _alive(self, cls: int, same: bool) -> Callable[[Edge, int, np.ndarray], np.ndarray] | None:
         """Which transitions of a pass may still lead to a list faster than the one to beat."""
@@ -398,15 +474,16 @@ class _Solve:
 
 
 def improve_locally(model: CostModel, start: Evaluation, candidates: Sequence[int],
-                    evaluations: int = 4096) -> Evaluation:
+                    evaluations: int = 4096, fits: Callable[[Evaluation], bool] | None = None) -> Evaluation:
     """Where the program's layers only approximate the cost model (several V2 decode tiers shadowing each other), the
     best fitting list one candidate away, repeatedly, until none is faster or `evaluations` lists were costed: a
-    better answer, still not proven optimal."""
+    better answer, still not proven optimal. `fits`: what fitting means (default: both memory conditions)."""
     best = start
     for _ in range(max(1, evaluations // max(1, len(candidates)))):
         members = set(best.capture_sizes)
         moves = [model.evaluate(members ^ {c}) for c in candidates]
-        better = [e for e in moves if e.feasible and e.expected_step_ms < best.expected_step_ms - 1e-12]
+        better = [e for e in moves if (fits(e) if fits else e.feasible)
+                  and e.expected_step_ms < best.expected_step_ms - 1e-12]
         if not better:
             return best
         best = min(better, key=lambda e: e.expected_step_ms)

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuner.costmodel import CostModel
+from tuner.costmodel import CostModel, Evaluation
 from tuner.vllm.memory import MIB
 
 __all__ = ["A0", "ANY", "C0", "C1", "FIGURES", "NODES", "Edge", "Layer", "Memory", "Prefix", "Program",
-           "latency_layers", "memory_figures", "round_up", "window_query_len"]
+           "counted_bytes", "latency_layers", "memory_axis", "memory_figures", "round_up", "window_query_len"]
 
 A0, A1, C0, C1 = 0, 1, 2, 3
 """Nodes of a position, phase * 2 + state. Phases: A (windows, or members, still charged the pass's per-graph term)
@@ -155,8 +155,22 @@ class Memory:
     """Real-pool bytes of a candidate as the top (for the capture-headroom bound)."""
 
 
+def memory_axis(model: CostModel) -> str:
+    """What the program's memory axis counts under the engine's rule: vLLM's graph-memory `estimate`, or the `real`
+    pool (SGLang and TensorRT-LLM; vLLM with the estimate switched off, or an estimate that is the real capture)."""
+    form = model.engine.estimate_form(model.probe, model.budget.estimate_enabled)
+    return "real" if form in ("none", "real") else "estimate"
+
+
+def counted_bytes(model: CostModel, e: Evaluation) -> int:
+    """A list's graph memory on the program's memory axis (`memory_axis`): what the engine's rule charges it, the
+    memory a cap on that axis (`exact_solve`'s `memory_cap_bytes`) bounds."""
+    return e.graph_estimate_bytes if memory_axis(model) == "estimate" else e.graph_memory_bytes
+
+
 def memory_figures(model: CostModel, c: np.ndarray, r: np.ndarray) -> tuple[Memory, int, str]:
-    """The formulation of vLLM's memory rule the program runs, its budget in bytes, and what it counts."""
+    """The formulation of vLLM's memory rule the program runs, its budget in bytes, and what it counts
+    (`memory_axis`)."""
     b = model.budget
     sep, has_mixed = model.separate_decode, model.mixed_mode != "NONE"
     n = len(c)

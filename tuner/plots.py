@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuner.compact import counted_bytes
 from tuner.costmodel import crossover_width
 from tuner.report_text import memory_unit
 
@@ -179,7 +180,7 @@ def _plot_pareto(model: CostModel, search: SearchResult, table: dict[str, Evalua
     unit, unit_name = memory_unit(model)
 
     def charged(e: Evaluation) -> float:
-        return (e.graph_estimate_bytes if estimate else e.graph_memory_bytes) / unit
+        return counted_bytes(model, e) / unit
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     front = search.pareto or search.exact.front

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import __version__
+from tuner import __version__, decision
 from tuner.compare import (
     comparison,
     kv_tokens,
@@ -27,6 +27,7 @@ from tuner.engines import ENGINE_FILES
 from tuner.host_cost import host_line
 from tuner.plots import PLOTS, log_axis, profile_provenance, render_plots
 from tuner.report_text import sizes_text
+from tuner.saving_interval import SavingInterval
 from tuner.search import SearchResult
 from tuner.workload import Workload
 
@@ -57,7 +58,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-SUMMARY_KEYS = ("default", "tuned", "exact", "widest", "ideal")
+SUMMARY_KEYS = ("default", "tuned", "compact", "exact", "widest", "ideal")
 """Lists summary.json always holds, each with its latency, vLLM's graph-memory estimate, the real pool, the KV cache
 vLLM sizes (bytes, tokens, max concurrency), the capture headroom, the list that runs, and `feasible`."""
 MODEL_SETTINGS = ("allow_mismatch", "off_peak_weight", "piecewise_fallback")
@@ -105,6 +106,7 @@ def _list_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
         "expected_step_ms": e.expected_step_ms,
         "per_token_ms": e.per_token_ms,
         "num_graphs": len(e.capture_sizes),
+        "capture_s": decision.capture_s(model, e),
         "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
         "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
         "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
@@ -123,9 +125,11 @@ def _list_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
     }
 
 
-def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> dict[str, Any]:
+def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
+            interval: SavingInterval | None = None) -> dict[str, Any]:
     """summary.json: each list's figures (`_figures`), vLLM's memory rule, what changed, off-peak figures, noise, the
-    model settings, plus provenance."""
+    model settings, the compact choice and the saving's interval (`tuner.decision`; `interval`: computed already),
+    plus provenance."""
     b = model.budget
     d, t = table["default"], table["tuned"]
     meta = model.profile.metadata
@@ -178,6 +182,7 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "exact_unproven": list(search.exact.unproven),
         "notes": list(search.notes),
         "cgtune_version": __version__,
+        **decision.summary_fields(model, search, table, interval or decision.interval_of(model, table)),
         **_meta(model),
     })
     return out
@@ -241,22 +246,8 @@ def _noise_line(model: CostModel) -> str:
 
 def _source_lines(search: SearchResult) -> list[str]:
     """How the tuned list was found: the study's best within 1% of the exact optimum, or the exact answer, and why."""
-    gap = search.gap
-    if search.source == "study" and gap is not None:
-        if gap < 0:  # only where the exact solver's answer is not proven optimal (its time budget ran out)
-            return [f"The optuna study's best is {-gap:.2%} faster than the exact solver's list, which is not proven "
-                    f"optimal (see Search)."]
-        what = "the exact optimum" if search.exact.exact_memory else "the exact solver's list"
-        return [f"The optuna study's best is within {gap:.2%} of {what}."]
-    if search.source == "exact":
-        if gap is None:
-            why = "no study trial was feasible."
-        elif gap > 0.01:
-            why = f"the study's best was not within 1% of it ({gap:.2%} slower)."
-        else:
-            why = f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory."
-        return ["**The exact solver's answer is used**: " + why]
-    return []
+    why = decision.ship_reason(search.source, search.gap, search.exact.exact_memory)
+    return [why] if why else []
 
 
 def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
@@ -304,13 +295,16 @@ def _exact_line(search: SearchResult) -> str:
 
 
 def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
-                    command: str = "", plots_dir: str = "plots") -> str:
-    """report.md text."""
+                    command: str = "", plots_dir: str = "plots", interval: SavingInterval | None = None) -> str:
+    """report.md text (`interval`: the saving's interval, computed already)."""
     words = words_of(model.engine)
+    # How the list was found, how sure its saving is and the compact list beside it: every engine's words alike.
+    how_found = _source_lines(search) + decision.decision_lines(model, search, table,
+                                                                interval or decision.interval_of(model, table))
     lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model),
              *words.memory_rule_lines(model, table), _noise_line(model),
              f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""), "", "## Decision", "",
-             *words.decision_lines(model, table, search.source, _source_lines(search)), ""]
+             *words.decision_lines(model, table, search.source, how_found), ""]
     cross = crossover_width(model.profile)
     lines += [
         "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
@@ -402,7 +396,8 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
         if copy_inputs:
             _copy_inputs(staging, model)
         table = comparison(model, search)
-        data = summary(model, search, table)
+        interval = decision.interval_of(model, table)  # drawn once: summary.json and report.md both show it
+        data = summary(model, search, table, interval=interval)
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         provenance = Provenance(
             __version__, data["profile"] or "?", str(data["device_name"]),
@@ -418,7 +413,7 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
         files["summary.json"] = summary_json(data)
         validation: dict[str, Any] | None = None
         if report:
-            files["report.md"] = render_markdown(model, search, table, command=command)
+            files["report.md"] = render_markdown(model, search, table, command=command, interval=interval)
             from tuner.validate_report import section_for_run  # keeps `cgtune validate`'s section on re-render
 
             if section := section_for_run(run, search.chosen.capture_sizes):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuner.compact import CompactChoice
 from tuner.exact import ExactResult, SearchError, brute_force, exact_solve, pareto_front, round_up
 from tuner.costmodel import GIB, CostModel, Evaluation
 from tuner.storage_url import StorageError, display_url, engine_url, hide_secret
@@ -117,6 +118,8 @@ class SearchResult:
     """Latency/graph-memory front of the study's feasible trials (objective pareto), else the exact front."""
     notes: list[str] = field(default_factory=list)
     """What was assumed or decided (printed in the report)."""
+    compact: CompactChoice | None = None
+    """The compact alternative to `chosen` (`tuner.compact`); None until chosen (`tuner.compact.compact_of`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record of the lists and counts; `from_dict` re-evaluates the lists under a model."""
@@ -134,6 +137,7 @@ class SearchResult:
                       "unproven": list(self.exact.unproven)},
             "study_name": self.study_name, "storage": self.storage, "objective": self.objective,
             "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
+            "compact": None if self.compact is None else self.compact.to_dict(),
         }
 
     @classmethod
@@ -150,7 +154,8 @@ class SearchResult:
                             level_solves=int(ex.get("level_solves", 0)), unproven=tuple(ex.get("unproven", ())))
         return cls(model.evaluate(data["chosen"]), data["source"], exact, ev(data["study_best"]),
                    model.evaluate(data["default"]), data["study_name"], data["storage"], data["objective"],
-                   dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]))
+                   dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]),
+                   CompactChoice.from_dict(data["compact"], model) if data.get("compact") else None)
 
     @property
     def gap(self) -> float | None:

@@ -9,12 +9,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tuner.compare import feasible_cell, kv_tokens, max_concurrency, off_peak, what_changed
+from tuner import decision
+from tuner.compare import (LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency, off_peak,
+                           what_changed)
 from tuner.eager_share import EagerShare, drafter_eager_passes, eager_share, uniform_decode_steps
 from tuner.report_text import GIB, mem_text, memory_unit, mib_text, num_text, sizes_text
 from tuner.vllm.defaults import CaptureDefaults, capture_ceiling, dense_speculative_schedule, validate_schedule
 from tuner.vllm.defaults import widest_decode_batch
 from tuner.vllm.drafter import EagerDrafterPasses, spans
+from tuner.vllm.log_lines import estimate_line_note, memory_lines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,16 +54,16 @@ def keep_default_kv_utilization(model: CostModel, default: Evaluation, tuned: Ev
 
 
 def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
-    """The lines vLLM 0.33 logs about memory when it starts with the list (its own wording and decimals);
-    with the estimate switched off, vLLM subtracts none, so no estimate line is predicted."""
-    lines = []
-    if model.budget.estimate_enabled:
-        lines.append(f"Estimated CUDA graph memory: {e.graph_estimate_bytes / GIB:.2f} GiB total")
-    lines.append(f"Available KV cache memory: {e.kv_available_bytes / GIB:.2f} GiB")
-    lines.append(f"GPU KV cache size: {kv_tokens(model, e):,} tokens")
-    lines.append(f"Maximum concurrency for {model.serving.max_model_len:,} tokens per request: "
-                 f"{max_concurrency(model, e):.2f}x")
-    return lines
+    """The memory lines vLLM 0.33 logs when it starts with the list, through its own format strings
+    (`tuner.vllm.log_lines`): V1's estimate, the KV cache, the gpu_memory_utilization hint (a warning with the estimate
+    off), the KV size and concurrency, and the pool beside the estimate after the capture."""
+    b = model.budget
+    return memory_lines(runner=model.runner, captures=bool(e.runs_as),
+                        profiled_estimate_bytes=e.profiled_estimate_bytes, estimate_enabled=b.estimate_enabled,
+                        kv_available_bytes=e.kv_available_bytes, kv_tokens=kv_tokens(model, e),
+                        max_model_len=model.serving.max_model_len, max_concurrency=max_concurrency(model, e),
+                        total_memory_bytes=b.total_memory_bytes, gpu_memory_utilization=b.gpu_memory_utilization,
+                        pool_bytes=e.graph_memory_bytes)
 
 
 def provenance_line(model: CostModel) -> str:
@@ -147,8 +150,9 @@ def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, 
     lines += how_found
     u = keep_default_kv_utilization(model, d, t)
     now = model.budget.gpu_memory_utilization
-    lines += ["", "What vLLM will log when it starts with the tuned list (predicted; vLLM counts whole KV blocks, so "
-              "the last two figures can come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
+    lines += ["", f"What vLLM will log when it starts with the tuned list (predicted, in vLLM's own format strings; "
+              f"{estimate_line_note(model.runner)}; vLLM counts whole KV blocks, so the KV size and concurrency can "
+              f"come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
     if not d.starts:
         lines.append("vLLM's default list would not start here, so there is no default KV cache size to keep.")
     elif u > 1.0:
@@ -205,10 +209,16 @@ def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
             "tuned step) |",
             "|---|---|---|---|---|",
         ]
-        for w in c.above_max:
+        listed, rest = listed_and_rest(c.above_max, t.expected_step_ms)
+        for w in listed:
             share = w.saved_ms / t.expected_step_ms if t.expected_step_ms > 0 else 0.0
             lines.append(f"| {w.num_tokens} | {mib_text(w.estimate_bytes)} | {mib_text(w.real_bytes)} "
                          f"| {w.saved_ms:+.4f} | {share:+.2%} |")
+        if rest:
+            lines.append(f"| {len(rest)} more, each saving less than {LIST_SAVING_SHARE:.1%} "
+                         f"({sizes_text(tuple(w.num_tokens for w in rest), 8)}), row by row summed | "
+                         f"{mib_text(sum(w.estimate_bytes for w in rest))} "
+                         f"| {mib_text(sum(w.real_bytes for w in rest))} | {sum(w.saved_ms for w in rest):+.4f} | |")
         lines.append("")
     else:
         lines += [f"No width is added above the default max ({c.default_max}).", ""]
@@ -223,8 +233,8 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
         "",
         f"| list | graphs | max | runs as | expected step (ms) | per token (ms) | vLLM estimate ({u}) "
         f"| real pool ({u}) | KV cache ({u}) | KV tokens | max concurrency | KV margin ({u}) "
-        f"| capture headroom ({u}) | feasible |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| capture headroom ({u}) | capture (s) | feasible |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in table.items():
         feasible = feasible_cell(name, e)
@@ -236,8 +246,10 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
             f"| {runs} | {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} "
             f"| {num_text(model, e.graph_estimate_bytes)} | {num_text(model, e.graph_memory_bytes)} "
             f"| {num_text(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
-            f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} | {feasible} |")
-    lines += ["", f"No graphs at all: {model.eager_step_ms():.4f} ms per step.", ""]
+            f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} "
+            f"| {decision.capture_cell(model, e)} | {feasible} |")
+    lines += ["", *decision.no_graphs_lines(model), "Capture (s): the profile's capture seconds summed over the graphs "
+              "the list creates, the drafter's included (vLLM adds its warm-up runs).", ""]
     return lines
 
 

@@ -171,10 +171,13 @@ class Workload:
 
     @property
     def required_kv_bytes(self) -> int:
-        """KV bytes the deployment needs: the explicit amount, else one max_model_len request."""
-        if self.serving.required_kv_bytes is not None:
-            return self.serving.required_kv_bytes
-        return self.serving.max_model_len * self.kv_bytes_per_token()
+        """KV bytes the deployment needs: the explicit amount, else one max_model_len request; never less than the
+        engine refuses to start below (vLLM: one request's whole blocks and the null block)."""
+        per_token = self.kv_bytes_per_token()
+        stated = self.serving.required_kv_bytes
+        if stated is None:
+            stated = self.serving.max_model_len * per_token
+        return max(stated, self.engine.start_kv_bytes(per_token))
 
     def steps(self) -> list[Step]:
         """The step distribution (`tuner.steps`): `Step`s with probabilities summing to 1, sorted by width."""

@@ -21,10 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/ helpers (import-mode=importlib)
 from cli_runner import run  # noqa: E402
-from handmade_profiles import MIB, handmade_profile  # noqa: E402
+from handmade_profiles import gpu_scale_profile  # noqa: E402
 from vllm_startup_logs import GIB, VllmWorker, startup_log  # noqa: E402
 
-from tuner.check import predicted_capture_s as predicted_capture_s_of  # noqa: E402
+from tuner.capture_time import predicted_capture_s as predicted_capture_s_of  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.report import load_run  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
@@ -33,22 +33,8 @@ DFLASH = ROOT / "workloads" / "dflash-llama-3.1-8b.yaml"  # V2 runner, one GPU, 
 SUFFIX_TP2 = ROOT / "workloads" / "suffix-llama-3.1-70b-tp2.yaml"  # V1 runner (suffix decoding), TP 2, K = 8
 
 
-def synthetic_profile(out_dir: Path, workload: Path) -> Path:
-    """A made-up profile at H200 scale over vLLM's default grid, every decode width and a 32-token grid above the
-    ceiling (the shape benchmarks/bench_search.py uses): a fixture, never a measurement."""
-    wl = load_workload(workload)
-    s = wl.serving
-    q = s.decode_query_len
-    widths = set(wl.engine.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)} | set(range(544, 8193, 32))
-    return handmade_profile(out_dir, wl, sorted(w for w in widths if w <= s.max_num_batched_tokens),
-                            eager_ms=lambda w: 6.0 + 0.004 * w, full_ms=lambda w: 1.5 + 0.004 * w,
-                            standalone_bytes=lambda w: 64 * MIB + 600_000 * w, delta_bytes=lambda w: 2 * MIB + 4096 * w,
-                            total_memory_bytes=141 * GIB, weights_bytes=wl.model.weight_bytes(),
-                            activation_peak_bytes=4 * GIB, name="synthetic")
-
-
 def _search_run(tmp: Path, workload: Path) -> Path:
-    csv = synthetic_profile(tmp / "profile", workload)
+    csv = gpu_scale_profile(tmp / "profile", workload)
     out = tmp / "run"
     code = run_quiet(["search", workload, "--profile", csv, "--out", out, "--trials", 4, "--no-progress"])
     assert code == 0
@@ -75,9 +61,11 @@ def tp2_run(tmp_path_factory):
 
 @functools.cache
 def predicted_capture_s(run_dir: Path) -> float:
-    """The capture time the run's cost model predicts for its list (summary.json does not record it)."""
+    """The capture time the run predicts for its list (summary.json's tuned `capture_s`, which is the cost model's)."""
     model, search = load_run(run_dir)
-    return predicted_capture_s_of(model, search.chosen.runs_as)
+    recorded = json.loads((run_dir / "summary.json").read_text())["tuned"]["capture_s"]
+    assert recorded == predicted_capture_s_of(model, search.chosen.runs_as)
+    return recorded
 
 
 def predicted(run_dir: Path) -> dict:

@@ -163,9 +163,12 @@ def test_the_printed_vllm_line_is_the_flag_file_behind_the_environment(tmp_path,
     code, printed, err = run(capsys, "search", wl_path, "--profile", profile, "--out", out, "--trials", 8,
                              "--no-progress")
     assert code == 0, err
-    line = printed.strip().splitlines()[-1]
+    lines = printed.strip().splitlines()
+    line = next(x for x in lines if "vllm serve" in x)
     argv = shlex.split(line)
     assert argv[:3] == ["VLLM_USE_V2_MODEL_RUNNER=0", "vllm", "serve"]
+    # The report command after it is quoted too: the folder has spaces.
+    assert shlex.split(lines[-1].split(": ", 1)[1]) == ["cgtune", "report", str(out)]
     assert argv[3] == placeholder("CHECKPOINT", "model.name")  # the tiny preset has no checkpoint
     assert argv[4:] == shlex.split(_flag_line(out / "vllm-flags.txt"))
 

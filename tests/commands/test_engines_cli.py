@@ -207,3 +207,21 @@ def test_trtllm_workload_without_a_decoding_type_is_one_line(tmp_path, capsys, s
     path.write_text(yaml.safe_dump(spec))
     code, printed, err = run(capsys, "defaults", path)
     assert code == 2 and printed == "" and err.count("\n") == 1 and needle in err
+
+
+@pytest.mark.parametrize("which", ["sglang", "trtllm"])
+def test_engine_reports_show_the_compact_list_on_the_real_pool_and_the_interval(which, request):
+    out, profile = request.getfixturevalue(f"{which}_run")
+    summary = json.loads((out / "summary.json").read_text())
+    model = CostModel.from_files(profile, load_workload(SGLANG if which == "sglang" else TRTLLM))
+    # The engine's rule counts the real pool (it makes no estimate): the compact list is the least real pool within
+    # 1% of the fastest, in requests like every list of an engine workload.
+    assert summary["compact_choice"]["memory_counted"] == "graph_memory_bytes"
+    compact = model.evaluate(summary["compact"]["capture_sizes"])
+    assert compact.feasible and compact.expected_step_ms <= summary["compact_choice"]["fastest_ms"] * 1.01 + 1e-12
+    assert compact.graph_memory_bytes <= summary["tuned"]["graph_memory_bytes"]
+    assert summary["compact"]["batch_sizes"] == [w // 4 for w in summary["compact"]["capture_sizes"]]
+    assert summary["saving_interval_ms"] == [summary["saving_interval"]["point_ms"]] * 2  # no spread in the fixture
+    report = (out / "report.md").read_text()
+    assert "Compact list (the least real pool whose expected step is within 1.0% of the fastest" in report
+    assert "How sure: the tuned list saves" in report and "vLLM estimate" not in report

@@ -29,7 +29,15 @@ from tuner.vllm.drafter import (  # noqa: E402
     drafter_kv_bytes_per_token,
     drafter_passes,
 )
-from tuner.vllm.memory import MIB, GraphCost, KvRule, estimate_bytes, pool_bytes  # noqa: E402
+from tuner.vllm.memory import (  # noqa: E402
+    MIB,
+    GraphCost,
+    KvRule,
+    estimate_bytes,
+    kv_capacity,
+    pool_bytes,
+    start_kv_bytes,
+)
 from tuner.engine import Engine  # noqa: E402
 from tuner.engines import engine_of  # noqa: E402
 from tuner.workload import ServingConfig  # noqa: E402
@@ -308,6 +316,15 @@ def compare_kv(o: vo.Oracle, rnd: random.Random, t: Tally) -> None:
         if method != "ngram":  # vLLM registers draft attention layers beside the target's (facts §4)
             groups.append((drafter.num_layers, drafter.kv_heads_per_rank(tp), head_dim, dtype))
     t.check("kv bytes per token", cfg, o.kv_bytes_per_token(groups), ours, shape=vars(shape), tp=tp, method=method)
+    # vLLM's start check and the KV size it logs: at the least memory cgtune says it starts with, one byte under it,
+    # and a random amount above (whole blocks, the null block held back).
+    max_model_len = rnd.choice((rnd.randint(1, 64), rnd.randint(65, 131072)))
+    need = start_kv_bytes(max_model_len, ours)
+    for available in (need - 1, need, need + rnd.randint(0, 64 * need)):
+        starts = available >= need
+        tokens, concurrency = kv_capacity(available, ours, max_model_len) if starts else (0, 0.0)
+        t.check("kv start and size", cfg, list(o.kv_plan(groups, max_model_len, available)),
+                [starts, tokens, concurrency], max_model_len=max_model_len, available=available, method=method)
     total = rnd.randint(8, 200) * (1 << 30) + rnd.randint(0, 1 << 20)
     util = round(rnd.uniform(0.3, 0.99), 4)
     non_kv, estimate, enabled = rnd.randint(1, 6) * (1 << 30), rnd.randint(0, 4 << 30), rnd.random() < 0.8

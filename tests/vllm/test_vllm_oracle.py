@@ -61,6 +61,7 @@ def test_the_comparison_covers_what_it_claims(result):
         assert checks[area] >= 1900, area  # every configuration vLLM accepts
     assert checks["dispatch"] == checks["uniform rule"] == result["steps"]
     assert checks["drafter dispatch"] >= 10_000 and checks["kv bytes per token"] == KV_CASES
+    assert checks["kv start and size"] == 3 * KV_CASES  # one byte under the start need, at it, above it
     for key in ("runner v1", "runner v2", "mode NONE", "mode PIECEWISE", "mode FULL", "mode FULL_DECODE_ONLY",
                 "mode FULL_AND_PIECEWISE", "default list", "explicit list", "q 1", "q 25", "method eagle",
                 "method dflash", "method draft_model", "method suffix"):

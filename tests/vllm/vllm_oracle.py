@@ -419,6 +419,39 @@ class Oracle:
             total += count * spec.page_size_bytes // 16
         return total
 
+    def kv_plan(self, layers: Sequence[tuple[int, int, int, str]], max_model_len: int,
+                available_bytes: int) -> tuple[bool, int, float]:
+        """(vLLM starts, "GPU KV cache size" tokens, "Maximum concurrency") for `available_bytes` of KV memory on one
+        rank: vLLM's own `check_enough_kv_cache_memory`, `get_kv_cache_configs` and `get_kv_cache_capacity`
+        (v1/core/kv_cache_planning.py, kv_cache_utils.py). Stand-ins: the config sections they read (the model's
+        max_model_len, one rank, no hybrid manager, no sparse host pool) and the layout the engine core would resolve
+        (`LBNHC`, FlashAttention's NHD); the cache config is vLLM's own."""
+        import torch
+        from vllm.config import CacheConfig
+        from vllm.v1.core import kv_cache_planning, kv_cache_utils
+
+        specs = {f"layer.{g}.{i}": self.FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=head_dim,
+                                                          dtype=getattr(torch, dtype))
+                 for g, (count, heads, head_dim, dtype) in enumerate(layers) for i in range(count)}
+        cache = CacheConfig()
+        cache.kv_cache_layout = "LBNHC"
+        ns = types.SimpleNamespace
+        config = ns(model_config=ns(max_model_len=max_model_len, original_max_model_len=max_model_len),
+                    cache_config=cache, attention_config=ns(hisparse_config=None), speculative_config=None,
+                    kv_transfer_config=None,
+                    parallel_config=ns(tensor_parallel_size=1, decode_context_parallel_size=1,
+                                       prefill_context_parallel_size=1, data_parallel_size=1, pipeline_parallel_size=1),
+                    scheduler_config=ns(disable_hybrid_kv_cache_manager=False, max_num_seqs=1,
+                                        max_num_batched_tokens=max_model_len))
+        try:
+            kv_cache_planning.check_enough_kv_cache_memory(config, specs, available_bytes)
+        except ValueError:
+            return False, 0, 0.0
+        groups = kv_cache_planning.get_kv_cache_groups(config, dict(specs))
+        plan = kv_cache_planning.get_kv_cache_configs(config, [specs], [available_bytes], groups)[0]
+        tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(config, plan)
+        return True, tokens, concurrency
+
     def kv_available_bytes(self, total_memory: int, utilization: float, non_kv: int, estimate: int,
                            estimate_enabled: bool) -> int:
         """What vLLM logs as "Available KV cache memory": `request_memory` (v1/worker/utils.py, vLLM's own), minus the

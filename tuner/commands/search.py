@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from tuner.search import SearchInterrupted, SearchResult
     from tuner.workload import Workload
 
-__all__ = ["NOISY_LIMIT", "SearchCommand", "add_search_arguments", "command_line", "model_from_args",
-           "prepare_run_dir", "resume_line", "search_and_write", "seconds", "share"]
+__all__ = ["NOISY_LIMIT", "SearchCommand", "add_search_arguments", "choose_compact", "command_line",
+           "model_from_args", "prepare_run_dir", "resume_line", "search_and_write", "seconds", "share"]
 
 log = logging.getLogger(__name__)
 NOISY_LIMIT = 0.25
@@ -51,6 +51,10 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-noisy", action="store_true",
                    help="search even when more than a quarter of the widths the decision rests on were flagged noisy "
                         "(IQR/median > 5%%) while profiling")
+    p.add_argument("--tolerance", type=share, default=0.01, metavar="T",
+                   help="the compact list: the least graph memory (vLLM's estimate; the real pool where the engine's "
+                        "rule counts that) whose expected step is within a share T (0..1, default 0.01 = 1%%) of the "
+                        "fastest list; the report recommends it when it saves a quarter of the tuned list's")
     p.add_argument("--force", action="store_true",
                    help="DIR holds the run of another workload or profile: clear it (the files cgtune wrote there and "
                         "its study.db; profile-sweep/ is kept) and write this run instead of refusing")
@@ -110,6 +114,8 @@ def command_line(name: str, args: argparse.Namespace) -> str:
         parts += ["--workers", str(args.workers)]
     if getattr(args, "off_peak_weight", 0.0):
         parts += ["--off-peak-weight", f"{args.off_peak_weight:g}"]
+    if getattr(args, "tolerance", 0.01) != 0.01:
+        parts += ["--tolerance", f"{args.tolerance:g}"]
     parts += [flag for flag, on in (("--allow-mismatch", getattr(args, "allow_mismatch", False)),
                                     ("--allow-noisy", getattr(args, "allow_noisy", False))) if on]
     return shlex.join(parts)
@@ -189,6 +195,7 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
         result = run_search(model, config, run_dir=args.out, exact=exact)
     except SearchInterrupted as exc:
         raise _interrupted(exc, name, args) from None
+    choose_compact(model, result, args)
     try:
         written = write_run(args.out, model, result, command=command, plots=report, report=report)
     except KeyboardInterrupt:
@@ -196,13 +203,60 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
             f"interrupted while writing {args.out}/: study {result.study_name} in {result.storage} is complete "
             f"({result.trials.get('total', 0)} trials); rerun to write the files: "
             f"{resume_line(name, args, result.storage)}") from None
-    _print_summary(result, written, args.out, model)
+    _print_summary(result, written, args.out, model, report=report)
     return 0
 
 
-def _print_summary(result: SearchResult, written: list[Path], out: Path, model: CostModel) -> None:
+def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namespace) -> None:
+    """Choose the search's compact list at --tolerance within --exact-seconds (kept on the result, recorded in
+    search.json)."""
+    from tuner.compact import compact_of
+
+    compact_of(model, result, getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
+               seconds=getattr(args, "exact_seconds", None))
+
+
+def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, report: bool) -> None:
+    """The compact list beside the tuned one, how sure the saving is (summary.json's interval, as written), and where
+    the report is."""
+    import json
+
+    from tuner.compact import compact_of, counted_bytes
+    from tuner.decision import compact_proof, counted_name
+    from tuner.report_text import GIB
+
+    choice = compact_of(model, result)
+    c, t = choice.evaluation, result.chosen
+    what = counted_name(model)
+    proof = compact_proof(model, choice)
+    head = f"compact list (least {what} within {choice.tolerance:.1%} of the fastest" + (f"; {proof}" if proof else "")
+    if c.capture_sizes == t.capture_sizes:
+        print(f"{head}): the tuned list itself")
+    else:
+        print(f"{head}): {len(c.capture_sizes)} graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}, {what} "
+              f"{counted_bytes(model, c) / GIB:.3f} GiB vs {counted_bytes(model, t) / GIB:.3f} "
+              f"({choice.saved_share(model, t):.0%} less), expected step {c.expected_step_ms:.4f} ms "
+              f"({c.expected_step_ms / t.expected_step_ms - 1:+.2%})"
+              + ("; RECOMMENDED (see report.md)" if choice.recommended(model, t) else ""))
+    try:
+        data = json.loads((out / "summary.json").read_text())
+        lo, hi = data["saving_interval_ms"]
+        level, point = data["saving_interval"]["level"], data["saving_interval"]["point_ms"]
+    except (OSError, ValueError, KeyError, TypeError):
+        lo = hi = None
+    if lo is not None:
+        print(f"saving vs the default: {point:+.4f} ms per step, "
+              f"{level:.0%} bootstrap interval [{lo:+.4f}, {hi:+.4f}] ms"
+              + (" (INCLUDES 0: the profile's timing spread cannot tell them apart)" if lo <= 0 <= hi else ""))
+    if not report:
+        print(f"report.md and plots: cgtune report {shlex.quote(str(out))}")
+
+
+def _print_summary(result: SearchResult, written: list[Path], out: Path, model: CostModel, *,
+                   report: bool = True) -> None:
     """What a search chose, in a few lines, in the engine's words (`tuner.report.words_of`): the list, its latency
-    and memory against the engine's default, the study, the files written and the engine's command line."""
+    and memory against the engine's default, the study, the files written, the engine's command line, the compact
+    list, the saving's interval and (`report` False) the command that writes report.md."""
     from tuner.report import words_of
 
     gap = result.gap
@@ -220,6 +274,7 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path, model: 
     serve = model.engine.serve_line(out, model.workload.model.checkpoint)
     if serve:
         print(serve)
+    _decision_summary(result, out, model, report=report)
 
 
 class SearchCommand(Command):
@@ -230,7 +285,9 @@ class SearchCommand(Command):
         "lower the expected step latency while the KV cache keeps what the workload requires. An optuna study\n"
         "(vLLM's default list is its first trial; KV feasibility is a constraint) runs next to an exact\n"
         "dynamic program; the study's best ships when within 1% of the exact optimum, else the exact answer.\n"
-        "Needs no GPU. The study is named from the workload and profile hashes, so a rerun resumes it.\n\n"
+        "Beside it, the compact list: the least graph memory within --tolerance of the fastest.\n"
+        "Needs no GPU. The study is named from the workload and profile hashes, so a rerun resumes it.\n"
+        "Writes no report.md: `cgtune report DIR` renders it (and the plots) from DIR.\n\n"
         "examples:\n"
         "  cgtune search workloads/dflash-llama-3.1-8b.yaml --profile reports/h200/dflash-llama-3.1-8b.csv \\\n"
         "      --out runs/dflash\n"

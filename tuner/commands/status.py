@@ -4,10 +4,48 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from typing import Any
 
 from tuner.cli import Command, UsageError
 
-__all__ = ["StatusCommand"]
+__all__ = ["SHIP_RULE", "StatusCommand", "shipped"]
+
+SHIP_RULE = ("decided when `cgtune search`/`tune` writes the run directory: the study's best if within 1% of the exact "
+             "optimum (the exact solver's list if that is as fast with no more graph memory), else the exact list; "
+             "summary.json's `source` says which")
+"""What `status` says ships when it finds no run directory of the study (a fleet storage, or none written yet)."""
+
+
+def shipped(url: str, study: str) -> dict[str, Any] | None:
+    """What the run directory beside an SQLite study (`cgtune search`'s default storage, DIR/study.db) ships: the
+    list's source, graphs and why it, not the study's best (`tuner.decision.ship_reason`); None when the storage is
+    no SQLite file with a summary.json of this study beside it."""
+    from sqlalchemy.engine import make_url
+
+    from tuner.decision import ship_reason
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # any URL optuna accepts that sqlalchemy does not parse: nothing to look beside
+        return None
+    if not parsed.drivername.startswith("sqlite") or not parsed.database:
+        return None
+    summary = Path(parsed.database).parent / "summary.json"
+    try:
+        data = json.loads(summary.read_text())
+        if data["study"]["name"] != study:
+            return None
+        source, gap = str(data["source"]), data["study"].get("gap_to_exact")
+        proven = bool(data.get("exact_memory"))
+        graphs = len(data["capture_sizes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    why = ship_reason(source, gap, proven) or {
+        "gpu-validated": "measured fastest on the GPU by `cgtune tune --validate`",
+        "default": "vLLM's default: nothing found was faster"}.get(source, source)
+    return {"source": source, "num_graphs": graphs, "exact_num_graphs": (data.get("exact") or {}).get("num_graphs"),
+            "reason": why.replace("**", ""), "summary": str(summary)}
 
 
 class StatusCommand(Command):
@@ -15,7 +53,9 @@ class StatusCommand(Command):
     description = (
         "One line per study in the storage (or only --study): trials complete, running, waiting, failed\n"
         "(a failed trial whose worker died is retried: `retried` counts the reruns), the planned budget of a\n"
-        "fleet study, and the best feasible expected step latency so far with its capture list.\n"
+        "fleet study, and the best feasible expected step latency so far with its capture list; then which\n"
+        "list ships and why (the study's best or the exact solver's, from the summary.json beside an SQLite\n"
+        "study; for other storages, the rule).\n"
         "optuna-dashboard reads the same storage: `optuna-dashboard \"$CGTUNE_STORAGE\"`.\n"
         "The URL comes from --storage or $CGTUNE_STORAGE and is printed with its password hidden.\n\n"
         "examples:\n"
@@ -41,9 +81,11 @@ class StatusCommand(Command):
             studies = study_status(url, args.study)
         except FleetError as exc:
             raise UsageError(str(exc)) from None
+        ships = {s.name: shipped(url, s.name) for s in studies}
         if args.json:
             print(json.dumps({"storage": display_url(url), "studies": [
-                {**s.__dict__, "done": s.done} for s in studies]}, indent=2))
+                {**s.__dict__, "done": s.done, "ships": ships[s.name] or {"rule": SHIP_RULE}} for s in studies]},
+                indent=2))
             return 0
         print(f"storage {display_url(url)}: {len(studies)} {'study' if len(studies) == 1 else 'studies'}")
         for s in studies:
@@ -57,4 +99,14 @@ class StatusCommand(Command):
                   f"{c['failed']} failed ({c['retried']} retried)"
                   + (f", {c['gpu_validated']} GPU-validated lists" if c["gpu_validated"] else "")
                   + f"; {best} [{state}]")
+            ship = ships[s.name]
+            if ship is None:
+                print(f"  ships: {SHIP_RULE}")
+                continue
+            exact = ship["exact_num_graphs"]
+            what = {"study": "the study's best", "exact": "the exact solver's list"}.get(ship["source"],
+                                                                                      f"the {ship['source']} list")
+            beside = (f"; the exact optimum has {exact}" if ship["source"] == "study" and exact is not None else
+                      f", not the study's best above" if ship["source"] == "exact" and s.best_value is not None else "")
+            print(f"  ships: {what}, {ship['num_graphs']} graphs{beside} ({ship['summary']}): {ship['reason']}")
         return 0

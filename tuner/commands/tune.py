@@ -147,7 +147,7 @@ class TuneCommand(Command):
         """Plan (or extend) the fleet study, run --workers local workers, and write DIR when every planned trial has
         run: `done`; `pending` when workers elsewhere still have to run it; `failed` when a local worker failed
         and left it unfinished."""
-        from tuner.commands.search import _check_out, _print_summary, model_from_args
+        from tuner.commands.search import _check_out, _print_summary, choose_compact, model_from_args
         from tuner.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
         from tuner.costmodel import ModelError
         from tuner.report import write_run
@@ -193,6 +193,7 @@ class TuneCommand(Command):
             result = fleet_result(url, name, model, exact_seconds=args.exact_seconds)
         except FleetError as exc:
             raise UsageError(str(exc)) from None
+        choose_compact(model, result, args)
         written = write_run(args.out, model, result, command=command_line("tune", args), plots=True, report=True)
         _print_summary(result, written, args.out, model)
         return "done"

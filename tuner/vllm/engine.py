@@ -29,7 +29,7 @@ from tuner.vllm.emit import (
     env_prefix,
     render_files,
 )
-from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes
+from tuner.vllm.memory import GraphCost, KvRule, estimate_bytes, kv_capacity, start_kv_bytes
 from tuner.vllm.runner import (
     effective_cudagraph_mode,
     keeps_dynamic_schedule,
@@ -176,6 +176,12 @@ class VllmEngine(Engine):
                          "it does not request")
         return KvRule(total_memory_bytes, s.gpu_memory_utilization, non_kv_cache_bytes, required_kv_bytes,
                       estimate_enabled=s.estimate_cudagraph_memory)
+
+    def start_kv_bytes(self, kv_bytes_per_token: int) -> int:
+        return start_kv_bytes(self.serving.max_model_len, kv_bytes_per_token)
+
+    def kv_capacity(self, kv_available_bytes: int, kv_bytes_per_token: int) -> tuple[int, float]:
+        return kv_capacity(kv_available_bytes, kv_bytes_per_token, self.serving.max_model_len)
 
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         return estimate_bytes(costs, self.runner)

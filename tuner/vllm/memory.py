@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 __all__ = [
     "MIB",
+    "BLOCK_SIZE_TOKENS",
     "GraphCost",
     "KvRule",
+    "kv_capacity",
+    "start_kv_bytes",
     "estimate_bytes",
     "estimate_samples",
     "estimate_v1_bytes",
@@ -24,6 +27,9 @@ __all__ = [
 
 MIB = 1 << 20
 """vLLM floors the extrapolated per-graph estimate at 1 MiB."""
+BLOCK_SIZE_TOKENS = 16
+"""vLLM's KV block (`CacheConfig.DEFAULT_BLOCK_SIZE`, vllm/config/cache.py:185): it sizes, checks and logs the KV
+cache in whole blocks of this many tokens (every attention layer's, the drafter's too, in one block)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,23 @@ class GraphCost:
     """Memory it takes captured alone into a fresh pool."""
     delta_bytes: float
     """Memory it adds to a pool that already holds the larger graphs captured before it."""
+
+
+def start_kv_bytes(max_model_len: int, kv_bytes_per_token: int) -> int:
+    """The least KV memory vLLM starts with: the null block BlockPool holds back plus the whole blocks one
+    max_model_len request takes, `(cdiv(L, 16) + 1) x bytes per block` (`check_enough_kv_cache_memory`,
+    v1/core/kv_cache_planning.py:151-185: available - one block must hold `cdiv(L, 16)` blocks, else ValueError)."""
+    return (-(-max_model_len // BLOCK_SIZE_TOKENS) + 1) * BLOCK_SIZE_TOKENS * kv_bytes_per_token
+
+
+def kv_capacity(kv_available_bytes: int, kv_bytes_per_token: int, max_model_len: int) -> tuple[int, float]:
+    """(tokens, concurrency) as vLLM logs them ("GPU KV cache size: N tokens, Maximum concurrency for L tokens per
+    request: X.XXx"): `available // bytes per block` blocks (kv_cache_planning.py:681, the null block among them),
+    over the `cdiv(L, 16)` blocks a request takes, and `int(concurrency x L)` tokens
+    (v1/core/kv_cache_utils.py:1061-1127)."""
+    blocks = max(0, kv_available_bytes) // (BLOCK_SIZE_TOKENS * kv_bytes_per_token)
+    concurrency = blocks / -(-max_model_len // BLOCK_SIZE_TOKENS)
+    return int(concurrency * max_model_len), concurrency
 
 
 def pool_bytes(graphs: Sequence[GraphCost]) -> float:

@@ -1,0 +1,153 @@
+"""The bootstrap interval of (default - tuned) expected step, held to hand derivations on hand-made profiles whose
+timing samples make the answer derivable: every step is an 8-request decode step, default = no graphs, tuned = the
+8-token graph, so the saving is eager(8) - full(8) (no logits rows) and only those two readings can move it. The laws
+are steep (0.1 ms per token) so that no re-drawn reading at 8 falls below the one at 4: the cost model reads latency
+as a running max over widths (a wider step never costs less), which would otherwise cut the low tail."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
+from handmade_profiles import handmade_profile, handmade_workload, with_timing  # noqa: E402
+
+from tuner.costmodel import CostModel  # noqa: E402
+from tuner.saving_interval import REPLICATES, saving_interval  # noqa: E402
+
+WIDTHS = [1, 2, 4, 8, 16]
+EAGER_8, FULL_8 = 1.8, 1.3  # the laws below at width 8; at width 4: 1.4 and 0.9
+
+
+def model_with(tmp_path: Path, **timing) -> CostModel:
+    wl = handmade_workload(max_num_seqs=8, max_num_batched_tokens=16,
+                           traffic={"widths": {"kind": "histogram", "counts": {8: 1}}})
+    path = with_timing(handmade_profile(tmp_path, wl, WIDTHS, eager_ms=lambda w: 1.0 + 0.1 * w,
+                                        full_ms=lambda w: 0.5 + 0.1 * w), **timing)
+    return CostModel.from_files(path, wl)
+
+
+def interval(m: CostModel, **kwargs):
+    return saving_interval(m, (), (8,), **kwargs)
+
+
+def test_the_saving_is_eager_minus_full_at_the_one_width(tmp_path):
+    m = model_with(tmp_path)
+    assert [(st.num_tokens, st.uniform_decode) for st in m.steps] == [(8, True)]
+    iv = interval(m)
+    assert iv.point_ms == pytest.approx(EAGER_8 - FULL_8)
+
+
+def test_no_spread_is_a_zero_width_interval_at_the_point(tmp_path):
+    # No samples kept and IQRs of 0: nothing to draw, so no replicate is drawn.
+    iv = interval(model_with(tmp_path / "none"))
+    assert iv.low_ms == iv.high_ms == iv.point_ms and iv.replicates == 0 and iv.from_samples == iv.from_iqr == 0
+    # Samples all alike at the width that decides, spread only where no step reaches (width 16, above every step):
+    # every replicate refits the model and gets the point again.
+    m = model_with(tmp_path / "flat", samples={("eager", 8): [EAGER_8] * 7, ("full", 8): [FULL_8] * 7,
+                                               ("eager", 16): [2.4, 2.5, 2.6, 2.9, 3.0]})
+    iv = interval(m)
+    assert iv.replicates == REPLICATES and iv.from_samples == 1 and iv.fixed == 2 * len(WIDTHS) - 1
+    assert iv.low_ms == pytest.approx(iv.point_ms, abs=1e-12) and iv.high_ms == pytest.approx(iv.point_ms, abs=1e-12)
+    assert iv.point_ms == pytest.approx(EAGER_8 - FULL_8)
+
+
+def test_two_point_samples_give_their_two_values_as_the_ends(tmp_path):
+    # Eager samples a, a, b, b, b: a resample's median is a with probability P(Bin(5, 2/5) >= 3) = 0.317 and b
+    # otherwise, so both 2.5% tails hold a value each: the ends are a - full and b - full exactly; the point is
+    # median b - full.
+    a, b = 1.6, 2.0
+    m = model_with(tmp_path, samples={("eager", 8): [a, a, b, b, b]})
+    iv = interval(m)
+    assert iv.point_ms == pytest.approx(b - FULL_8)
+    assert iv.low_ms == pytest.approx(a - FULL_8) and iv.high_ms == pytest.approx(b - FULL_8)
+    assert not iv.includes_zero and iv.from_samples == 1
+
+
+def test_normal_samples_give_the_medians_normal_interval(tmp_path):
+    # 401 samples at the quantiles of N(mu, sigma) (sample i at (i - 1/2) / n: a normal sample with no sampling luck)
+    # for eager(8) and for full(8). A resample's median moves by about sqrt(n) / 2 sample spacings of
+    # sigma / (n phi(0)) at the middle: the median's standard error sqrt(pi / 2) sigma / sqrt(n) = 1.2533 sigma /
+    # sqrt(n); the difference's is sqrt(2) times that, and the 95% interval the point +- 1.96 x that; within 15% (the
+    # 1000 replicates' own sampling and the median's discreteness).
+    sigma, n = 0.05, 401
+    z = [statistics.NormalDist().inv_cdf((i - 0.5) / n) for i in range(1, n + 1)]
+    m = model_with(tmp_path, samples={("eager", 8): [EAGER_8 + sigma * x for x in z],
+                                      ("full", 8): [FULL_8 + sigma * x for x in z]})
+    iv = interval(m)
+    half = 1.96 * math.sqrt(math.pi / 2) * sigma / math.sqrt(n) * math.sqrt(2)
+    assert iv.point_ms == pytest.approx(EAGER_8 - FULL_8)
+    assert iv.high_ms - iv.point_ms == pytest.approx(half, rel=0.15)
+    assert iv.point_ms - iv.low_ms == pytest.approx(half, rel=0.15)
+    assert iv.from_samples == 2
+
+
+def _median_of_5_quantile(p: float) -> float:
+    """The p-quantile of the median of 5 standard normal draws: the 3rd order statistic, whose CDF is
+    sum over k = 3..5 of C(5, k) F^k (1 - F)^(5 - k) with F the normal CDF; solved by bisection."""
+    def cdf(x: float) -> float:
+        f = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        return sum(math.comb(5, k) * f ** k * (1 - f) ** (5 - k) for k in range(3, 6))
+
+    lo, hi = -10.0, 10.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return lo
+
+
+def test_an_iqr_without_samples_is_drawn_as_a_normal_median(tmp_path):
+    # No samples and no timing metadata: a reading with an IQR is the median of 5 (cgtune profile's least repetitions)
+    # draws from a normal of sigma = IQR / 1.349 around it; the ends are the point -+ sigma x the 97.5% quantile of a
+    # median of 5 standard normals (1.05, where a single draw's is 1.96); within 10%.
+    iqr = 0.0674
+    m = model_with(tmp_path, iqr={("eager", 8): iqr})
+    iv = interval(m)
+    assert iv.from_iqr == 1 and iv.from_samples == 0 and iv.iqr_samples == 5
+    half = iqr / 1.349 * _median_of_5_quantile(0.975)
+    assert _median_of_5_quantile(0.975) == pytest.approx(1.05, abs=0.01)
+    assert iv.high_ms - iv.point_ms == pytest.approx(half, rel=0.1)
+    assert iv.point_ms - iv.low_ms == pytest.approx(half, rel=0.1)
+
+
+def test_an_iqr_reading_takes_the_sample_count_of_the_readings_that_kept_theirs(tmp_path):
+    m = model_with(tmp_path, samples={("full", 4): list(np.linspace(0.5, 0.6, 9)), ("full", 16): [0.7] * 11},
+                   iqr={("eager", 8): 0.01})
+    iv = interval(m)
+    assert iv.iqr_samples == 10 and iv.from_iqr == 1 and iv.from_samples == 1  # median of 9 and 11; 16's are flat
+
+
+def test_seeded_so_the_same_profile_gives_the_same_interval(tmp_path):
+    m = model_with(tmp_path, iqr={("eager", 8): 0.05, ("full", 8): 0.05})
+    first, again, other = interval(m), interval(m), interval(m, seed=1)
+    assert (first.low_ms, first.high_ms) == (again.low_ms, again.high_ms)
+    assert (first.low_ms, first.high_ms) != (other.low_ms, other.high_ms)
+    assert first.as_dict()["seed"] == 0 and other.seed == 1
+
+
+def test_a_spread_wider_than_the_saving_includes_zero(tmp_path):
+    # The saving is 0.5 ms; samples of full(8) from 0.95 to 2.1 ms put a resample's median anywhere between, above
+    # eager(8) too.
+    m = model_with(tmp_path, samples={("full", 8): [0.95, 1.0, 1.1, 1.3, 1.9, 2.0, 2.1]})
+    iv = interval(m)
+    assert iv.low_ms < 0 < iv.high_ms and iv.includes_zero and iv.as_dict()["includes_zero"]
+
+
+def test_drafter_readings_are_read_from_the_drafters_measurements(tmp_path):
+    # DFlash (V2): with no graphs the drafter's passes run eager; with the 8-token list its FULL graph replays. Spread
+    # only on the drafter's readings moves the saving (its low tail cut by the running max over widths).
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
+                           speculative={"method": "dflash", "drafter": {"num_layers": 1}},
+                           traffic={"widths": {"kind": "histogram", "counts": {8: 1}}})
+    path = handmade_profile(tmp_path, wl, list(range(1, 33)))
+    samples = {(mode, w): list(np.linspace(0.8, 1.2, 9) * (0.3 + 0.002 * w)) for w in range(1, 33)
+               for mode in ("drafter_eager",)}
+    m = CostModel.from_files(with_timing(path, samples=samples), wl)
+    assert m.drafter is not None
+    iv = saving_interval(m, (), (8,))
+    assert iv.from_samples == 32 and iv.low_ms <= iv.point_ms < iv.high_ms
