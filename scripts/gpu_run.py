@@ -30,7 +30,7 @@ below its floor is skipped and says so. Each stage is a child process given its 
     pool) at the profile's largest measured capture_s of that mode plus a warm-up step each, and the trace: its
     steps are sized to the seconds left at 1.5x the model's predicted step (host gaps, logits), between 100 and
     3000; when even 100 do not fit the predicted time, the stage is skipped rather than killed midway (validate
-    writes its record at the end). At the start the shares are about 170, 129, 113, 72 and 41 s of 525.
+    writes its whole record at the end, and validation.partial.json after each list, so a kill keeps those). At the start the shares are about 170, 129, 113, 72 and 41 s of 525.
   - GPU tests, weight 40 (floor 30): replay-equals-eager checks on small models; last, since they check the
     measurements rather than make them.
   - summary and packing: 15 s kept aside.
@@ -265,7 +265,9 @@ def validate_stage(run: Run, stage: Stage, seconds: float) -> None:
         return
     cmd = CLI + ["validate", str(run_dir), "--steps", str(steps), "--device", run.device]
     code = run_child(cmd, left_s, run.log, run.logs / f"validate-{stage.workload}.log", run.env)
+    partial = run_dir / "validation.partial.json"
     stage.outcome = f"exit {code}, {steps} steps" + ("" if (run_dir / "validation.json").is_file()
+                                                     else ", partial: validation.partial.json" if partial.is_file()
                                                      else ", no validation.json")
 
 
@@ -328,11 +330,14 @@ def profile_summary(csv_path: Path, key_widths: tuple[int, ...] = (1, 512, 2176,
 
 
 def validation_summary(path: Path) -> list[str]:
-    """A validation's lines: predicted vs measured per list (read from validation.json, nothing else)."""
+    """A validation's lines: predicted vs measured per list (read from validation.json, or the partial record a run
+    killed midway left, nothing else)."""
     r = json.loads(path.read_text())
     t = r["trace"]
     gib = 2**30
-    lines = [f"### validation of {path.parent.name} on {r.get('device_name')}: {t.get('replayed')} steps replayed",
+    partial = f" (PARTIAL: not measured {', '.join(r.get('pending', []))})" if r.get("partial") else ""
+    lines = [f"### validation of {path.parent.name} on {r.get('device_name')}: {t.get('replayed')} steps replayed"
+             f"{partial}",
              "| list | graphs | pred GiB | meas GiB | mem err | pred ms | meas ms | lat err | p99 ms | fits |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name in r["lists"]:
@@ -361,7 +366,12 @@ def summary(run: Run, stages: list[Stage], started: float, budget_s: float) -> s
             lines += profile_summary(csv_path)
         except Exception as exc:  # a summary must not lose the packing that follows
             lines.append(f"{csv_path.name}: unreadable ({exc})")
-    for path in sorted((run.work / "runs").glob("*/validation.json")):
+    for run_dir in sorted(p for p in (run.work / "runs").glob("*") if p.is_dir()):
+        path = run_dir / "validation.json"
+        if not path.is_file():  # killed midway: what it measured before
+            path = run_dir / "validation.partial.json"
+        if not path.is_file():
+            continue
         try:
             lines += validation_summary(path)
         except Exception as exc:

@@ -20,6 +20,7 @@ from tuner.costmodel import GIB, CostModel  # noqa: E402
 from tuner.report import write_run  # noqa: E402
 from tuner.search import SearchResult, exact_solve  # noqa: E402
 from tuner.validate import (  # noqa: E402
+    PARTIAL_FILE,
     VALIDATION_FILE,
     ValidationError,
     build_record,
@@ -554,6 +555,40 @@ def test_validate_run_writes_record_and_report_section(tmp_path):
     # Validating again replaces the section instead of adding a second one.
     validate_run(run, num_steps=200, seed=4, backend=ScriptedBackend(model))
     assert (run / "report.md").read_text().count(BEGIN) == 1
+
+
+class DeviceError(RuntimeError):
+    """What a device fault raises mid-validation (an illegal address, a lost device)."""
+
+
+def test_a_validation_that_dies_midway_keeps_the_lists_it_measured(tmp_path):
+    run, model, search = _run_dir(tmp_path)
+    tuned = search.chosen.capture_sizes
+    backend = DeviceScript(model, {model.default_sizes: (90 * MIB, 0.6, 0.0117)})
+    real_capture = backend.capture
+
+    def capture(graphs):  # the default list is measured first; the device faults on the tuned list's capture
+        if tuple(graphs) == tuple(model.graphs(tuned)):
+            raise DeviceError("CUDA error: an illegal memory access was encountered")
+        return real_capture(graphs)
+
+    backend.capture = capture
+    files = sorted(p.name for p in run.iterdir())
+    with pytest.raises(DeviceError):
+        validate_run(run, num_steps=200, seed=1, backend=backend, command="pytest")
+    assert not (run / VALIDATION_FILE).exists()  # nothing decided, nothing re-emitted
+    assert sorted(p.name for p in run.iterdir()) == sorted([*files, PARTIAL_FILE])
+    partial = json.loads((run / PARTIAL_FILE).read_text())
+    assert partial["partial"] is True and partial["emitted"] is None
+    assert partial["lists"] == ["default"] and partial["pending"] == ["tuned"]
+    tokens = [s.num_tokens for s in sample_trace(model.workload.steps(), 200, seed=1)]
+    assert partial["default"]["measured_graph_bytes"] == 90 * MIB
+    assert partial["default"]["measured_step_ms"] == pytest.approx(_law(0.6, 0.0117, tokens)["measured_step_ms"])
+    assert "1 of 2 lists measured" in partial["notes"][0]
+    # A later run that finishes writes validation.json and drops the partial record it supersedes.
+    full = DeviceScript(model, {model.default_sizes: (90 * MIB, 0.6, 0.0117), tuned: (120 * MIB, 0.45, 0.0117)})
+    validate_run(run, num_steps=200, seed=1, backend=full)
+    assert (run / VALIDATION_FILE).is_file() and not (run / PARTIAL_FILE).exists()
 
 
 def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path, caplog):

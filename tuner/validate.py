@@ -32,6 +32,7 @@ __all__ = [
     "LATENCY_GOAL",
     "MEMORY_GOAL",
     "MEMORY_MARGIN",
+    "PARTIAL_FILE",
     "VALIDATION_FILE",
     "ListValidation",
     "ValidationError",
@@ -40,7 +41,9 @@ __all__ = [
     "choose_measured",
     "compare_list",
     "exact_run",
+    "finish_validation",
     "lists_to_validate",
+    "partial_writer",
     "require_cuda",
     "top_candidates",
     "validate_candidates",
@@ -52,6 +55,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 VALIDATION_FILE = "validation.json"
+PARTIAL_FILE = "validation.partial.json"
+"""The lists measured so far, rewritten after each one and removed when validation.json is written: a run killed
+midway (out of device time, a device error) still leaves what it measured. It chooses and emits nothing."""
 MEMORY_GOAL = 0.05
 """Predicted graph memory should be within this share of the measured pool."""
 LATENCY_GOAL = 0.03
@@ -282,11 +288,13 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
 
 def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: ReplayBackend, *, num_steps: int = 3000,
                    seed: int = 0, margin: float = MEMORY_MARGIN, progress: Callable[[str], None] | None = None,
+                   measured: Callable[[list[Step], dict[str, ListValidation], dict[str, Any]], None] | None = None,
                    ) -> tuple[list[Step], dict[str, ListValidation], dict[str, Any]]:
     """For each list in turn: capture exactly its graphs in one pool in vLLM's order, read the pool's memory,
     replay the same seeded trace dispatched as vLLM would, release the graphs; then compare with the model.
     Returns the replayed trace, the per-list results and what was sampled versus replayed: steps wider than the
-    backend can run are left out of every list alike (they run eager under all of them)."""
+    backend can run are left out of every list alike (they run eager under all of them). `measured` is called with
+    the same three after each list (the partial record)."""
     sampled = sample_trace(model.workload.steps(), num_steps, seed)
     cap = getattr(backend, "max_num_tokens", None)
     trace = [s for s in sampled if cap is None or s.num_tokens <= cap]
@@ -329,6 +337,8 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
                                                    measured_estimate_bytes=estimate)
         for w in out[name].warnings:
             log.warning(w)
+        if measured is not None:
+            measured(trace, out, info)
     return trace, out, info
 
 
@@ -393,8 +403,8 @@ def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence
     return record
 
 
-def write_validation(run_dir: str | Path, record: dict[str, Any]) -> Path:
-    """Write RUN_DIR/validation.json atomically (NaN written as null, so any JSON reader takes it)."""
+def write_validation(run_dir: str | Path, record: dict[str, Any], name: str = VALIDATION_FILE) -> Path:
+    """Write RUN_DIR/validation.json (or `name`) atomically (NaN written as null, so any JSON reader takes it)."""
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):
             return None
@@ -404,8 +414,33 @@ def write_validation(run_dir: str | Path, record: dict[str, Any]) -> Path:
             return [clean(v) for v in x]
         return x
 
-    path = Path(run_dir) / VALIDATION_FILE
+    path = Path(run_dir) / name
     atomic_write_text(path, json.dumps(clean(record), indent=2, default=str) + "\n")
+    return path
+
+
+def partial_writer(run_dir: str | Path, model: CostModel, backend: ReplayBackend, lists: dict[str, Evaluation], *,
+                   seed: int, command: str) -> Callable[[list[Step], dict[str, ListValidation], dict[str, Any]], None]:
+    """`validate_lists`' `measured` callback: RUN_DIR/validation.partial.json holds the lists measured so far (a
+    stale one from an earlier run is removed first); `finish_validation` removes it."""
+    path = Path(run_dir) / PARTIAL_FILE
+    path.unlink(missing_ok=True)
+
+    def write(trace: list[Step], results: dict[str, ListValidation], info: dict[str, Any]) -> None:
+        record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, trace_info=info,
+                              notes=[f"partial: {len(results)} of {len(lists)} lists measured when this was written; "
+                                     f"the run ended before the rest, so nothing was chosen or emitted"])
+        record["partial"] = True
+        record["pending"] = [name for name in lists if name not in results]
+        write_validation(run_dir, record, PARTIAL_FILE)
+
+    return write
+
+
+def finish_validation(run_dir: str | Path, record: dict[str, Any]) -> Path:
+    """Write validation.json and drop the partial record it supersedes."""
+    path = write_validation(run_dir, record)
+    (Path(run_dir) / PARTIAL_FILE).unlink(missing_ok=True)
     return path
 
 
@@ -443,7 +478,8 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     if backend is None:
         backend = build_backend(model, lists, device or require_cuda())
     trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
-                                          progress=progress)
+                                          progress=progress, measured=partial_writer(run, model, backend, lists,
+                                                                                     seed=seed, command=command))
     emitted = "tuned"
     notes: list[str] = []
     if not results["tuned"].fits and backend.graphs_supported:
@@ -469,7 +505,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     if not backend.graphs_supported:
         record["warnings"].append(f"{backend.device_name}: no CUDA graphs here, graph steps ran eagerly; these are "
                                   f"no validation numbers")
-    write_validation(run, record)
+    finish_validation(run, record)
     update_report(run, record)
     return record
 
@@ -557,7 +593,8 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     if backend is None:
         backend = build_backend(model, lists, require_cuda())
     trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
-                                          progress=progress)
+                                          progress=progress, measured=partial_writer(run_dir, model, backend, lists,
+                                                                                     seed=seed, command=command))
     if "tuned" not in results:  # the model's pick is vLLM's default
         results["tuned"] = dataclasses.replace(results["default"], name="tuned")
     best = choose_measured(results)
@@ -585,7 +622,7 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     record["candidates"] = {name: list(e.capture_sizes) for name, e in lists.items()}
     if study is not None:
         _record_trials(study, model, results, backend.device_name)
-    write_validation(run_dir, record)
+    finish_validation(run_dir, record)
     update_report(run_dir, record)
     return chosen_search, record
 

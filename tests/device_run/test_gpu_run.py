@@ -94,6 +94,35 @@ def test_validation_seconds_come_from_the_profile_and_the_lists(tmp_path) -> Non
                                               + summary["tuned"]["expected_step_ms"]) / 1e3, rel=0.5)
 
 
+def test_a_validation_killed_midway_still_reaches_the_summary(tmp_path) -> None:
+    # The tiny model on this CPU; its second list's capture faults, as a device error would on the GPU.
+    from tuner.report import load_run
+    from tuner.validate import build_backend, exact_run, lists_to_validate, validate_run
+
+    run_dir = exact_run(ROOT / "workloads" / "tiny-cpu.yaml", _validate_profile(tmp_path / "p"),
+                        tmp_path / "work" / "runs" / "tiny-cpu")
+    model, search = load_run(run_dir)
+    backend = build_backend(model, lists_to_validate(search), "cpu")
+    captures = []
+    real_capture = backend.capture
+
+    def capture(graphs):
+        captures.append(len(graphs))
+        if len(captures) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_capture(graphs)
+
+    backend.capture = capture
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        validate_run(run_dir, num_steps=20, backend=backend)
+    assert not (run_dir / "validation.json").exists() and (run_dir / "validation.partial.json").is_file()
+    run = gpu_run.Run(out=tmp_path / "out", work=tmp_path / "work", device="cpu", workload_dir=ROOT / "workloads",
+                      validate_profiles=None, log=gpu_run.Log(tmp_path / "run.log"), env={})
+    text = gpu_run.summary(run, [], 0.0, 60.0)
+    assert "### validation of tiny-cpu on " in text and "(PARTIAL: not measured tuned)" in text
+    assert "| default |" in text and "| tuned |" not in text
+
+
 def test_pack_keeps_within_the_file_limits(tmp_path, monkeypatch) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
     for sub in ("profiles", "runs/a/plots", "logs"):
