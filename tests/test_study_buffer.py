@@ -46,6 +46,8 @@ def test_the_file_holds_the_trials_an_unbuffered_study_writes(tmp_path):
     assert len(got) == 40 and all(state == "COMPLETE" for _, state, *_ in got)
     assert got == _trials(storage, name)
     assert buffered.study_best is not None and buffered.trials["complete"] == 40
+    # Its connections are closed on return: SQLite has folded its write-ahead log into the one file.
+    assert sorted(p.name for p in (tmp_path / "buffered").iterdir()) == ["study.db"]
 
 
 def test_batches_are_written_on_the_clock_and_the_rest_at_the_end(tmp_path):

@@ -562,8 +562,22 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
             if buffer is not None:
                 buffer.flush(final=True)
         if interrupted:
-            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", _count_finished(study))
-    return summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+            finished = _count_finished(study)
+            _release(study)
+            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", finished)
+    result = summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+    _release(study)
+    return result
+
+
+def _release(study: Any) -> None:
+    """Close the study's database connections now: SQLite then folds its write-ahead log into study.db and removes
+    study.db-wal and -shm, at a known moment rather than whenever the garbage collector reaches the engine (a
+    command that follows, or a test comparing the run directory before and after, sees a settled file)."""
+    storage = getattr(study, "_storage", None)
+    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 def _count_finished(study: Any) -> int | None:
