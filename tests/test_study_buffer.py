@@ -37,6 +37,8 @@ def test_the_file_holds_the_trials_an_unbuffered_study_writes(tmp_path):
     m = study_model(tmp_path, total_memory_bytes=400 * MIB)
     config = SearchConfig(n_trials=40, progress=False, seed=3)
     buffered = run_search(m, config, run_dir=tmp_path / "buffered")
+    # Its connections are closed on return: SQLite has folded its write-ahead log into the one file.
+    assert sorted(p.name for p in (tmp_path / "buffered").iterdir()) == ["study.db"]
     name = study_name_for(m, "latency")
     # The same study run straight on SQLite, every suggestion and attribute committed as it happens (the old way).
     plain_dir = tmp_path / "plain"
@@ -46,8 +48,6 @@ def test_the_file_holds_the_trials_an_unbuffered_study_writes(tmp_path):
     assert len(got) == 40 and all(state == "COMPLETE" for _, state, *_ in got)
     assert got == _trials(storage, name)
     assert buffered.study_best is not None and buffered.trials["complete"] == 40
-    # Its connections are closed on return: SQLite has folded its write-ahead log into the one file.
-    assert sorted(p.name for p in (tmp_path / "buffered").iterdir()) == ["study.db"]
 
 
 def test_batches_are_written_on_the_clock_and_the_rest_at_the_end(tmp_path):
