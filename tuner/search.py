@@ -17,6 +17,7 @@ from tuner.compact import CompactChoice
 from tuner.exact import ExactResult, SearchError, brute_force, exact_solve, pareto_front, round_up
 from tuner.costmodel import GIB, CostModel, Evaluation
 from tuner.storage_url import StorageError, display_url, engine_url, hide_secret
+from tuner.study_buffer import StudyBuffer
 
 if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only needs the exact solver
     import optuna
@@ -31,6 +32,7 @@ __all__ = [
     "SearchResult",
     "brute_force",
     "default_storage_url",
+    "enqueue_start",
     "exact_solve",
     "finished_trials",
     "list_from_params",
@@ -390,9 +392,11 @@ def make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial],
     return latency
 
 
-def open_study(model: CostModel, config: SearchConfig, *, run_dir: str | Path | None = None) -> tuple[Any, str]:
+def open_study(model: CostModel, config: SearchConfig, *, run_dir: str | Path | None = None,
+               enqueue: bool = True) -> tuple[Any, str]:
     """Create or load the study for (workload, profile, objective) in the configured storage, with vLLM's
-    default list enqueued as its first trial when it is new; returns (study, storage URL or "" in memory).
+    default list enqueued as its first trial when it is new (`enqueue_start`; not with `enqueue=False`); returns
+    (study, storage URL or "" in memory).
 
     A worker sharing a study (e.g. over PostgreSQL) calls this with the same config and then
     `study.optimize(make_objective(model, config.objective), ...)`."""
@@ -413,16 +417,23 @@ def open_study(model: CostModel, config: SearchConfig, *, run_dir: str | Path | 
         "directions": ["minimize", "minimize"]}
     study = optuna.create_study(storage=_open_storage(storage) if storage else None, study_name=name,
                                 sampler=sampler, load_if_exists=True, **kwargs)
-    if not study.get_trials(deepcopy=False):
-        # vLLM's default goes first, so the study's best is never worse than what vLLM does out of the box.
-        study.enqueue_trial({}, user_attrs={"capture_sizes": list(model.default_sizes)})
-        seeds = seed_params(model)
-        keep = max(4, config.n_trials // 5)  # leave most trials to the sampler
-        if len(seeds) > keep:
-            seeds = [seeds[i] for i in np.unique(np.linspace(0, len(seeds) - 1, keep).round().astype(int))]
-        for params in seeds:
-            study.enqueue_trial(params)
+    if enqueue:
+        enqueue_start(study, model, config)
     return study, storage
+
+
+def enqueue_start(study: Any, model: CostModel, config: SearchConfig) -> None:
+    """A new study's first trials: vLLM's default, so the study's best is never worse than what vLLM does out of the
+    box, then seed lists (`seed_params`), a fifth of the trials at most; nothing for a study that has trials."""
+    if study.get_trials(deepcopy=False):
+        return
+    study.enqueue_trial({}, user_attrs={"capture_sizes": list(model.default_sizes)})
+    seeds = seed_params(model)
+    keep = max(4, config.n_trials // 5)  # leave most trials to the sampler
+    if len(seeds) > keep:
+        seeds = [seeds[i] for i in np.unique(np.linspace(0, len(seeds) - 1, keep).round().astype(int))]
+    for params in seeds:
+        study.enqueue_trial(params)
 
 
 def finished_trials(study: Any) -> int:
@@ -514,7 +525,11 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
                             config.study_name or study_name_for(model, config.objective), "none", config.objective,
                             trials_info, exact.front, notes)
 
-    study, storage = open_study(model, config, run_dir=run_dir)
+    study, storage = open_study(model, config, run_dir=run_dir, enqueue=False)
+    # On SQLite (a local file, this process its writer) the trials run in memory and reach the file in batches.
+    buffer = StudyBuffer.of(study) if storage.startswith("sqlite") else None
+    runs = buffer.memory if buffer is not None else study
+    enqueue_start(runs, model, config)
     done = finished_trials(study)
     remaining = max(0, config.n_trials - done)
     if done:
@@ -539,13 +554,30 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
         try:
             with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
                                                disable=not config.progress) as bar:
-                study.optimize(quiet_on_interrupt, n_trials=remaining, catch=(ValueError, ArithmeticError),
-                               callbacks=[lambda s, t: bar.update(1)])
+                runs.optimize(quiet_on_interrupt, n_trials=remaining, catch=(ValueError, ArithmeticError),
+                              callbacks=[lambda s, t: bar.update(1), *([buffer.callback] if buffer else [])])
         except KeyboardInterrupt:
             interrupted = True
+        finally:
+            if buffer is not None:
+                buffer.flush(final=True)
         if interrupted:
-            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", _count_finished(study))
-    return summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+            finished = _count_finished(study)
+            _release(study)
+            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", finished)
+    result = summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+    _release(study)
+    return result
+
+
+def _release(study: Any) -> None:
+    """Close the study's database connections now: SQLite then folds its write-ahead log into study.db and removes
+    study.db-wal and -shm, at a known moment rather than whenever the garbage collector reaches the engine (a
+    command that follows, or a test comparing the run directory before and after, sees a settled file)."""
+    storage = getattr(study, "_storage", None)
+    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 def _count_finished(study: Any) -> int | None:
