@@ -1,6 +1,6 @@
 """A local SQLite search runs its trials in memory and writes them to the file in batches (tuner/study_buffer.py):
-the file ends up holding the very trials an unbuffered study writes, batches come on the clock, an interrupt loses
-no finished trial, and a study another process may be running is left unbuffered."""
+the file ends up holding the very trials an unbuffered study writes, batches come on the clock, and a study another
+process may be running is left unbuffered (tests/test_search.py: an interrupt loses no finished trial)."""
 
 from __future__ import annotations
 
@@ -76,30 +76,3 @@ def test_batches_are_written_on_the_clock_and_the_rest_at_the_end(tmp_path):
     assert [t.state.name for t in stored_trials] == ["COMPLETE"] * 7 + ["WAITING"] * waiting
     # A study holding WAITING trials is left to run unbuffered: those may be another worker's to take.
     assert StudyBuffer.of(stored) is None
-
-
-def test_an_interrupted_buffered_search_keeps_every_finished_trial_and_resumes(tmp_path, monkeypatch):
-    import tuner.search
-
-    m = study_model(tmp_path)
-    calls = {"n": 0}
-    real = tuner.search._record
-
-    def interrupted(trial, e):
-        calls["n"] += 1
-        if calls["n"] == 6:
-            raise KeyboardInterrupt  # Ctrl-C in the middle of trial 6, long before the first 2 s batch
-        return real(trial, e)
-
-    monkeypatch.setattr(tuner.search, "_record", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run_search(m, SearchConfig(n_trials=12, progress=False), run_dir=tmp_path)
-    storage, name = f"sqlite:///{tmp_path / 'study.db'}", study_name_for(m, "latency")
-    states = [state for _, state, *_ in _trials(storage, name)]
-    assert states[:5] == ["COMPLETE"] * 5 and states[5] == "PRUNED"
-    assert set(states[6:]) <= {"WAITING"}  # the seed lists not yet run, left for the rerun
-    monkeypatch.setattr(tuner.search, "_record", real)
-    run_search(m, SearchConfig(n_trials=12, progress=False), run_dir=tmp_path)
-    after = _trials(storage, name)
-    assert sum(state in ("COMPLETE", "FAIL", "PRUNED") for _, state, *_ in after) == 12
-    assert "WAITING" not in {state for _, state, *_ in after}
