@@ -506,9 +506,6 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
                run_dir: str | Path | None = None, exact: ExactResult | None = None) -> SearchResult:
     """Solve exactly (unless `exact` is given), run (or resume) the study up to `config.n_trials` finished
     trials, and pick the list."""
-    from tqdm.auto import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
     config = config or SearchConfig()
     if config.objective not in OBJECTIVES:
         raise SearchError(f"objective={config.objective!r} must be one of {', '.join(OBJECTIVES)}")
@@ -534,40 +531,47 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     remaining = max(0, config.n_trials - done)
     if done:
         log.info("resuming study %s: %d trials finished, %d to run", study.study_name, done, remaining)
-    if remaining:
-        objective = make_objective(model, config.objective)
-        interrupted = False
+    try:
+        if remaining and _optimize(runs, buffer, model, config, remaining):
+            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", _count_finished(study))
+        return summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+    finally:
+        _release(study)
 
-        def quiet_on_interrupt(trial: optuna.Trial) -> Any:
-            # optuna fails a trial whose objective raises KeyboardInterrupt and logs it with a traceback; pruning
-            # it and stopping the study ends optimize quietly, and the interruption is re-raised below.
-            nonlocal interrupted
-            try:
-                return objective(trial)
-            except KeyboardInterrupt:
-                import optuna
 
-                interrupted = True
-                trial.study.stop()
-                raise optuna.TrialPruned("interrupted") from None
+def _optimize(runs: Any, buffer: StudyBuffer | None, model: CostModel, config: SearchConfig, remaining: int) -> bool:
+    """Run `remaining` trials of `runs` (the stored study, or the buffer's in-memory twin, whose trials all reach the
+    file before this returns); True when Ctrl-C ended it."""
+    from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
+    objective = make_objective(model, config.objective)
+    interrupted = False
+
+    def quiet_on_interrupt(trial: optuna.Trial) -> Any:
+        # optuna fails a trial whose objective raises KeyboardInterrupt and logs it with a traceback; pruning
+        # it and stopping the study ends optimize quietly, and the interruption is re-raised by the caller.
+        nonlocal interrupted
         try:
-            with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
-                                               disable=not config.progress) as bar:
-                runs.optimize(quiet_on_interrupt, n_trials=remaining, catch=(ValueError, ArithmeticError),
-                              callbacks=[lambda s, t: bar.update(1), *([buffer.callback] if buffer else [])])
+            return objective(trial)
         except KeyboardInterrupt:
+            import optuna
+
             interrupted = True
-        finally:
-            if buffer is not None:
-                buffer.flush(final=True)
-        if interrupted:
-            finished = _count_finished(study)
-            _release(study)
-            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", finished)
-    result = summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
-    _release(study)
-    return result
+            trial.study.stop()
+            raise optuna.TrialPruned("interrupted") from None
+
+    try:
+        with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
+                                           disable=not config.progress) as bar:
+            runs.optimize(quiet_on_interrupt, n_trials=remaining, catch=(ValueError, ArithmeticError),
+                          callbacks=[lambda s, t: bar.update(1), *([buffer.callback] if buffer else [])])
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if buffer is not None:
+            buffer.flush(final=True)
+    return interrupted
 
 
 def _release(study: Any) -> None:

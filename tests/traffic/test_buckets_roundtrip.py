@@ -76,7 +76,6 @@ def _dispatch_mix(workload: Workload, capture: list[int], steps: list[tuple[int,
 def test_round_trip_buckets_printed_histogram_parsed_widths_resolved(spec: str) -> None:
     base = load_workload(WORKLOADS / spec)
     serving = base.serving
-    q = serving.decode_query_len
     decode = decode_widths(serving)
     bounds = json.loads(buckets_json(serving))["iteration_tokens"]
     rng = random.Random(7)

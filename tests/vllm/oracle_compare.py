@@ -94,7 +94,7 @@ def engine_for(cfg: vo.Config) -> Engine:
 def random_batches(rnd: random.Random, s: Engine) -> list[list[vo.Request]]:
     """Decode steps at each request count's tier (and at other query lengths), prompt chunks of one length (q among
     them), one-token continuation chunks beside decodes, and mixed batches; at most max_num_batched_tokens."""
-    k, q, r = s.serving.num_speculative_tokens, s.decode_query_len, s.serving.max_num_seqs
+    q, r = s.decode_query_len, s.serving.max_num_seqs
     query_lens = s.decode_query_lens()
     out: list[list[vo.Request]] = []
     while len(out) < BATCHES_PER_CONFIG:

@@ -107,6 +107,6 @@ class StatusCommand(Command):
             what = {"study": "the study's best", "exact": "the exact solver's list"}.get(ship["source"],
                                                                                       f"the {ship['source']} list")
             beside = (f"; the exact optimum has {exact}" if ship["source"] == "study" and exact is not None else
-                      f", not the study's best above" if ship["source"] == "exact" and s.best_value is not None else "")
+                      ", not the study's best above" if ship["source"] == "exact" and s.best_value is not None else "")
             print(f"  ships: {what}, {ship['num_graphs']} graphs{beside} ({ship['summary']}): {ship['reason']}")
         return 0

@@ -149,7 +149,8 @@ class KvRule:
     non_kv_cache_bytes: int
     """Weights, persistent buffers, non-torch memory and the transient peak of vLLM's profiling step."""
     required_kv_bytes: int
-    """KV bytes the deployment needs (vLLM refuses to start below one max_model_len request)."""
+    """KV bytes the deployment needs, never below what vLLM starts with (`start_kv_bytes`: one max_model_len request's
+    whole blocks and the null block)."""
     estimate_enabled: bool = True
     """`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` (default 1); off, the estimate is 0."""
 
