@@ -32,6 +32,7 @@ __all__ = [
     "ModelError",
     "check_profile_matches",
     "crossover_width",
+    "measured_kv_bytes_per_token",
 ]
 
 GIB = 1 << 30
@@ -198,6 +199,19 @@ def _meta_bytes(profile: Profile, key: str) -> int | None:
     return int(value)
 
 
+def measured_kv_bytes_per_token(profile: Profile) -> int | None:
+    """The KV bytes a token costs as the engine itself reported them (`kv_cache.bytes_per_token`, written by a profile
+    measured through vLLM from its KV-cache spec, every layer group), or None when the profile has no such figure."""
+    kv = profile.metadata.get("kv_cache")
+    value = kv.get("bytes_per_token") if isinstance(kv, dict) else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        name = profile.path.name if profile.path else "profile"
+        raise ModelError(f"{name}: metadata kv_cache.bytes_per_token={value!r} must be a whole byte count >= 1")
+    return value
+
+
 def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
     """Smallest measured width from which on a FULL graph saves less than `threshold` of the eager step at
     every wider measured width (None when graphs save at least that much everywhere measured)."""
@@ -277,7 +291,10 @@ class CostModel:
             raise ModelError(f"{name}: no eager rows with status ok")
         self.eager_ms = Curve({w: r.latency_ms for w, r in eager.items()}, monotone=True)  # type: ignore[misc]
         if not full and self.cudagraph_mode != "NONE":
-            raise ModelError(f"{name}: no full rows with status ok (no graph was measured; a CPU profile?)")
+            why = self.profile.metadata.get("graphs") if self.profile.metadata.get("device") == "cpu" else None
+            raise ModelError(f"{name}: no full rows with status ok (no graph was measured; "
+                             + (f"{why})" if isinstance(why, str) else "a CPU profile?)")
+                             + "; profile on a GPU, or search a workload with serving.enforce_eager: true")
         self.full_ms = (Curve({w: r.latency_ms for w, r in full.items()}, monotone=True)  # type: ignore[misc]
                         if full else None)
         # The LM head runs after the graph, for the step's real tokens only: a padded graph step costs
@@ -327,8 +344,8 @@ class CostModel:
                 self.drafter = self.engine.drafter_cost(self.profile, spec, probe, name, self.notes)
             except ValueError as exc:
                 raise ModelError(str(exc)) from None
+        self.kv_bytes_per_token = measured_kv_bytes_per_token(self.profile) or self.workload.kv_bytes_per_token()
         self.budget = self._kv_rule(name)
-        self.kv_bytes_per_token = self.workload.kv_bytes_per_token()
 
         if not 0.0 <= self.off_peak_weight <= 1.0:
             raise ModelError(f"off_peak_weight={self.off_peak_weight} must be in 0..1")
@@ -394,7 +411,7 @@ class CostModel:
         return self.engine.kv_rule(
             total_memory_bytes=total, non_kv_cache_bytes=non_kv,
             weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
-            required_kv_bytes=self.workload.required_kv_bytes,
+            required_kv_bytes=self.workload.required_kv_bytes_at(self.kv_bytes_per_token),
             tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes,
             pre_load_free_bytes=_meta_bytes(self.profile, "pre_load_free_bytes"))
 

@@ -55,6 +55,18 @@ class ModelSpec:
     """Ranks the model is sharded over; cgtune measures one rank's share."""
     name: str | None = None
     """The checkpoint vLLM serves (`model.name`: a Hugging Face id or a path), e.g. a fine-tune of the preset."""
+    config: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The model's Hugging Face config.json (`model.config`, or the one in a local `model.name` directory): the shape
+    is read from it, and `cgtune profile --backend vllm` builds vLLM's model from it, dummy weights, no download."""
+    config_path: str | None = None
+    """Where `config` was read from."""
+
+    @property
+    def stand_in_gaps(self) -> list[str]:
+        """What in the model the stand-in decoder cannot build (MoE, MLA, quantized weights, ...); empty when it can."""
+        from tuner.model_config import stand_in_gaps
+
+        return stand_in_gaps(self.config) if self.config is not None else []
 
     @property
     def label(self) -> str:
@@ -140,6 +152,8 @@ class Workload:
     def content_hash(self) -> str:
         """Stable 12-hex-digit hash of the spec and any trace it reads."""
         canonical = json.dumps(self.spec, sort_keys=True, default=str) + repr(self.traffic.trace)
+        if self.model.config is not None:  # the model a config.json describes is part of what was measured
+            canonical += json.dumps(self.model.config, sort_keys=True, default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     @property
@@ -173,7 +187,11 @@ class Workload:
     def required_kv_bytes(self) -> int:
         """KV bytes the deployment needs: the explicit amount, else one max_model_len request; never less than the
         engine refuses to start below (vLLM: one request's whole blocks and the null block)."""
-        per_token = self.kv_bytes_per_token()
+        return self.required_kv_bytes_at(self.kv_bytes_per_token())
+
+    def required_kv_bytes_at(self, per_token: int) -> int:
+        """`required_kv_bytes` for `per_token` KV bytes a token (a profile measured through vLLM records the engine's
+        own figure, which holds for MLA, FP8 KV and MoE models the shape cannot describe)."""
         stated = self.serving.required_kv_bytes
         if stated is None:
             stated = self.serving.max_model_len * per_token
@@ -185,14 +203,22 @@ class Workload:
 
 
 # --------------------------------------------------------------------------- parsing
-def _parse_model(r: FieldReader) -> ModelSpec:
+def _parse_model(r: FieldReader, base_dir: Path) -> ModelSpec:
     preset = r.str("preset", None)
     fields = ModelShape.__dataclass_fields__
     explicit = {k: r.raw(k) for k in fields if r.has(k)}
+    name = _checkpoint(r, "name", "my-org/llama-ft")
+    config, config_path = _model_config(r, name, base_dir)
     if preset is not None:
         if preset not in PRESETS:
             raise WorkloadError(f"{r.at('preset')}: {preset!r} is not a known preset ({', '.join(sorted(PRESETS))})")
+        if config is not None:
+            raise WorkloadError(f"{r.at('preset')}: give a preset or a config.json ({config_path}), not both")
         base = PRESETS[preset].as_dict()
+    elif config is not None:
+        from tuner.model_config import shape_from_config
+
+        base = shape_from_config(config, r.at("config"))
     else:
         base = {}
     values: dict[str, Any] = {**base}
@@ -222,9 +248,26 @@ def _parse_model(r: FieldReader) -> ModelSpec:
         raise WorkloadError(
             f"{r.at('tensor_parallel_size')}: {tp} must divide intermediate_size={shape.intermediate_size}"
         )
-    name = _checkpoint(r, "name", "my-org/llama-ft")
     r.done()
-    return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp, name=name)
+    return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp, name=name, config=config,
+                     config_path=config_path)
+
+
+def _model_config(r: FieldReader, name: str | None, base_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The model's config.json: `model.config` (a path, relative to the workload file), else the one in a local
+    `model.name` directory; (None, None) when neither gives one."""
+    from tuner.model_config import read_config
+
+    given = r.str("config", None)
+    if given is not None:
+        path = Path(given) if Path(given).is_absolute() else base_dir / given
+        if path.is_dir():
+            path = path / "config.json"
+        return read_config(path, r.at("config")), str(path)
+    if name is not None and (base_dir / name).is_dir() and (base_dir / name / "config.json").is_file():
+        path = base_dir / name / "config.json"
+        return read_config(path, r.at("name")), str(path)
+    return None, None
 
 
 def _checkpoint(r: FieldReader, key: str, example: str) -> str | None:
@@ -452,7 +495,7 @@ def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | N
     if not name or any(c in name for c in "/\\ \t\n"):
         raise WorkloadError(f"name: {name!r} must be non-empty without spaces or slashes")
     description = r.str("description", "")
-    model = _parse_model(r.sub("model"))
+    model = _parse_model(r.sub("model"), base_dir or Path.cwd())
     engine = r.str("engine", "vllm", choices=tuple(ENGINES))
     speculative = _parse_speculative(r.sub("speculative"), model) if r.has("speculative") else None
     serving = _parse_serving(r.sub("serving"), speculative, engine)
