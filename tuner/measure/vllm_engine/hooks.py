@@ -1,0 +1,172 @@
+"""What cgtune adds to vLLM's worker to measure it, and nothing that decides a number: a free-memory reading around each
+graph vLLM captures (per batch descriptor, in vLLM's own order and pool) and a dispatch that runs a timed step in the
+mode asked for. The worker imports this module when vLLM resolves `worker_extension_cls`, so the capture hooks are in
+place in every worker (each tensor-parallel rank's process too) before it captures."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["CAPTURES", "CgtuneWorkerExtension", "capture_reading", "forced_dispatch", "install_capture_hooks",
+           "uninstall_capture_hooks", "wrap_v1_capture", "wrap_v2_capture"]
+
+CAPTURES: list[dict[str, Any]] = []
+"""This process's captures in vLLM's order: {mode, num_tokens, uniform, num_reqs, free_delta_bytes}."""
+
+
+def _free_bytes() -> int | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    return int(torch.cuda.mem_get_info()[0])
+
+
+def capture_reading(mode: str, num_tokens: int, *, uniform: bool, num_reqs: int | None,
+                    free_bytes: Callable[[], int | None] = _free_bytes) -> contextlib.AbstractContextManager[None]:
+    """A context that appends one capture's free-memory drop to CAPTURES (None off CUDA)."""
+
+    @contextlib.contextmanager
+    def reading() -> Iterator[None]:
+        before = free_bytes()
+        yield
+        after = free_bytes()
+        CAPTURES.append({"mode": mode, "num_tokens": int(num_tokens), "uniform": bool(uniform), "num_reqs": num_reqs,
+                         "free_delta_bytes": None if before is None or after is None else before - after})
+
+    return reading()
+
+
+def _mode_name(mode: Any) -> str:
+    return str(getattr(mode, "name", mode)).lower()
+
+
+def wrap_v2_capture(capture: Callable[..., Any], free_bytes: Callable[[], int | None] = _free_bytes
+                    ) -> Callable[..., Any]:
+    """V2's `CudaGraphManager.capture(create_forward_fn, ...)`, reading free memory at each batch descriptor: vLLM calls
+    `create_forward_fn(desc, warmup=True)` first for every descriptor, so a descriptor's graph memory is the drop from
+    that call to the next descriptor's (or the capture's end). Its warm-up runs fall inside, as in vLLM's own
+    estimate, which samples around the capture with the warm-up's blocks already cached."""
+
+    @functools.wraps(capture)
+    def wrapped(self: Any, create_forward_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        open_: list[Any] = []  # [desc, free before] of the descriptor being captured
+
+        def close() -> None:
+            if open_:
+                desc, before = open_.pop()
+                after = free_bytes()
+                CAPTURES.append({"mode": _mode_name(desc.cg_mode), "num_tokens": int(desc.num_tokens),
+                                 "uniform": desc.uniform_token_count is not None, "num_reqs": desc.num_reqs,
+                                 "free_delta_bytes": None if before is None or after is None else before - after})
+
+        def create(desc: Any, warmup: bool = False, **kw: Any) -> Any:
+            if warmup:
+                close()
+                open_.append([desc, free_bytes()])
+            return create_forward_fn(desc, warmup=warmup, **kw)
+
+        try:
+            return capture(self, create, *args, **kwargs)
+        finally:
+            close()
+
+    return wrapped
+
+
+def wrap_v1_capture(warmup_and_capture: Callable[..., Any], free_bytes: Callable[[], int | None] = _free_bytes
+                    ) -> Callable[..., Any]:
+    """V1's `GPUModelRunner._warmup_and_capture(desc, cudagraph_runtime_mode, ...)`, one batch descriptor's warm-ups
+    and capture, with its free-memory drop recorded."""
+
+    @functools.wraps(warmup_and_capture)
+    def wrapped(self: Any, desc: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = kwargs.get("cudagraph_runtime_mode", args[0] if args else None)
+        with capture_reading(_mode_name(mode), desc.num_tokens, uniform=bool(getattr(desc, "uniform", False)),
+                             num_reqs=getattr(desc, "num_reqs", None), free_bytes=free_bytes):
+            return warmup_and_capture(self, desc, *args, **kwargs)
+
+    return wrapped
+
+
+_INSTALLED: list[bool] = []
+
+
+def install_capture_hooks() -> None:
+    """Wrap both runners' capture once per process (CUDA builds; the CPU build captures nothing)."""
+    if _INSTALLED:
+        return
+    _INSTALLED.append(True)
+    try:
+        import vllm.v1.worker.gpu_model_runner as v1
+    except ImportError:
+        return
+    v1.GPUModelRunner._warmup_and_capture = wrap_v1_capture(v1.GPUModelRunner._warmup_and_capture)
+    try:
+        import vllm.v1.worker.gpu.cudagraph_utils as v2
+    except ImportError:  # a build without the V2 runner
+        return
+    v2.CudaGraphManager.capture = wrap_v2_capture(v2.CudaGraphManager.capture)
+
+
+def uninstall_capture_hooks() -> None:
+    """Undo `install_capture_hooks` (tests that wrap vLLM's capture themselves)."""
+    if not _INSTALLED:
+        return
+    _INSTALLED.clear()
+    import vllm.v1.worker.gpu_model_runner as v1
+
+    v1.GPUModelRunner._warmup_and_capture = v1.GPUModelRunner._warmup_and_capture.__wrapped__
+    try:
+        import vllm.v1.worker.gpu.cudagraph_utils as v2
+    except ImportError:
+        return
+    v2.CudaGraphManager.capture = v2.CudaGraphManager.capture.__wrapped__
+
+
+@contextlib.contextmanager
+def forced_dispatch(manager: Any, mode: str, *, candidates: Callable[[Any, int, int], list[Any]] | None = None,
+                    compatible: Callable[..., bool] | None = None, descriptor: Callable[..., Any] | None = None
+                    ) -> Iterator[None]:
+    """V2: inside the context, `manager.dispatch` returns a `mode` descriptor ("none", "piecewise" or "full") for the
+    batch, found among vLLM's own captured candidates with vLLM's own compatibility test; LookupError when it has none
+    (the width was not captured in that mode). The hooks are vLLM's by default; tests pass their own."""
+    import vllm.v1.worker.gpu.cudagraph_utils as v2
+
+    compatible = compatible or v2._is_compatible
+    descriptor = descriptor or v2.BatchExecutionDescriptor
+    candidates = candidates or (lambda m, tokens, loras: list(m._candidates.get((tokens, loras), ())))
+    original = manager.dispatch
+
+    def dispatch(num_reqs: int, num_tokens: int, uniform_token_count: int | None, num_active_loras: int,
+                 max_query_len: int | None = None, num_ubatches: int = 1) -> Any:
+        chosen = original(num_reqs, num_tokens, uniform_token_count, num_active_loras, max_query_len, num_ubatches)
+        if mode == "none":
+            if _mode_name(chosen.cg_mode) == "none":
+                return chosen
+            from vllm.config import CUDAGraphMode
+
+            return descriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=num_tokens, num_reqs=num_reqs,
+                              num_active_loras=chosen.num_active_loras, num_ubatches=num_ubatches)
+        for desc in candidates(manager, num_tokens, chosen.num_active_loras):
+            if _mode_name(desc.cg_mode) == mode and compatible(desc, num_reqs, num_tokens, uniform_token_count,
+                                                                 chosen.num_active_loras, max_query_len, num_ubatches):
+                return desc
+        raise LookupError(f"no {mode.upper()} graph captured for {num_tokens} tokens ({num_reqs} requests)")
+
+    manager.dispatch = dispatch
+    try:
+        yield
+    finally:
+        del manager.dispatch  # the class's method again
+
+
+class CgtuneWorkerExtension:
+    """Named as vLLM's `worker_extension_cls`: importing it installs the capture hooks in the worker's process."""
+
+
+install_capture_hooks()

@@ -1,0 +1,247 @@
+"""The profile measured through vLLM itself: its engine built in this process for the workload, with the widths as its
+capture list; then, in its worker, each width's step as vLLM's own runner runs it (eager, and on CUDA replaying the
+PIECEWISE and FULL graphs vLLM captured), the LM head alone, the graph memory of every capture in vLLM's order and pool,
+and the KV bytes per token from vLLM's own KV-cache spec. Writes the same profile table as the stand-in, after every
+width; under tensor parallelism every rank runs each step (with its all-reduce) and the slowest rank's figure is kept."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tuner.measure.memory import device_metadata
+from tuner.measure.profile import CAPTURE_ORDER, SWEEP_MODES, ProfileResult, SweepOptions, resume_rows, validate_sizes
+from tuner.measure.vllm_engine import api, engine
+from tuner.measure.vllm_engine import worker as _worker
+from tuner.profile_table import MODES, ProfileRow, write_metadata, write_profile
+from tuner.workload import Workload
+
+__all__ = ["CPU_GRAPHS", "profile_through_vllm", "rows_for_width"]
+
+log = logging.getLogger(__name__)
+
+CPU_GRAPHS = "vLLM's CPU build captures no CUDA graphs (platforms/cpu.py empties cudagraph_capture_sizes, mode NONE)"
+EAGER_GRAPHS = "the engine ran with enforce_eager (serving.enforce_eager or --no-compile): vLLM captures no graphs"
+
+
+def rows_for_width(w: int, timings: Sequence[dict[str, Any]], captured: dict[tuple[str, int], int | None],
+                   graphs_reason: str | None) -> tuple[list[ProfileRow], dict[str, Any]]:
+    """The profile rows of width `w` from every rank's timings (the slowest rank's median in each mode, its IQR with
+    it) and the graph memory vLLM's captures read (`captured`: (mode, width) -> free-memory drop); graph modes are
+    `unsupported` with `graphs_reason` when no graphs exist, or where vLLM captured no graph of that mode at `w`."""
+    detail: dict[str, Any] = {}
+    rows = []
+    for mode in SWEEP_MODES:
+        if mode in ("full", "piecewise"):
+            if graphs_reason is not None or (mode, w) not in captured:
+                rows.append(ProfileRow(w, mode, "unsupported"))
+                detail[f"{mode}_unsupported"] = graphs_reason or f"vLLM captured no {mode.upper()} graph of {w} tokens"
+                continue
+        got = [t[mode] for t in timings if mode in t]
+        errors = [g["error"] for g in got if "error" in g]
+        delta = captured.get((mode, w)) if mode in ("full", "piecewise") else None
+        if errors or not got:
+            rows.append(ProfileRow(w, mode, "error", capture_delta_bytes=delta))
+            detail[f"{mode}_error"] = errors[0] if errors else "no rank timed it"
+            continue
+        slowest = max(got, key=lambda g: g["median_ms"])
+        detail[mode] = slowest if len(got) == 1 else {**slowest, "ranks_median_ms": [g["median_ms"] for g in got]}
+        rows.append(ProfileRow(w, mode, "ok", latency_ms=slowest["median_ms"], latency_iqr_ms=slowest["iqr_ms"],
+                               capture_delta_bytes=delta))
+    return rows, detail
+
+
+def _captured(captures: Sequence[dict[str, Any]], decode_query_len: int) -> dict[tuple[str, int], int | None]:
+    """(mode, width) -> the free-memory drop of vLLM's real capture of it: FULL rows take the uniform-decode graph of
+    the width, PIECEWISE the mixed one. vLLM captures a sample of the graphs once before, for its memory estimate
+    (both runners' `profile_cudagraph_memory`, into a pool it then frees), so the last capture of each is the real
+    one."""
+    out: dict[tuple[str, int], int | None] = {}
+    for c in captures:
+        mode = c["mode"]
+        if mode == "full" and not c["uniform"] and decode_query_len > 1:
+            continue
+        out[(mode, c["num_tokens"])] = c["free_delta_bytes"]
+    return out
+
+
+def _startup_figures(lines: list[str]) -> dict[str, Any]:
+    """What vLLM's own start-up log said: its KV tokens, the graph-memory estimate and the pool it measured, and its
+    non-KV memory (requested - available KV - estimate), in its printed units; {} when no start-up line was read."""
+    from tuner.vllm.startup_log import GIB, LogError, parse_startup_log
+
+    try:
+        log_ = parse_startup_log("\n".join(lines), "vLLM's start-up log")
+    except LogError:
+        return {}
+    w = log_.workers[0] if log_.workers else None
+    out: dict[str, Any] = {"kv_tokens": log_.kv_tokens, "max_concurrency": log_.max_concurrency,
+                           "capture_sizes": list(log_.capture_sizes), "runner_logged": log_.runner}
+    if w is not None:
+        out.update(kv_available_gib=w.kv_available_gib, pool_actual_gib=w.pool_actual_gib,
+                   pool_estimated_gib=w.pool_estimated_gib, v1_estimate_gib=w.v1_estimate_gib,
+                   requested_gib=w.requested_gib, real_capture=w.real_capture)
+        estimate = w.pool_estimated_gib if w.pool_estimated_gib is not None else w.v1_estimate_gib
+        if w.requested_gib is not None and w.kv_available_gib is not None:
+            out["non_kv_cache_bytes"] = int((w.requested_gib - w.kv_available_gib - (estimate or 0.0)) * GIB)
+    cpu_space = next((line for line in lines if "GiB for KV cache" in line), None)
+    if cpu_space:
+        out["cpu_kv_space_line"] = cpu_space
+    return out
+
+
+def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Sequence[int], device: str = "cuda",
+                         compile: bool | None = None, options: SweepOptions | None = None, name: str | None = None,
+                         command: str = "", resume: bool = True, seed: int = 0, progress: bool = True,
+                         any_version: bool = False) -> ProfileResult:
+    """Profile `widths` of the workload through the installed vLLM (see the module docstring) and write
+    `out_dir/<name>.csv` and `.json` after every width; rerunning resumes from the widths done. ValueError (one line)
+    for a vLLM version the adapter was not written for (unless `any_version`) or a workload it cannot measure yet."""
+    options = options or SweepOptions()
+    out_dir, name = Path(out_dir), name or workload.name
+    compile = (not workload.serving.enforce_eager) if compile is None else compile
+    version, dist = api.installed_version()
+    try:
+        api.check_version(version, any_version=any_version)
+    except api.VersionError as exc:
+        raise ValueError(str(exc)) from None
+    reason = engine.unsupported_reason(workload)
+    if reason:
+        raise ValueError(f"--backend vllm: {reason}")
+    requested = validate_sizes(widths, workload)
+    s = workload.serving
+    started = time.perf_counter()
+    meta: dict[str, Any] = {
+        **device_metadata(device),
+        "workload": {"name": workload.name, "hash": workload.content_hash,
+                     "path": str(workload.path) if workload.path else None},
+        "model": {"preset": workload.model.preset, "shape": workload.model.shape.as_dict(),
+                  "dtype": workload.model.dtype, "tensor_parallel_size": workload.model.tensor_parallel_size,
+                  "config": workload.model.config_path},
+        "compiled": compile, "capture_order": CAPTURE_ORDER, "context_len": workload.traffic.mean_context_len,
+        "decode_query_len": s.decode_query_len, "command": command,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    backend: dict[str, Any] = {"name": "vllm", "version": version, "distribution": dist,
+                               "version_checked": version in api.ADAPTER_VERSIONS}
+    meta["backend"] = backend  # a table another backend or vLLM version measured is not resumed into this one
+    done, _, old_meta = resume_rows(out_dir, name, meta) if resume else ({}, {}, {})
+    pending = [w for w in sorted(requested, reverse=True) if w not in done]
+
+    with engine.scratch_dir() as scratch:
+        model, how = engine.model_source(workload, scratch)
+        args = engine.engine_args(workload, model, requested, device=device, compile=compile, seed=seed)
+        lines = engine.StartupLines()
+        log.info("building vLLM %s's engine for %s (%s)", version, workload.name, how)
+        t0 = time.perf_counter()
+        with engine.environment(engine.engine_environment(workload, device, scratch)):
+            from vllm import LLM  # imported first: vLLM configures its loggers at import, dropping other handlers
+
+            with lines.attached():
+                llm = LLM(**args)
+        startup_s = time.perf_counter() - t0
+        try:
+            return _measure(llm, workload, out_dir, name, meta, backend, old_meta, done, pending, requested, options,
+                            device=device, compile=compile, started=started, startup_s=startup_s, how=how, args=args,
+                            lines=lines.lines, progress=progress)
+        finally:
+            _shutdown(llm)
+
+
+def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[str, Any], backend: dict[str, Any],
+             old_meta: dict[str, Any], done: dict[int, list[ProfileRow]], pending: list[int], requested: list[int],
+             options: SweepOptions, *, device: str, compile: bool, started: float, startup_s: float, how: str,
+             args: dict[str, Any], lines: list[str], progress: bool) -> ProfileResult:
+    s = workload.serving
+    ranks = llm.collective_rpc(_worker.describe)
+    first = ranks[0]
+    captures = llm.collective_rpc(_worker.captures)[0]
+    graphs_reason = CPU_GRAPHS if device == "cpu" else None if compile else EAGER_GRAPHS
+    captured = _captured(captures, s.decode_query_len)
+    startup = _startup_figures(lines)
+    kv = first["kv_cache"]
+    backend.update(runner=first["runner"], runner_class=first["runner_class"],
+                   attention_backend=", ".join(first["attention_backends"]) or None, model_source=how,
+                   startup_s=round(startup_s, 3), engine_args={k: v for k, v in args.items() if k != "model"},
+                   ranks=len(ranks))
+    meta.update(
+        backend=backend, weights_bytes=first["weights_bytes"], kv_cache=kv,
+        kv_cache_bytes=startup["kv_tokens"] * kv["bytes_per_token"] if startup.get("kv_tokens") else None,
+        attention_kernel=backend["attention_backend"], compile_s=None,
+        graphs=graphs_reason or "vLLM's own capture (its order and pool), the widths as cudagraph_capture_sizes",
+        piecewise=graphs_reason or "vLLM's PIECEWISE graphs (compiled, split at its splitting ops)",
+        logits="logits rows: the LM head alone over the width's tokens; eager, piecewise and full rows run vLLM's step "
+               "and then the LM head over the width's own tokens",
+        timing={"clock": "CudaEventClock" if device == "cuda" else "WallClock", "warmup_ms": options.warmup_ms,
+                "rep_ms": options.rep_ms, "min_reps": options.min_reps, "max_reps": options.max_reps},
+        widths_requested=requested, vllm_startup=startup, vllm_captures=captures,
+        non_kv_cache_bytes=startup.get("non_kv_cache_bytes"), activation_peak_bytes=None,
+        non_kv={"source": "vLLM's start-up log: requested - available KV - graph-memory estimate (0.01 GiB steps)"}
+        if startup.get("non_kv_cache_bytes") is not None else None,
+        first_created_at=old_meta.get("first_created_at", old_meta.get("created_at", meta["created_at"])),
+    )
+    if device == "cuda":
+        import torch
+
+        meta["free_memory_bytes"] = int(torch.cuda.mem_get_info()[0])
+    worker_options = {"warmup_ms": options.warmup_ms, "rep_ms": options.rep_ms, "min_reps": options.min_reps,
+                      "max_reps": options.max_reps, "context_len": workload.traffic.mean_context_len,
+                      "decode_query_len": s.decode_query_len, "max_num_seqs": s.max_num_seqs}
+    rows: dict[int, list[ProfileRow]] = dict(done)
+    measurements: dict[str, Any] = dict(old_meta.get("measurements", {}))
+    csv_path = out_dir / f"{name}.csv"
+    previous_s = float(old_meta.get("sweep_s") or 0.0)
+
+    def write(complete: bool) -> Path:
+        noisy = sorted(int(w) for w, d in measurements.items()
+                       if int(w) in rows and any(isinstance(m, dict) and m.get("noisy") for m in d.values()))
+        meta.update(measurements=measurements, widths_done=sorted(rows), complete=complete, noisy_widths=noisy,
+                    sweep_s=previous_s + time.perf_counter() - started, capture_errors=[], widths_left_for_time=[])
+        if not rows:
+            write_metadata(out_dir, name, meta)
+            return csv_path
+        return write_profile(out_dir, name, [r for rs in rows.values() for r in rs], meta)
+
+    write(complete=False)
+    llm.collective_rpc(_worker.warm, args=(pending, worker_options))
+    from tqdm.auto import tqdm
+
+    measured: list[int] = []
+    complete = True
+    modes = [m for m in SWEEP_MODES if graphs_reason is None or m not in ("full", "piecewise")]
+    with tqdm(total=len(pending), desc=f"profile {name} (vLLM)", unit="width", disable=not progress,
+              dynamic_ncols=True) as bar:
+        try:
+            for w in pending:
+                if options.max_seconds is not None and time.perf_counter() - started > options.max_seconds:
+                    complete = False
+                    break
+                bar.set_postfix_str(f"{w} tokens")
+                t0 = time.perf_counter()
+                timed = [m for m in modes if m not in ("full", "piecewise") or (m, w) in captured]
+                timings = llm.collective_rpc(_worker.time_width, args=(w, timed, worker_options))
+                rows[w], detail = rows_for_width(w, timings, captured, graphs_reason)
+                detail["seconds"] = round(time.perf_counter() - t0, 4)
+                measurements[str(w)] = detail
+                measured.append(w)
+                write(complete=False)
+                bar.update(1)
+        finally:
+            complete = complete and len(measured) == len(pending)
+            csv_path = write(complete=complete)
+    all_rows = sorted((r for rs in rows.values() for r in rs), key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+    return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete)
+
+
+def _shutdown(llm: Any) -> None:
+    """Release the engine (its worker, KV cache and graphs) before returning; best effort."""
+    try:
+        core = getattr(llm.llm_engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+    except Exception as exc:  # shutting down must not turn a written profile into an error
+        log.debug("engine shutdown: %s", exc)
