@@ -9,6 +9,9 @@ Needs python3 with torch, numpy, pyyaml, tqdm, pytest, matplotlib (nvidia-ml-py 
 lists come from the exact solver), not an install (cgtune runs from this tree). OUT gets: `run.log` (everything,
 written as it happens), `summary.md` (the table printed last), `results.tar.gz` (profiles/, runs/<workload>/ with
 validation.json, report.md and plots, one log per stage) and each profile's CSV and JSON as they fit in 8 files.
+Each profile takes `cgtune profile`'s default instrument (`--backend auto`): vLLM's own engine where this host has
+a CUDA build of vLLM at a version the adapter was written for, the stand-in decoder otherwise (the GPU machine lent
+so far has no vLLM); the summary names the backend of each profile.
 
 Budget (why these numbers; see also the stage table in summary.md, which records what each stage really took).
 The machine is lent for 15 minutes, a 1-3 minute start included, and one command may run 10; this run is given
@@ -293,7 +296,9 @@ def profile_summary(csv_path: Path, key_widths: tuple[int, ...] = (1, 512, 2176,
     mib = 2**20
     rows = {mode: p.by_mode(mode, ok_only=False) for mode in ("eager", "piecewise", "full", "logits")}
     done = m.get("widths_done", [])
-    lines = [f"### {csv_path.name}: {m.get('device_name')}, {len(done)} widths "
+    b = m.get("backend") if isinstance(m.get("backend"), dict) else {"name": "stand-in"}
+    backend = " ".join(str(v) for v in (b.get("name"), b.get("version"), b.get("runner")) if v)
+    lines = [f"### {csv_path.name}: {m.get('device_name')}, backend {backend}, {len(done)} widths "
              f"({'complete' if m.get('complete') else 'incomplete'}), compiled={m.get('compiled')} in "
              f"{_cell(m.get('compile_s'), '.1f')} s, sweep {_cell(m.get('sweep_s'), '.1f')} s, non-KV "
              f"{_cell(m.get('non_kv_cache_bytes') and m['non_kv_cache_bytes'] / mib, '.0f')} MiB, eager kernels per "

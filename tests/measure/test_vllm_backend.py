@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tuner.measure.vllm_engine import api, choose, engine
-from tuner.measure.vllm_engine.sweep import CPU_GRAPHS, _captured, rows_for_width
+from tuner.measure.vllm_engine.sweep import CPU_GRAPHS, _captured, pool_timings, rows_for_width
 from tuner.measure.vllm_engine.worker import is_uniform, kv_cache_summary
 from tuner.model_config import config_for_shape, shape_from_config
 from tuner.shapes import PRESETS
@@ -148,6 +148,16 @@ def test_graph_rows_without_a_graph_are_unsupported_and_a_failed_mode_is_an_erro
     by = {r.mode: r for r in rows}
     assert by["full"].status == "unsupported" and "no FULL graph of 4 tokens" in detail["full_unsupported"]
     assert by["piecewise"].status == "ok"
+
+
+def test_rounds_pool_each_ranks_samples_and_a_failure_stays():
+    first = [{"eager": {**_timing(1.0), "samples_ms": [1.0, 1.2, 0.8]}, "logits": {"error": "OOM"}}]
+    second = [{"eager": {**_timing(2.0), "samples_ms": [2.0, 2.2, 1.0]}, "logits": _timing(0.1)}]
+    pooled = pool_timings(pool_timings(None, first), second)
+    (rank,) = pooled
+    assert rank["eager"]["samples_ms"] == [1.0, 1.2, 0.8, 2.0, 2.2, 1.0]
+    assert rank["eager"]["median_ms"] == pytest.approx(1.1) and rank["eager"]["warmup_reps"] == 2
+    assert rank["logits"] == {"error": "OOM"}
 
 
 def test_the_real_capture_is_the_last_of_each_graph_and_full_rows_take_the_decode_graph():

