@@ -221,6 +221,9 @@ class ProfileCommand(Command):
             standalone=not args.no_standalone,
         )
         if args.dry_run:
+            if backend == "vllm":
+                print("through vLLM: its engine's start (model build, compilation, graph capture) comes on top of "
+                      "the estimate below")
             return self._dry_run(args, workload, name, widths, options, compiled_step, plan)
         if backend == "vllm":
             return self._run_vllm(args, workload, name, widths, options, compiled_step)

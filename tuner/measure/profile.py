@@ -39,8 +39,8 @@ from tuner.workload import Workload
 __all__ = [
     "ASSUMED_CAPTURE_S",
     "CAPTURE_ORDER",
-    "STAND_IN",
     "PIECEWISE_NOTE",
+    "STAND_IN",
     "SWEEP_MODES",
     "ProfileResult",
     "StepRunner",
