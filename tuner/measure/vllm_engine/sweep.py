@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -173,7 +174,7 @@ def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Seq
                             device=device, compile=compile, started=started, startup_s=startup_s, how=how, args=args,
                             lines=lines.lines, progress=progress, rounds=rounds)
         finally:
-            _shutdown(llm)
+            _shutdown(llm, lines.lines)
 
 
 def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[str, Any], backend: dict[str, Any],
@@ -275,11 +276,18 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
     return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete)
 
 
-def _shutdown(llm: Any) -> None:
-    """Release the engine (its worker, KV cache and graphs) before returning; best effort."""
+_INIT_FILE = re.compile(r"distributed_init_method=file://(\S+)")
+
+
+def _shutdown(llm: Any, lines: Sequence[str]) -> None:
+    """Release the engine (its worker, KV cache and graphs) before returning, and remove the rendezvous file its
+    single-process group left in the temporary directory (named in its log); best effort."""
     try:
         core = getattr(llm.llm_engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
     except Exception as exc:  # shutting down must not turn a written profile into an error
         log.debug("engine shutdown: %s", exc)
+    for line in lines:
+        if (m := _INIT_FILE.search(line)) and Path(m.group(1)).name.startswith("vllm_dist_"):
+            Path(m.group(1)).unlink(missing_ok=True)
