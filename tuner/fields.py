@@ -24,6 +24,8 @@ class FieldReader:
         self.data = data
         self.path = path
         self.used: set[str] = set()
+        self.optional: set[str] = set()
+        """Keys the section takes beyond those read (named when a key is unknown): `takes`."""
         self.written: dict[str, str] = {}
         """Key read -> the key the user wrote for it (an engine's own name read under vLLM's)."""
 
@@ -91,7 +93,14 @@ class FieldReader:
     def sub(self, key: str) -> FieldReader:
         return FieldReader(self.raw(key), self.at(key))
 
+    def takes(self, *keys: str) -> None:
+        """Say the section also takes `keys` (read only when present), for the unknown-field message."""
+        self.optional.update(keys)
+
     def done(self) -> None:
         unknown = sorted(set(map(str, self.data)) - self.used)
         if unknown:
-            raise WorkloadError(f"{self.at(unknown[0])}: unknown field")
+            also = f" (and {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+            known = ", ".join(sorted({self.written.get(k, k) for k in self.used} | self.optional))
+            raise WorkloadError(f"{self.at(unknown[0])}: unknown field{also}; {self.path or 'a workload'} takes "
+                                f"{known}")

@@ -74,7 +74,8 @@ def _plot_latency(model: CostModel, tuned: tuple[int, ...], default: tuple[int, 
         # The chosen widths, on the graph latency the model reads there (interpolated between measured widths).
         ax.plot(tuned, model.full_ms(tuned), "*", color="tab:green", ms=10, label=f"tuned list ({len(tuned)} widths)")
     if default:
-        ax.axvline(default[-1], color="tab:red", ls="--", lw=1, label=f"vLLM default max ({default[-1]})")
+        ax.axvline(default[-1], color="tab:red", ls="--", lw=1,
+                   label=f"{model.engine.label} default max ({default[-1]})")
     cross = crossover_width(model.profile)
     if cross is not None:
         ax.axvline(cross, color="grey", ls=":", label=f"graph saves < 2% from {cross} tokens")

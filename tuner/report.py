@@ -225,8 +225,9 @@ def _provenance_lines(model: CostModel) -> list[str]:
         f"- device: {device}; profile `{meta['profile']}` ({made})",
         f"- eager baseline: {step}; {kernels_text} (vLLM's Llama layer: about {VLLM_TYPICAL_KERNELS_PER_LAYER} "
         f"fused kernels)" + (f"; {host}" if host else ""),
-        f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), q = {model.q}, max_num_seqs "
-        f"{s.max_num_seqs}, max_model_len {s.max_model_len}",
+        f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), q = {model.q}, "
+        f"{model.engine.field_name('max_num_seqs')} {s.max_num_seqs}, "
+        f"{model.engine.field_name('max_model_len')} {s.max_model_len}",
         words_of(model.engine).provenance_line(model),
     ]
 
@@ -257,7 +258,8 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
     lines = [
         "## Off-peak traffic",
         "",
-        f"Under off-peak decode traffic alone (uniform over 1..{model.serving.max_num_seqs} requests), the expected "
+        f"Under off-peak decode traffic alone (uniform over 1..{model.serving.max_num_seqs} requests, "
+        f"{model.engine.field_name('max_num_seqs')}), the expected "
         f"step is {p.tuned_step_ms:.4f} ms with the tuned list vs {p.default_step_ms:.4f} ms with "
         f"{model.engine.default_name} "
         f"({change:+.1%}).",

@@ -55,7 +55,7 @@ OBJECTIVES = ("latency", "pareto")
 class SearchInterrupted(KeyboardInterrupt):
     """Ctrl-C during the study: what it kept, so the command can say so and how to resume."""
 
-    def __init__(self, study_name: str, storage: str, finished: int | None) -> None:
+    def __init__(self, study_name: str, storage: str, finished: int | None, pruned: int = 0) -> None:
         super().__init__()
         self.study_name = study_name
         """The study (resumed by the same command)."""
@@ -63,6 +63,9 @@ class SearchInterrupted(KeyboardInterrupt):
         """Its storage URL, password hidden ("in-memory": nothing kept)."""
         self.finished = finished
         """Trials that ran to an end in the study, the interrupted one not counted (None when unreadable)."""
+        self.pruned = pruned
+        """Trials optuna kept as pruned (the interrupted one, and any from earlier interrupts): they count toward the
+        planned trials, so a rerun runs that many fewer."""
 
 
 @dataclass(frozen=True)
@@ -459,7 +462,7 @@ def summarize_study(model: CostModel, study: Any, exact: ExactResult, config: Se
     failed = sum(t.state == optuna.trial.TrialState.FAIL for t in trials)
     pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
     trials_info = {"total": len(complete) + failed + pruned, "complete": len(complete), "feasible": len(feasible),
-                   "infeasible": len(complete) - len(feasible), "failed": failed, "run_now": run_now,
+                   "infeasible": len(complete) - len(feasible), "failed": failed, "pruned": pruned, "run_now": run_now,
                    "waiting": sum(t.state == optuna.trial.TrialState.WAITING for t in trials)}
 
     def reevaluate(t: Any) -> Evaluation:
@@ -533,7 +536,7 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
         log.info("resuming study %s: %d trials finished, %d to run", study.study_name, done, remaining)
     try:
         if remaining and _optimize(runs, buffer, model, config, remaining):
-            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", _count_finished(study))
+            raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", *_count_finished(study))
         return summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
     finally:
         _release(study)
@@ -584,12 +587,15 @@ def _release(study: Any) -> None:
         engine.dispose()
 
 
-def _count_finished(study: Any) -> int | None:
-    """Trials that ran to an end before the interrupt (complete or failed; the interrupted one was pruned)."""
+def _count_finished(study: Any) -> tuple[int | None, int]:
+    """(trials that ran to an end before the interrupt: complete or failed, trials kept as pruned: the interrupted one
+    and any earlier interrupt's)."""
     import optuna
 
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     try:
-        return sum(t.state in states for t in study.get_trials(deepcopy=False))
+        trials = study.get_trials(deepcopy=False)
     except Exception:  # the storage may be mid-transaction after an interrupt: say less rather than fail
-        return None
+        return None, 0
+    return (sum(t.state in states for t in trials),
+            sum(t.state == optuna.trial.TrialState.PRUNED for t in trials))

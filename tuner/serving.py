@@ -12,7 +12,7 @@ from tuner.fields import FieldReader, WorkloadError
 from tuner.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES
 from tuner.vllm.runner import MODEL_RUNNERS
 
-__all__ = ["VLLM_ONLY_FIELDS", "ServingConfig", "read_serving"]
+__all__ = ["MAX_CAPABILITY_MAJOR", "VLLM_ONLY_FIELDS", "ServingConfig", "parse_capability", "read_serving"]
 
 GIB = 1 << 30
 
@@ -84,6 +84,11 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
     max_num_seqs = r.int("max_num_seqs", minimum=1)
     spec_tokens = r.int("num_speculative_tokens", 0, minimum=0)
     mnbt = r.int("max_num_batched_tokens", 8192, minimum=1)
+    if engine == "vllm" and max_num_seqs > mnbt:
+        # vLLM's SchedulerConfig refuses it at start-up ("max_num_batched_tokens (...) must be greater than or equal to
+        # max_num_seqs (...)"); a step never holds more requests than tokens.
+        raise WorkloadError(f"{r.at('max_num_seqs')}: {max_num_seqs} must be <= max_num_batched_tokens={mnbt} (vLLM "
+                            f"refuses a max_num_seqs above max_num_batched_tokens at start-up)")
     max_model_len = r.int("max_model_len", 8192, minimum=1)
     util = r.float("gpu_memory_utilization", 0.9, minimum=0.0, maximum=1.0, exclusive_minimum=True)
     required_gib = r.float("required_kv_gib", None, minimum=0.0, exclusive_minimum=True)
@@ -124,16 +129,28 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
     return config
 
 
-def _parse_capability(r: FieldReader, key: str) -> tuple[int, int]:
-    value = r.raw(key, "9.0")
-    text = str(value)
+MAX_CAPABILITY_MAJOR = 12
+"""The newest CUDA compute capability generation (12.x: consumer Blackwell); a larger one is a typo, not a GPU."""
+
+
+def parse_capability(text: str) -> tuple[int, int]:
+    """A CUDA compute capability written `major.minor` (9.0, 10.0); ValueError saying what it must look like."""
     try:
         major, minor = (int(p) for p in text.split("."))
     except ValueError:
-        raise WorkloadError(f"{r.at(key)}: {value!r} must look like 9.0 (major.minor)") from None
-    if major < 0 or minor < 0:
-        raise WorkloadError(f"{r.at(key)}: {value!r} must look like 9.0 (major.minor)")
+        raise ValueError("must look like 9.0 (major.minor)") from None
+    if not 1 <= major <= MAX_CAPABILITY_MAJOR or not 0 <= minor <= 9:
+        raise ValueError(f"is not a CUDA compute capability (1.0 to {MAX_CAPABILITY_MAJOR}.9: 9.0 for H100/H200, "
+                         f"10.0 for B200)")
     return major, minor
+
+
+def _parse_capability(r: FieldReader, key: str) -> tuple[int, int]:
+    value = r.raw(key, "9.0")
+    try:
+        return parse_capability(str(value))
+    except ValueError as exc:
+        raise WorkloadError(f"{r.at(key)}: {value!r} {exc}") from None
 
 
 def _parse_schedule(value: object, where: str) -> tuple[tuple[int, int, int], ...]:

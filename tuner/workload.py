@@ -206,6 +206,7 @@ class Workload:
 def _parse_model(r: FieldReader, base_dir: Path) -> ModelSpec:
     preset = r.str("preset", None)
     fields = ModelShape.__dataclass_fields__
+    r.takes(*fields)
     explicit = {k: r.raw(k) for k in fields if r.has(k)}
     name = _checkpoint(r, "name", "my-org/llama-ft")
     config, config_path = _model_config(r, name, base_dir)
@@ -454,7 +455,11 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
 def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Traffic:
     engine = engine_of(serving)
     cap_name, budget_name = engine.field_name("max_num_seqs"), engine.field_name("max_num_batched_tokens")
-    mean_ctx = r.int("mean_context_len", 2048, minimum=1, maximum=serving.max_model_len)
+    mean_ctx = r.int("mean_context_len", 2048, minimum=1)
+    if r.has("mean_context_len") and mean_ctx > serving.max_model_len:
+        # Named with its bound: the user may have changed max_model_len, not this field.
+        raise WorkloadError(f"{r.at('mean_context_len')}: {mean_ctx} must be <= serving.max_model_len="
+                            f"{serving.max_model_len} (a request's context cannot exceed it)")
     note = r.str("source_note", "")
     if r.has("trace"):
         path = base_dir / r.str("trace")

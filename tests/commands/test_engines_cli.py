@@ -110,6 +110,23 @@ def test_sglang_report_is_in_requests_under_sglangs_memory_rule(sglang_run):
         assert vllm_only not in report
     assert "`sglang-flags.txt`" in report
     assert all((out / "plots" / p).is_file() for p in ("step_widths.png", "pareto.png"))
+    # SGLang's own names for its fields, in the header and the off-peak paragraph (issue 29: "max_num_seqs 128")
+    assert "max_running_requests 128, context_length" in report and "max_num_seqs" not in report
+
+
+def test_an_engines_latency_plot_names_its_own_default(sglang_run):
+    from unittest import mock
+
+    from tuner.plots import _plot_latency
+
+    out, profile = sglang_run
+    model = CostModel.from_files(profile, load_workload(SGLANG))
+    ax = mock.MagicMock()
+    plt = mock.MagicMock()
+    plt.subplots.return_value = (mock.MagicMock(), ax)
+    _plot_latency(model, (4, 8), (4, 8, 512), "measured", "", out / "unused.png", plt)
+    labels = [c.kwargs.get("label", "") for c in ax.axvline.call_args_list]
+    assert "SGLang default max (512)" in labels and not any("vLLM" in label for label in labels)
 
 
 def test_trtllm_tune_writes_the_extra_options_yaml_that_trtllm_keeps(trtllm_run):

@@ -175,7 +175,8 @@ def test_ctrl_c_in_the_study_says_what_was_kept_and_how_to_resume(inputs, tmp_pa
     assert code == 130
     assert "Traceback" not in err and "KeyboardInterrupt" not in err and err.count("\n") == 1, err
     assert err.startswith(f"cgtune {command}: interrupted: kept study cgtune-dir-hand-")
-    assert f"in sqlite:///{out.resolve() / 'study.db'} (8 of 20 trials finished); resume with: cgtune {command} " in err
+    assert (f"in sqlite:///{out.resolve() / 'study.db'} (8 of 20 trials finished, 1 interrupted, kept as pruned: it "
+            f"counts toward the 20); resume with: cgtune {command} ") in err
     assert not (out / "summary.json").exists()  # no run files from a search that did not finish
 
     monkeypatch.undo()
@@ -184,6 +185,8 @@ def test_ctrl_c_in_the_study_says_what_was_kept_and_how_to_resume(inputs, tmp_pa
     code, stdout, err = run(capsys, *resume[1:], "--no-progress")
     assert code == 0, err
     assert "11 run now" in stdout  # 8 complete + the interrupted one (pruned) counted: 11 more reach 20
+    # Every trial of the 20 is counted somewhere in the closing line, the pruned one too.
+    assert "20 trials (19 feasible, 0 infeasible, 0 failed, 1 pruned (interrupted), 11 run now)" in stdout
     assert json.loads((out / "summary.json").read_text())["study"]["total"] == 20
 
 

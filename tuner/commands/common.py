@@ -12,7 +12,7 @@ from tuner.vllm.defaults import InvalidScheduleError, validate_schedule
 from tuner.workload import Workload, WorkloadError, load_workload
 
 __all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int", "positive_int",
-           "schedule_json"]
+           "schedule_json", "storage_url"]
 
 
 def _int_at_least(minimum: int, text: str) -> int:
@@ -48,13 +48,21 @@ def non_negative_float(text: str) -> float:
 
 def capability(text: str) -> tuple[int, int]:
     """argparse type: compute capability written `major.minor` (9.0, 10.0)."""
+    from tuner.serving import parse_capability
+
     try:
-        major, minor = (int(p) for p in text.split("."))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} must look like 9.0 (major.minor)") from None
-    if major < 0 or minor < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must look like 9.0 (major.minor)")
-    return major, minor
+        return parse_capability(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} {exc}") from None
+
+
+def storage_url(text: str) -> str:
+    """argparse type: an optuna storage URL; a plain path (runs/x/study.db) is refused with the URL it should be."""
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is a path, not a storage URL: an SQLite file is "
+                                         f"sqlite:///{text}" + (" (`cgtune status DIR` takes a run directory)"
+                                                                if text.endswith(".db") else ""))
+    return text
 
 
 def schedule_json(text: str) -> list[list[int]]:

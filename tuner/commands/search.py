@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
+from tuner.commands.common import check_out_dir, load_workload_arg, positive_int, storage_url
 
 if TYPE_CHECKING:
     from tuner.costmodel import CostModel
@@ -31,7 +31,7 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
                         "storage); rerunning into the same DIR resumes the study")
     p.add_argument("--trials", type=positive_int, default=300, metavar="N",
                    help="trials the optuna study should hold (default 300; a resumed study runs the missing ones)")
-    p.add_argument("--storage", metavar="URL",
+    p.add_argument("--storage", metavar="URL", type=storage_url,
                    help="optuna storage URL, e.g. postgresql://host/db (default: sqlite:///DIR/study.db)")
     p.add_argument("--objective", choices=("latency", "pareto"), default="latency",
                    help="latency (default): fastest list within the KV budget; pareto: latency/graph-memory front")
@@ -163,8 +163,10 @@ def prepare_run_dir(out: Path, workload: Workload, profile_csv: Path | None, *, 
 
 def _interrupted(exc: SearchInterrupted, name: str, args: argparse.Namespace) -> KeyboardInterrupt:
     done = "an unknown number of" if exc.finished is None else str(exc.finished)
+    pruned = (f", {exc.pruned} interrupted, kept as pruned: {'it counts' if exc.pruned == 1 else 'they count'} "
+              f"toward the {args.trials}" if exc.pruned else "")
     return KeyboardInterrupt(
-        f"interrupted: kept study {exc.study_name} in {exc.storage} ({done} of {args.trials} trials finished); "
+        f"interrupted: kept study {exc.study_name} in {exc.storage} ({done} of {args.trials} trials finished{pruned}); "
         f"resume with: {resume_line(name, args, exc.storage)}")
 
 
@@ -267,8 +269,9 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path, model: 
     for line in words_of(model.engine).console_lines(model, result, how):
         print(line)
     n = result.trials
+    pruned = f", {n['pruned']} pruned (interrupted)" if n.get("pruned") else ""
     print(f"study {result.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
-          f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed, {n.get('run_now', 0)} run now)")
+          f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed{pruned}, {n.get('run_now', 0)} run now)")
     names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
     print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
     serve = model.engine.serve_line(out, model.workload.model.checkpoint)

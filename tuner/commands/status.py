@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.cli import Command, UsageError
+from tuner.commands.common import storage_url
 
 __all__ = ["SHIP_RULE", "StatusCommand", "shipped"]
 
@@ -59,12 +60,16 @@ class StatusCommand(Command):
         "optuna-dashboard reads the same storage: `optuna-dashboard \"$CGTUNE_STORAGE\"`.\n"
         "The URL comes from --storage or $CGTUNE_STORAGE and is printed with its password hidden.\n\n"
         "examples:\n"
+        "  cgtune status runs/dflash                  # the run directory's own study.db\n"
         "  cgtune status --storage sqlite:///runs/dflash/study.db\n"
         "  CGTUNE_STORAGE=postgresql+psycopg2://u:PASSWORD@db/cgtune cgtune status --study NAME --json"
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--storage", metavar="URL",
+        p.add_argument("run_dir", nargs="?", type=Path, metavar="RUN_DIR",
+                       help="a run directory of `cgtune search`/`tune`: its study (RUN_DIR/study.db), instead of "
+                            "--storage")
+        p.add_argument("--storage", metavar="URL", type=storage_url,
                        help="optuna RDB storage URL (default: $CGTUNE_STORAGE)")
         p.add_argument("--study", metavar="NAME", help="only this study")
         p.add_argument("--json", action="store_true", help="print JSON instead of lines")
@@ -73,6 +78,13 @@ class StatusCommand(Command):
         from tuner.fleet import FleetError, resolve_storage, study_status
         from tuner.storage_url import display_url, sqlite_file
 
+        if args.run_dir is not None:
+            if args.storage is not None:
+                raise UsageError("RUN_DIR: give a run directory or --storage, not both")
+            if not (args.run_dir / "study.db").is_file():
+                raise UsageError(f"RUN_DIR: {str(args.run_dir)!r} holds no study.db (a run of `cgtune search` with "
+                                 f"its default storage; for another storage pass --storage URL)")
+            args.storage = f"sqlite:///{args.run_dir / 'study.db'}"
         try:
             url = resolve_storage(args.storage)
             # Reading must not create: SQLite would make an empty database of a mistyped path and report 0 studies.

@@ -6,7 +6,7 @@ import argparse
 import re
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import positive_int
+from tuner.commands.common import positive_int, storage_url
 
 __all__ = ["WorkerCommand", "device_arg"]
 
@@ -38,7 +38,7 @@ class WorkerCommand(Command):
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--storage", metavar="URL",
+        p.add_argument("--storage", metavar="URL", type=storage_url,
                        help="optuna RDB storage URL (default: $CGTUNE_STORAGE), e.g. postgresql+psycopg2://u:p@h/db")
         p.add_argument("--study", required=True, metavar="NAME",
                        help="study to work on (printed by `cgtune tune --storage URL` and `cgtune status`)")
