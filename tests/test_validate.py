@@ -678,8 +678,10 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     assert record["measured_speedup_tuned_over_default"] == pytest.approx(2.0)
     assert any("no CUDA graphs here" in w for w in record["warnings"])
     # No fallback is emitted from a CPU run: nothing was measured that could overrule the search.
+    from tuner.decision import shipping
+
     assert json.loads((run / "compilation_config.json").read_text())["cudagraph_capture_sizes"] == \
-        list(search.chosen.capture_sizes)
+        list(shipping(model, search).evaluation.capture_sizes)
 
 
 def test_build_backend_is_as_wide_as_every_graph_and_step_and_compiled_as_the_profile(tmp_path):

@@ -15,6 +15,7 @@ from typing import Any
 from tuner.capture_time import predicted_capture_s
 from tuner.compare import kv_tokens, max_concurrency
 from tuner.costmodel import CostModel, Evaluation
+from tuner.decision import alternative_name
 from tuner.validate import MEMORY_GOAL
 from tuner.vllm.emit import COMPILATION_CONFIG_FILE
 from tuner.vllm.startup_log import GIB, GIB_RESOLUTION, StartupLog, WorkerFigures
@@ -108,9 +109,17 @@ class CheckResult:
 
 
 # ---------------------------------------------------------------------------------------------- predictions
-def _run_list(run_dir: Path) -> tuple[int, ...]:
-    """The list the run emitted (what `vllm serve` was given), from its compilation_config.json."""
-    path = run_dir / COMPILATION_CONFIG_FILE
+def _runs_as(workload: Workload, sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    try:
+        return tuple(workload.engine.runs_as(sizes))
+    except ValueError:
+        return None
+
+
+def _run_list(run_dir: Path, name: str = COMPILATION_CONFIG_FILE) -> tuple[int, ...]:
+    """The list the run emitted (what `vllm serve` was given), from its compilation_config.json (or the other list's,
+    `name`)."""
+    path = run_dir / name
     try:
         sizes = json.loads(path.read_text())["cudagraph_capture_sizes"]
         return tuple(int(s) for s in sizes)
@@ -311,6 +320,14 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
     if workload.serving.engine != "vllm":
         raise CheckError(f"run_dir: {run_dir} is a {workload.serving.engine} run; cgtune check reads vLLM's log only")
     sizes = _run_list(run_dir)
+    # A run ships one list and keeps the other's files beside it (compilation_config.fastest.json or .compact.json):
+    # a log of that one is checked against it.
+    for other in ("fastest", "compact"):
+        path = run_dir / alternative_name(COMPILATION_CONFIG_FILE, other)
+        if log.capture_sizes != sizes and path.is_file():
+            alt = _run_list(run_dir, path.name)
+            if log.capture_sizes in (alt, _runs_as(workload, alt)):
+                sizes = alt
     try:
         runs = workload.engine.runs_as(sizes)
     except ValueError as exc:

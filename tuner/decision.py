@@ -4,6 +4,7 @@ interval of what the tuned list saves, and each list's capture time, as summary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.capture_time import predicted_capture_s
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
     from tuner.costmodel import CostModel, Evaluation
     from tuner.search import SearchResult
 
-__all__ = ["capture_cell", "capture_s", "compact_proof", "counted_name", "decision_lines", "interval_of",
-           "no_graphs_lines", "ship_reason", "summary_fields"]
+__all__ = ["SHIP_POLICIES", "Shipping", "alternative_name", "capture_cell", "capture_s", "compact_proof", "counted_name",
+           "decision_lines", "interval_of", "no_graphs_lines", "ship_reason", "shipping", "summary_fields"]
 
 STUDY_TOLERANCE = SearchConfig.tolerance
 """The study's best ships when within this share of the exact optimum."""
@@ -84,7 +85,20 @@ def summary_fields(model: CostModel, search: SearchResult, table: dict[str, Eval
         "saving_interval_ms": [interval.low_ms, interval.high_ms],
         "saving_interval": interval.as_dict(),
         "no_graphs_step_ms": model.evaluate(()).expected_step_ms,
+        "shipped": shipped_fields(model, search),
     }
+
+
+def shipped_fields(model: CostModel, search: SearchResult) -> dict[str, Any]:
+    """summary.json's `shipped`: the list the deployment files carry, why, the policy, and where the other list's
+    files are."""
+    ship = shipping(model, search)
+    files = model.engine.files
+    return {"list": ship.name, "capture_sizes": list(ship.evaluation.capture_sizes), "policy": search.ship,
+            "why": ship.why, "files": list(files),
+            "other": None if ship.other is None else {
+                "list": ship.other[0], "capture_sizes": list(ship.other[1].capture_sizes),
+                "files": [alternative_name(f, ship.other[0]) for f in files]}}
 
 
 def _seconds(s: float | None) -> str:
@@ -141,11 +155,17 @@ def _compact_lines(model: CostModel, search: SearchResult, table: dict[str, Eval
     lines.append("")
     if choice.recommended(model, t):
         lines.append(f"**Recommended: the compact list.** It saves {share:.0%} of the tuned list's {what} (at least "
-                     f"{RECOMMEND_SAVING:.0%}) for {slower:+.2%} of expected step. The emitted files carry the tuned "
-                     f"list; the compact one is `compact.capture_sizes` in summary.json.")
+                     f"{RECOMMEND_SAVING:.0%}) for {slower:+.2%} of expected step.")
     else:
         lines.append(f"It saves {share:.0%} of the tuned list's {what}, less than {RECOMMEND_SAVING:.0%}: the tuned "
                      f"list stays the recommendation.")
+    ship = shipping(model, search)
+    files = model.engine.files
+    lines.append(f"**Shipped: the {'compact' if ship.name == 'compact' else 'tuned (fastest)'} list** "
+                 f"({ship.why}), in {', '.join(f'`{f}`' for f in files)}"
+                 + (f"; the {ship.other[0]} list's files stand beside them: "
+                    f"{', '.join(f'`{alternative_name(f, ship.other[0])}`' for f in files)}" if ship.other else "")
+                 + " (`--ship fastest|compact|auto`).")
     return lines
 
 
@@ -155,6 +175,54 @@ def no_graphs_lines(model: CostModel) -> list[str]:
     drafter = (f" ({e.expected_step_ms - e.drafter_step_ms:.4f} ms target + {e.drafter_step_ms:.4f} ms drafter)"
                if e.drafter_step_ms else "")
     return [f"No graphs at all: {e.expected_step_ms:.4f} ms per step{drafter}."]
+
+
+SHIP_POLICIES = ("auto", "fastest", "compact")
+"""`--ship`: which list the deployment files carry."""
+
+
+@dataclass(frozen=True)
+class Shipping:
+    """The list a run's deployment files carry, and the other one, whose files stand beside them."""
+
+    name: str
+    """`compact` or `fastest` (the tuned list)."""
+    evaluation: Evaluation
+    why: str
+    """Why this one, in a sentence (the files' comments, the report, summary.json)."""
+    other: tuple[str, Evaluation] | None
+    """The list not shipped (its files take the suffix `.<name>`), None when both are the same list."""
+
+
+def shipping(model: CostModel, search: SearchResult) -> Shipping:
+    """Which list ships under `search.ship`: `auto` ships the compact list when it is recommended (it saves at least
+    RECOMMEND_SAVING of the fastest list's counted memory within the tolerance), else the fastest; a list measured
+    fastest on the GPU (`cgtune tune --validate`) ships as measured."""
+    choice = compact_of(model, search)
+    c, t = choice.evaluation, search.chosen
+    if c.capture_sizes == t.capture_sizes:
+        return Shipping("fastest", t, "the fastest list is also the compact one", None)
+    what = counted_name(model)
+    share = choice.saved_share(model, t)
+    slower = c.expected_step_ms / t.expected_step_ms - 1 if t.expected_step_ms > 0 else 0.0
+    saving = f"the compact list saves {share:.0%} of the fastest list's {what} for {slower:+.2%} of expected step"
+    if search.source == "gpu-validated":
+        return Shipping("fastest", t, "measured fastest on the GPU (`cgtune tune --validate`)", ("compact", c))
+    if search.ship == "compact":
+        return Shipping("compact", c, f"--ship compact: {saving}", ("fastest", t))
+    if search.ship == "fastest":
+        return Shipping("fastest", t, f"--ship fastest ({saving})", ("compact", c))
+    if choice.recommended(model, t):
+        return Shipping("compact", c, f"recommended (--ship auto): {saving}, at least {RECOMMEND_SAVING:.0%}",
+                        ("fastest", t))
+    return Shipping("fastest", t, f"--ship auto: {saving}, less than the {RECOMMEND_SAVING:.0%} that would "
+                                  f"recommend it", ("compact", c))
+
+
+def alternative_name(filename: str, list_name: str) -> str:
+    """The file of the list not shipped: `vllm-serve.yaml` -> `vllm-serve.fastest.yaml`."""
+    stem, dot, ext = filename.rpartition(".")
+    return f"{stem}.{list_name}.{ext}" if dot else f"{filename}.{list_name}"
 
 
 def ship_reason(source: str, gap: float | None, exact_proven: bool) -> str | None:

@@ -353,8 +353,20 @@ RUN_FILES = ("profile.csv", "profile.json", "workload.yaml", "search.json", "sum
 
 def _run_outputs() -> tuple[str, ...]:
     """Files every write_run renders again (report.md only with report=True; only its own engine's list files, of
-    every engine registered): one left from an earlier run is stale."""
-    return (*(name for files in ENGINE_FILES.values() for name in files), "search.json", "summary.json", "report.md")
+    every engine registered, and the other list's beside them): one left from an earlier run is stale."""
+    lists = [name for files in ENGINE_FILES.values() for name in files]
+    others = [decision.alternative_name(name, which) for name in lists for which in ("fastest", "compact")]
+    return (*lists, *others, "search.json", "summary.json", "report.md")
+
+
+def _with_list(provenance: Any, name: str, why: str, e: Evaluation) -> Any:
+    """The files' provenance with which list they carry and why."""
+    import dataclasses
+
+    label = "compact list" if name == "compact" else "fastest (tuned) list"
+    return dataclasses.replace(provenance, extra={
+        "list": f"the {label}, {len(e.capture_sizes)} graphs: {why}",
+        **provenance.extra, "expected_step_ms": f"{e.expected_step_ms:.4f} under the cgtune cost model"})
 
 
 def _copy_inputs(staging: Path, model: CostModel) -> None:
@@ -408,9 +420,25 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
              f"({model.engine.list_label('default')} {search.default.expected_step_ms:.4f}) under the cgtune cost "
              f"model"},
         )
-        # The engine's own files, its list in its own unit (EmitError: one line).
-        files = model.engine.render_files(search.chosen.capture_sizes, model.workload.deployment,
-                                          cudagraph_mode=model.cudagraph_mode, provenance=provenance)
+        # The engine's own files, its list in its own unit (EmitError: one line): the shipped list's under the engine's
+        # names, the other list's beside them under names that say which it is.
+        ship = decision.shipping(model, search)
+        files = model.engine.render_files(ship.evaluation.capture_sizes, model.workload.deployment,
+                                          cudagraph_mode=model.cudagraph_mode,
+                                          provenance=_with_list(provenance, ship.name, ship.why, ship.evaluation))
+        if ship.other is not None:
+            other_name, other = ship.other
+            alt = model.engine.render_files(other.capture_sizes, model.workload.deployment,
+                                            cudagraph_mode=model.cudagraph_mode,
+                                            provenance=_with_list(provenance, other_name,
+                                                                  f"not shipped; the {ship.name} list is ({ship.why})",
+                                                                  other))
+            renamed = {name: decision.alternative_name(name, other_name) for name in alt}
+            for name, text in alt.items():
+                # The files name each other (`usage: vllm serve --config vllm-serve.yaml`): point them at their own set.
+                for standard, own in renamed.items():
+                    text = text.replace(standard, own)
+                files[renamed[name]] = text
         files["search.json"] = json.dumps(search.to_dict(), indent=2) + "\n"
         files["summary.json"] = summary_json(data)
         validation: dict[str, Any] | None = None

@@ -125,6 +125,9 @@ class SearchResult:
     """What was assumed or decided (printed in the report)."""
     compact: CompactChoice | None = None
     """The compact alternative to `chosen` (`tuner.compact`); None until chosen (`tuner.compact.compact_of`)."""
+    ship: str = "auto"
+    """Which list the deployment files carry (`--ship`): `auto` (the compact list when the report recommends it, else
+    the fastest), `fastest` or `compact` (`tuner.decision.shipping`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record of the lists and counts; `from_dict` re-evaluates the lists under a model."""
@@ -142,7 +145,7 @@ class SearchResult:
                       "unproven": list(self.exact.unproven)},
             "study_name": self.study_name, "storage": self.storage, "objective": self.objective,
             "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
-            "compact": None if self.compact is None else self.compact.to_dict(),
+            "compact": None if self.compact is None else self.compact.to_dict(), "ship": self.ship,
         }
 
     @classmethod
@@ -160,7 +163,9 @@ class SearchResult:
         return cls(model.evaluate(data["chosen"]), data["source"], exact, ev(data["study_best"]),
                    model.evaluate(data["default"]), data["study_name"], data["storage"], data["objective"],
                    dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]),
-                   CompactChoice.from_dict(data["compact"], model) if data.get("compact") else None)
+                   CompactChoice.from_dict(data["compact"], model) if data.get("compact") else None,
+                   # Runs written before --ship shipped the fastest list.
+                   str(data.get("ship", "fastest")))
 
     @property
     def gap(self) -> float | None:

@@ -63,15 +63,21 @@ def tp2_run(tmp_path_factory):
 def predicted_capture_s(run_dir: Path) -> float:
     """The capture time the run predicts for its list (summary.json's tuned `capture_s`, which is the cost model's)."""
     model, search = load_run(run_dir)
-    recorded = json.loads((run_dir / "summary.json").read_text())["tuned"]["capture_s"]
-    assert recorded == predicted_capture_s_of(model, search.chosen.runs_as)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    recorded = summary[_shipped(summary)]["capture_s"]
+    assert recorded == predicted_capture_s_of(model, model.evaluate(summary["shipped"]["capture_sizes"]).runs_as)
     return recorded
 
 
+def _shipped(summary: dict) -> str:
+    """summary.json's key of the list the run's files carry (`shipped`: the compact list, or the fastest: `tuned`)."""
+    return "compact" if summary["shipped"]["list"] == "compact" else "tuned"
+
+
 def predicted(run_dir: Path) -> dict:
-    """The run's recorded predictions for its list (summary.json, read defensively) and the list it emitted."""
+    """The run's recorded predictions for the list it shipped (summary.json, read defensively) and that list."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    tuned = summary.get("tuned", {})
+    tuned = summary.get(_shipped(summary), {})
     return {"sizes": json.loads((run_dir / "compilation_config.json").read_text())["cudagraph_capture_sizes"],
             "estimate": tuned["vllm_graph_estimate_bytes"], "kv": tuned["kv_available_bytes"],
             "pool": tuned["graph_memory_bytes"], "requested": summary["requested_bytes"],
@@ -156,6 +162,17 @@ def test_a_log_of_another_list_is_refused_in_one_line_and_nothing_is_written(dfl
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "(it is vLLM's default for the workload), not the run's list" in err
     assert not (tmp_path / "cal").exists()
+
+
+def test_a_log_of_the_list_not_shipped_is_checked_against_that_list(dflash_run, tmp_path, capsys):
+    # The run ships one list and keeps the other's files beside it: starting vLLM with those is a run of this run too.
+    summary = json.loads((dflash_run / "summary.json").read_text())
+    other = summary["shipped"]["other"]
+    assert other is not None, "the fixture's run ships one list of two"
+    log = write(tmp_path, log_from_predictions(dflash_run, capture_sizes=other["capture_sizes"]))
+    code, data, err = check_json(capsys, dflash_run, log)
+    assert code == 0, err
+    assert data["capture_sizes"] == other["capture_sizes"] != summary["shipped"]["capture_sizes"]
 
 
 # ---------------------------------------------------------------------------------------------- other refusals

@@ -167,9 +167,14 @@ def test_status_says_which_list_ships_and_why(tmp_path):
     url = f"sqlite:///{out / 'study.db'}"
     code, stdout, _ = run(["status", "--storage", url])
     assert code == 0
-    assert (f"  ships: the exact solver's list, {len(summary['capture_sizes'])} graphs, not the study's best above "
+    assert (f"  tuned: the exact solver's list, {len(summary['capture_sizes'])} graphs, not the study's best above "
             f"({out / 'summary.json'}): The exact solver's answer is used: the study's best was not within 1% of it "
             f"({summary['study']['gap_to_exact']:.2%} slower).") in stdout
+    # And which list the run's files carry (issue 29: the recommendation is deployed, not only printed).
+    shipped = summary["shipped"]
+    assert (f"  ships: the compact list, {len(shipped['capture_sizes'])} graphs, in the run's files: {shipped['why']}"
+            if shipped["list"] == "compact" else f"  ships: the tuned list in the run's files: {shipped['why']}"
+            ) in stdout
     code, stdout, _ = run(["status", "--storage", url, "--json"])
     [study] = json.loads(stdout)["studies"]
     assert study["ships"]["source"] == "exact" and study["ships"]["num_graphs"] == len(summary["capture_sizes"])

@@ -26,7 +26,8 @@ import yaml
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))  # tests/ helpers (import-mode=importlib)
 sys.path.insert(0, str(TESTS / "trtllm"))
-from handmade_profiles import handmade_spec, shipped_profile, tune_quietly, write_handmade_inputs  # noqa: E402
+from handmade_profiles import (  # noqa: E402
+    gpu_scale_profile, handmade_spec, shipped_profile, tune_quietly, write_handmade_inputs)
 from cli_runner import run  # noqa: E402
 from trtllm_llm_args import LlmArgsError, load_extra_llm_api_options  # noqa: E402
 
@@ -92,19 +93,28 @@ def vllm_runs(tmp_path_factory):
     wl_path, profile, _ = write_handmade_inputs(tmp / "eagle", spec, list(range(1, 65)))
     eagle = tmp / "eagle" / "run"
     assert tune_quietly(wl_path, profile, eagle) == 0
-    runs = {"dflash": (dflash, load_workload(DFLASH)), "eagle-v1": (eagle, load_workload(wl_path))}
+    # The DFlash workload on the synthetic GPU-scale profile: there the compact list is recommended, so it ships.
+    compact = tmp / "dflash-compact" / "run"
+    assert tune_quietly(DFLASH, gpu_scale_profile(tmp / "dflash-compact" / "profile", DFLASH), compact) == 0
+    runs = {"dflash": (dflash, load_workload(DFLASH)), "eagle-v1": (eagle, load_workload(wl_path)),
+            "dflash-compact": (compact, load_workload(DFLASH))}
     request = {"parse": {}, "refuse": [placeholder("dflash DRAFT CHECKPOINT", "speculative.model"),
                                        "meta-llama/Llama-3.1-8B-Instruct"],
                "refuse_method": [METHOD_PLACEHOLDER, "ngram"]}
     for name, (out, workload) in runs.items():
         request["parse"][f"{name} yaml"] = ["--config", str(out / "vllm-serve.yaml")]
         request["parse"][f"{name} flags"] = [workload.model.checkpoint, *shlex.split(_flag_line(out / "vllm-flags.txt"))]
+        other = json.loads((out / "summary.json").read_text())["shipped"]["other"]
+        if other is not None:  # the list not shipped: its files beside the shipped one's
+            request["parse"][f"{name} other yaml"] = ["--config", str(out / f"vllm-serve.{other['list']}.yaml")]
+            request["parse"][f"{name} other flags"] = [
+                workload.model.checkpoint, *shlex.split(_flag_line(out / f"vllm-flags.{other['list']}.txt"))]
     answer = _engine_parse(TESTS / "vllm/vllm_serve_parse.py", request, package="vllm", version="0.33.0",
                            require="CGTUNE_REQUIRE_VLLM")
     return runs, answer
 
 
-@pytest.mark.parametrize("name", ["dflash", "eagle-v1"])
+@pytest.mark.parametrize("name", ["dflash", "eagle-v1", "dflash-compact"])
 @pytest.mark.parametrize("form", ["yaml", "flags"])
 def test_vllms_own_parser_reads_the_tuned_deployment(vllm_runs, name, form):
     runs, answer = vllm_runs
@@ -116,8 +126,16 @@ def test_vllms_own_parser_reads_the_tuned_deployment(vllm_runs, name, form):
     # q, the request cap and the list vLLM reads are what was tuned.
     assert 1 + spec["num_speculative_tokens"] == workload.engine.decode_query_len
     assert parsed["max_num_seqs"] == s.max_num_seqs
-    assert parsed["cudagraph_capture_sizes"] == summary["capture_sizes"] == summary["tuned"]["capture_sizes"]
-    assert parsed["max_cudagraph_capture_size"] == summary["capture_sizes"][-1]
+    shipped = summary["shipped"]
+    assert parsed["cudagraph_capture_sizes"] == shipped["capture_sizes"]
+    assert parsed["max_cudagraph_capture_size"] == shipped["capture_sizes"][-1]
+    assert shipped["capture_sizes"] == summary[{"compact": "compact", "fastest": "tuned"}[shipped["list"]]][
+        "capture_sizes"]
+    if shipped["other"] is not None:
+        other = answer["parsed"][f"{name} other {form}"]
+        assert other["cudagraph_capture_sizes"] == shipped["other"]["capture_sizes"]
+        assert {k: v for k, v in other.items() if "capture_size" not in k} == \
+            {k: v for k, v in parsed.items() if "capture_size" not in k}  # the same deployment, another list
     assert parsed["cudagraph_mode"] == s.cudagraph_mode
     # Everything else the tuning assumed.
     assert (parsed["max_num_batched_tokens"], parsed["max_model_len"], parsed["gpu_memory_utilization"]) == \
@@ -125,6 +143,18 @@ def test_vllms_own_parser_reads_the_tuned_deployment(vllm_runs, name, form):
     assert (parsed["model"], parsed["dtype"], parsed["tensor_parallel_size"]) == \
         (workload.model.checkpoint, workload.model.dtype, workload.model.tensor_parallel_size)
     assert spec["method"] == workload.speculative.method
+
+
+def test_the_dflash_deployment_carries_the_recommended_compact_list_and_the_fastest_beside_it(vllm_runs):
+    runs, answer = vllm_runs
+    out, _ = runs["dflash-compact"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["compact_choice"]["recommended"] and summary["shipped"]["list"] == "compact"
+    compact, fastest = answer["parsed"]["dflash-compact yaml"], answer["parsed"]["dflash-compact other yaml"]
+    assert compact["cudagraph_capture_sizes"] == summary["compact"]["capture_sizes"]
+    assert fastest["cudagraph_capture_sizes"] == summary["tuned"]["capture_sizes"] != compact["cudagraph_capture_sizes"]
+    assert "# list: the compact list" in (out / "vllm-serve.yaml").read_text()
+    assert "usage: vllm serve --config vllm-serve.fastest.yaml" in (out / "vllm-serve.fastest.yaml").read_text()
 
 
 def test_the_unnamed_drafter_is_a_value_vllm_refuses(vllm_runs):
@@ -253,7 +283,9 @@ def test_trtllm_loads_the_tuned_deployment_as_its_llm_args_do(trtllm_run, capsys
     q = workload.engine.decode_query_len
     assert args.tokens_per_gen_step == q == 4 and args.decoding_type == "Eagle3"
     assert args.max_batch_size == workload.serving.max_num_seqs == 256
-    assert args.cuda_graph_batch_sizes == summary["engine"]["batch_sizes"] == [w // q for w in summary["capture_sizes"]]
+    # The file carries the shipped list (the compact one when recommended); summary's engine figures are the tuned's.
+    assert args.cuda_graph_batch_sizes == [w // q for w in summary["shipped"]["capture_sizes"]]
+    assert summary["engine"]["batch_sizes"] == [w // q for w in summary["capture_sizes"]]
     assert args.enable_padding and (args.max_seq_len, args.max_num_tokens, args.tensor_parallel_size) == (8192, 8192, 1)
     assert args.speculative_model == placeholder("Eagle3 DRAFT CHECKPOINT", "speculative.model")
     # The printed command is shell-quoted: the --out path with spaces stays one argument.

@@ -133,7 +133,7 @@ def test_trtllm_tune_writes_the_extra_options_yaml_that_trtllm_keeps(trtllm_run)
     out, profile = trtllm_run
     assert not any((out / name).exists() for name in VLLM_FILES)
     summary = json.loads((out / "summary.json").read_text())
-    tuned = [w // 4 for w in summary["capture_sizes"]]
+    tuned = [w // 4 for w in summary["shipped"]["capture_sizes"]]  # the list the files carry
     text = (out / "trtllm-extra-llm-api-options.yaml").read_text()
     # TensorRT-LLM refuses Eagle3 without its drafter: a value it refuses stands there, and a comment says what it is.
     assert "# speculative_config.speculative_model: <Eagle3 DRAFT CHECKPOINT: set speculative.model" in text

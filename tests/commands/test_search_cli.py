@@ -44,7 +44,7 @@ def test_search_writes_vllm_files_that_parse_and_pass_vllm_rules(inputs, tmp_pat
     summary = json.loads((out / "summary.json").read_text())
     for key in SUMMARY_KEYS:
         assert set(summary[key]) >= {"expected_step_ms", "graph_memory_bytes", "kv_available_bytes", "feasible"}
-    assert summary["capture_sizes"] == sizes and summary["required_kv_bytes"] == (64 // 16 + 1) * 16 * 512
+    assert summary["shipped"]["capture_sizes"] == sizes and summary["required_kv_bytes"] == (64 // 16 + 1) * 16 * 512
     assert summary["tuned"]["expected_step_ms"] <= summary["default"]["expected_step_ms"]
     assert not (out / "report.md").exists()  # search leaves the report to `cgtune report` / `tune`
 

@@ -55,6 +55,11 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
                    help="the compact list: the least graph memory (vLLM's estimate; the real pool where the engine's "
                         "rule counts that) whose expected step is within a share T (0..1, default 0.01 = 1%%) of the "
                         "fastest list; the report recommends it when it saves a quarter of the tuned list's")
+    p.add_argument("--ship", choices=("auto", "fastest", "compact"), default="auto",
+                   help="which list the deployment files carry: auto (default) the compact list when the report "
+                        "recommends it (it saves at least a quarter of the fastest list's graph memory within "
+                        "--tolerance), else the fastest; the other list's files stand beside them as "
+                        "<file>.fastest.<ext> or <file>.compact.<ext>")
     p.add_argument("--force", action="store_true",
                    help="DIR holds the run of another workload or profile: clear it (the files cgtune wrote there and "
                         "its study.db; profile-sweep/ is kept) and write this run instead of refusing")
@@ -116,6 +121,8 @@ def command_line(name: str, args: argparse.Namespace) -> str:
         parts += ["--off-peak-weight", f"{args.off_peak_weight:g}"]
     if getattr(args, "tolerance", 0.01) != 0.01:
         parts += ["--tolerance", f"{args.tolerance:g}"]
+    if getattr(args, "ship", "auto") != "auto":
+        parts += ["--ship", args.ship]
     parts += [flag for flag, on in (("--allow-mismatch", getattr(args, "allow_mismatch", False)),
                                     ("--allow-noisy", getattr(args, "allow_noisy", False))) if on]
     return shlex.join(parts)
@@ -198,6 +205,7 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     except SearchInterrupted as exc:
         raise _interrupted(exc, name, args) from None
     choose_compact(model, result, args)
+    result.ship = args.ship
     try:
         written = write_run(args.out, model, result, command=command, plots=report, report=report)
     except KeyboardInterrupt:
@@ -240,6 +248,7 @@ def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, repo
               f"({choice.saved_share(model, t):.0%} less), expected step {c.expected_step_ms:.4f} ms "
               f"({c.expected_step_ms / t.expected_step_ms - 1:+.2%})"
               + ("; RECOMMENDED (see report.md)" if choice.recommended(model, t) else ""))
+
     try:
         data = json.loads((out / "summary.json").read_text())
         lo, hi = data["saving_interval_ms"]
@@ -274,6 +283,13 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path, model: 
           f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed{pruned}, {n.get('run_now', 0)} run now)")
     names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
     print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
+    from tuner.decision import alternative_name, shipping
+
+    ship = shipping(model, result)
+    files = model.engine.files
+    print(f"shipped: the {ship.name} list ({len(ship.evaluation.capture_sizes)} graphs) in {', '.join(files)}: "
+          f"{ship.why}" + (f"; the {ship.other[0]} list's files: "
+                           f"{', '.join(alternative_name(f, ship.other[0]) for f in files)}" if ship.other else ""))
     serve = model.engine.serve_line(out, model.workload.model.checkpoint)
     if serve:
         print(serve)

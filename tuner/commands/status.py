@@ -40,13 +40,16 @@ def shipped(url: str, study: str) -> dict[str, Any] | None:
         source, gap = str(data["source"]), data["study"].get("gap_to_exact")
         proven = bool(data.get("exact_memory"))
         graphs = len(data["capture_sizes"])
+        deployed = data.get("shipped") or {"list": "fastest"}  # runs before --ship shipped the fastest list
     except (OSError, ValueError, KeyError, TypeError):
         return None
     why = ship_reason(source, gap, proven) or {
         "gpu-validated": "measured fastest on the GPU by `cgtune tune --validate`",
         "default": "vLLM's default: nothing found was faster"}.get(source, source)
     return {"source": source, "num_graphs": graphs, "exact_num_graphs": (data.get("exact") or {}).get("num_graphs"),
-            "reason": why.replace("**", ""), "summary": str(summary)}
+            "reason": why.replace("**", ""), "summary": str(summary), "deployed": deployed["list"],
+            "deployed_num_graphs": len(deployed.get("capture_sizes") or data["capture_sizes"]),
+            "deployed_why": deployed.get("why")}
 
 
 class StatusCommand(Command):
@@ -120,5 +123,11 @@ class StatusCommand(Command):
                                                                                       f"the {ship['source']} list")
             beside = (f"; the exact optimum has {exact}" if ship["source"] == "study" and exact is not None else
                       ", not the study's best above" if ship["source"] == "exact" and s.best_value is not None else "")
-            print(f"  ships: {what}, {ship['num_graphs']} graphs{beside} ({ship['summary']}): {ship['reason']}")
+            print(f"  tuned: {what}, {ship['num_graphs']} graphs{beside} ({ship['summary']}): {ship['reason']}")
+            if ship["deployed"] == "compact":
+                print(f"  ships: the compact list, {ship['deployed_num_graphs']} graphs, in the run's files: "
+                      f"{ship['deployed_why']}")
+            else:
+                print(f"  ships: the tuned list in the run's files" + (f": {ship['deployed_why']}"
+                                                                        if ship["deployed_why"] else ""))
         return 0

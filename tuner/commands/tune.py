@@ -194,6 +194,7 @@ class TuneCommand(Command):
         except FleetError as exc:
             raise UsageError(str(exc)) from None
         choose_compact(model, result, args)
+        result.ship = args.ship
         written = write_run(args.out, model, result, command=command_line("tune", args), plots=True, report=True)
         _print_summary(result, written, args.out, model)
         return "done"

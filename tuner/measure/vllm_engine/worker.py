@@ -73,11 +73,11 @@ def step_fn(runner: Any, num_tokens: int, mode: str, *, uniform: bool, context_l
                 hidden, _ = runner._dummy_run(num_tokens, uniform_decode=uniform, context_len=context_len)
             return hidden
     else:
-        # V1's dummy requests attend to their query only unless told otherwise (profile_seq_lens); it runs attention
-        # in eager mode only when forced to.
+        # V1's dummy requests attend to their query only unless told otherwise (profile_seq_lens), and it builds
+        # attention metadata only under FULL or when forced (without it, eager and PIECEWISE steps skip attention).
         def run() -> Any:
             hidden, _ = runner._dummy_run(num_tokens, cudagraph_runtime_mode=cg, uniform_decode=uniform,
-                                          force_attention=mode == "eager", profile_seq_lens=context_len or None)
+                                          force_attention=True, profile_seq_lens=context_len or None)
             return hidden
 
     @torch.inference_mode()
