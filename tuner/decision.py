@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tuner.costmodel import CostModel, Evaluation
     from tuner.search import SearchResult
 
-__all__ = ["SHIP_POLICIES", "Shipping", "alternative_name", "capture_cell", "capture_s", "compact_proof", "counted_name",
+__all__ = ["Shipping", "alternative_name", "capture_cell", "capture_s", "compact_proof", "counted_name",
            "decision_lines", "interval_of", "no_graphs_lines", "ship_reason", "shipping", "summary_fields"]
 
 STUDY_TOLERANCE = SearchConfig.tolerance
@@ -175,10 +175,6 @@ def no_graphs_lines(model: CostModel) -> list[str]:
     drafter = (f" ({e.expected_step_ms - e.drafter_step_ms:.4f} ms target + {e.drafter_step_ms:.4f} ms drafter)"
                if e.drafter_step_ms else "")
     return [f"No graphs at all: {e.expected_step_ms:.4f} ms per step{drafter}."]
-
-
-SHIP_POLICIES = ("auto", "fastest", "compact")
-"""`--ship`: which list the deployment files carry."""
 
 
 @dataclass(frozen=True)

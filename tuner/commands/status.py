@@ -128,6 +128,6 @@ class StatusCommand(Command):
                 print(f"  ships: the compact list, {ship['deployed_num_graphs']} graphs, in the run's files: "
                       f"{ship['deployed_why']}")
             else:
-                print(f"  ships: the tuned list in the run's files" + (f": {ship['deployed_why']}"
-                                                                        if ship["deployed_why"] else ""))
+                why = f": {ship['deployed_why']}" if ship["deployed_why"] else ""
+                print(f"  ships: the tuned list in the run's files{why}")
         return 0

@@ -10,7 +10,7 @@ import datetime as _dt
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,16 @@ def _captured(captures: Sequence[dict[str, Any]], decode_query_len: int) -> dict
     return out
 
 
+def _largest(per_rank: Iterable[dict[tuple[str, int], int | None]]) -> dict[tuple[str, int], int | None]:
+    """Each graph's memory on the rank where it took most (under tensor parallelism every rank captures each)."""
+    out: dict[tuple[str, int], int | None] = {}
+    for captured in per_rank:
+        for key, value in captured.items():
+            old = out.get(key)
+            out[key] = value if old is None else old if value is None else max(old, value)
+    return out
+
+
 def _startup_figures(lines: list[str]) -> dict[str, Any]:
     """What vLLM's own start-up log said: its KV tokens, the graph-memory estimate and the pool it measured, and its
     non-KV memory (requested - available KV - estimate), in its printed units; {} when no start-up line was read."""
@@ -167,7 +177,12 @@ def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Seq
             from vllm import LLM  # imported first: vLLM configures its loggers at import, dropping other handlers
 
             with lines.attached():
-                llm = LLM(**args)
+                try:
+                    llm = LLM(**args)
+                except Exception as exc:  # vLLM refusing the configuration, a model it cannot build: one line
+                    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+                    raise ValueError(f"--backend vllm: vLLM {version} could not build the engine for "
+                                     f"{workload.name} ({type(exc).__name__}: {text})") from None
         startup_s = time.perf_counter() - t0
         try:
             return _measure(llm, workload, out_dir, name, meta, backend, old_meta, done, pending, requested, options,
@@ -184,9 +199,10 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
     s = workload.serving
     ranks = llm.collective_rpc(_worker.describe)
     first = ranks[0]
-    captures = llm.collective_rpc(_worker.captures)[0]
+    by_rank = llm.collective_rpc(_worker.captures)
+    captures = by_rank[0]
     graphs_reason = CPU_GRAPHS if device == "cpu" else None if compile else EAGER_GRAPHS
-    captured = _captured(captures, s.decode_query_len)
+    captured = _largest(_captured(c, s.decode_query_len) for c in by_rank)
     startup = _startup_figures(lines)
     kv = first["kv_cache"]
     backend.update(runner=first["runner"], runner_class=first["runner_class"],
