@@ -237,8 +237,7 @@ class RequestEngine(Engine):
                                 f"engine {cls.name} has no such setting")
         for key in VLLM_ONLY_FIELDS:
             if r.has(key):
-                raise WorkloadError(f"{r.at(key)}: a vLLM setting; engine {cls.name} has none (see the README's "
-                                    f"engine section)")
+                raise WorkloadError(f"{r.at(key)}: a vLLM setting; engine {cls.name} has none (see docs/engines.md)")
         data = dict(r.data)
         for native, ours in cls.aliases.items():
             if native in data:

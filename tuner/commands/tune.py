@@ -46,7 +46,7 @@ class TuneCommand(Command):
         "      --out runs/dflash                                                        # anywhere\n"
         "  cgtune tune W.yaml --out runs/w --validate 3           # on a GPU: measure 3 candidates, ship the fastest\n"
         "  CGTUNE_STORAGE=postgresql+psycopg2://u:PW@db/cgtune cgtune tune W.yaml --profile P.csv --out runs/w \\\n"
-        "      --workers 0                         # plan a fleet study; `cgtune worker` runs it (README: fleet)"
+        "      --workers 0                         # plan a fleet study; `cgtune worker` runs it (docs/fleet.md)"
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
