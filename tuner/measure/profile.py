@@ -46,7 +46,9 @@ __all__ = [
     "StepRunner",
     "SweepOptions",
     "candidate_widths",
+    "error_text",
     "estimate_sweep_s",
+    "first_line",
     "profile_workload",
     "resume_rows",
     "thin_widths",
@@ -638,14 +640,15 @@ def _summary(m: Measurement) -> dict[str, Any]:
             "samples_ms": [round(x, 6) for x in m.samples_ms]}
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An error's first line (at most 200 characters), or its type's name when it has no text."""
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     """An error as the metadata records it: its type and first line."""
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 def _attempt(runner: StepRunner, fn: Callable[[], Any]) -> tuple[bool, Any, str | None]:
@@ -656,7 +659,7 @@ def _attempt(runner: StepRunner, fn: Callable[[], Any]) -> tuple[bool, Any, str 
     except Exception as exc:
         if not _graphs.is_oom(exc):
             raise
-        message = _first_line(exc)
+        message = first_line(exc)
     # Released outside the except block: until it ends, the traceback's frames keep the failed call's tensors.
     runner.release(collect=True)
     return False, None, message
@@ -827,8 +830,8 @@ class _Sweep:
         try:
             ok, graph, _ = _attempt(self.runner, lambda: self._warm_and_capture(mode, w, pool))
         except Exception as exc:
-            self._detail(mode, w)[f"{_base(mode)}_restore_error"] = _error_text(exc)
-            log.warning("re-capturing the %s graph of width %d failed: %s", mode, w, _error_text(exc))
+            self._detail(mode, w)[f"{_base(mode)}_restore_error"] = error_text(exc)
+            log.warning("re-capturing the %s graph of width %d failed: %s", mode, w, error_text(exc))
             self.runner.release(collect=True)
             return
         if ok:
@@ -855,7 +858,7 @@ class _Sweep:
             self._capture_width(mode, w, shared_pool)
             return
         except Exception as exc:
-            self.errors[(mode, w)] = self._detail(mode, w)[f"{_base(mode)}_error"] = _error_text(exc)
+            self.errors[(mode, w)] = self._detail(mode, w)[f"{_base(mode)}_error"] = error_text(exc)
             log.warning("capturing the %s graph of width %d failed (recorded, the sweep goes on): %s", mode, w,
                         self.errors[(mode, w)])
         # Released outside the except block: until it ends, the traceback's frames keep the failed capture's tensors.

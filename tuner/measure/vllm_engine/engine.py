@@ -15,7 +15,8 @@ from typing import Any
 
 from tuner.workload import Workload
 
-__all__ = ["StartupLines", "engine_args", "engine_environment", "model_source", "unsupported_reason"]
+__all__ = ["StartupLines", "engine_args", "engine_environment", "environment", "model_source", "scratch_dir",
+           "unsupported_reason"]
 
 # The model-free methods whose target step is the same whoever drafts: vLLM is given ngram for them (the workload's
 # q tokens per request in every decode step), as it needs a method to run q > 1.

@@ -34,11 +34,15 @@ def capture_reading(mode: str, num_tokens: int, *, uniform: bool, num_reqs: int 
     def reading() -> Iterator[None]:
         before = free_bytes()
         yield
-        after = free_bytes()
-        CAPTURES.append({"mode": mode, "num_tokens": int(num_tokens), "uniform": bool(uniform), "num_reqs": num_reqs,
-                         "free_delta_bytes": None if before is None or after is None else before - after})
+        _record(mode, num_tokens, uniform, num_reqs, before, free_bytes())
 
     return reading()
+
+
+def _record(mode: str, num_tokens: int, uniform: bool, num_reqs: int | None, before: int | None,
+            after: int | None) -> None:
+    CAPTURES.append({"mode": mode, "num_tokens": int(num_tokens), "uniform": bool(uniform), "num_reqs": num_reqs,
+                     "free_delta_bytes": None if before is None or after is None else before - after})
 
 
 def _mode_name(mode: Any) -> str:
@@ -59,10 +63,8 @@ def wrap_v2_capture(capture: Callable[..., Any], free_bytes: Callable[[], int | 
         def close() -> None:
             if open_:
                 desc, before = open_.pop()
-                after = free_bytes()
-                CAPTURES.append({"mode": _mode_name(desc.cg_mode), "num_tokens": int(desc.num_tokens),
-                                 "uniform": desc.uniform_token_count is not None, "num_reqs": desc.num_reqs,
-                                 "free_delta_bytes": None if before is None or after is None else before - after})
+                _record(_mode_name(desc.cg_mode), desc.num_tokens, desc.uniform_token_count is not None,
+                        desc.num_reqs, before, free_bytes())
 
         def create(desc: Any, warmup: bool = False, **kw: Any) -> Any:
             if warmup:

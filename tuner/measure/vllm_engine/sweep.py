@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from tuner.measure.memory import device_metadata
-from tuner.measure.profile import CAPTURE_ORDER, SWEEP_MODES, ProfileResult, SweepOptions, resume_rows, validate_sizes
+from tuner.measure.profile import (
+    CAPTURE_ORDER,
+    SWEEP_MODES,
+    ProfileResult,
+    SweepOptions,
+    error_text,
+    resume_rows,
+    validate_sizes,
+)
 from tuner.measure.vllm_engine import api, engine
 from tuner.measure.vllm_engine import worker as _worker
 from tuner.profile_table import MODES, ProfileRow, write_metadata, write_profile
@@ -180,9 +188,8 @@ def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Seq
                 try:
                     llm = LLM(**args)
                 except Exception as exc:  # vLLM refusing the configuration, a model it cannot build: one line
-                    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
                     raise ValueError(f"--backend vllm: vLLM {version} could not build the engine for "
-                                     f"{workload.name} ({type(exc).__name__}: {text})") from None
+                                     f"{workload.name} ({error_text(exc)})") from None
         startup_s = time.perf_counter() - t0
         try:
             return _measure(llm, workload, out_dir, name, meta, backend, old_meta, done, pending, requested, options,

@@ -107,6 +107,7 @@ def time_width(worker: Any, num_tokens: int, modes: list[str], options: dict[str
     {"error": text}}. A uniform decode width runs as one (PIECEWISE graphs serve mixed batches, so never)."""
     import torch
 
+    from tuner.measure.profile import error_text
     from tuner.measure.timing import CudaEventClock, WallClock, measure
 
     runner = _runner(worker)
@@ -121,8 +122,7 @@ def time_width(worker: Any, num_tokens: int, modes: list[str], options: dict[str
             m = measure(fn, clock, warmup_ms=options["warmup_ms"], rep_ms=options["rep_ms"],
                         min_reps=options["min_reps"], max_reps=options["max_reps"])
         except Exception as exc:  # one mode failing must not lose the width's others
-            text = str(exc).strip()
-            out[mode] = {"error": f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"}
+            out[mode] = {"error": error_text(exc)}
             continue
         out[mode] = {"median_ms": m.median_ms, "iqr_ms": m.iqr_ms, "noisy": m.noisy, "warmup_reps": m.warmup_reps,
                      "samples_ms": [round(x, 6) for x in m.samples_ms]}
