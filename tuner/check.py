@@ -366,10 +366,7 @@ def write_calibration(result: CheckResult, out_json: Path, *, command: str) -> d
     block = metadata[CALIBRATION_KEY]
     # The same list under the calibrated profile, as `cgtune search --profile OUT.csv` will see it: the real pool
     # comes out at vLLM's; the estimate moves by the same scale, so what it still misses shows here.
-    from tuner.report import MODEL_SETTINGS
-
-    again = CostModel.from_files(csv_path, result.model.workload,
-                                 **{k: getattr(result.model, k) for k in MODEL_SETTINGS})
+    again = CostModel.from_files(csv_path, result.model.workload, **result.model.settings())
     e = again.evaluate(result.evaluation.capture_sizes)
     repredicted = {"vllm_graph_estimate_bytes": e.graph_estimate_bytes, "kv_available_bytes": e.kv_available_bytes,
                    "graph_pool_bytes": e.graph_memory_bytes, "non_kv_cache_bytes": again.budget.non_kv_cache_bytes}

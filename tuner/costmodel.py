@@ -17,6 +17,8 @@ import numpy as np
 from tuner.calibration import apply_calibration, non_kv_from_vllm
 from tuner.curve import Curve, memory_curve
 from tuner.engine import GraphDispatcher, KvRule
+from tuner.outliers import FACTOR as OUTLIER_FACTOR
+from tuner.outliers import Outlier, find_outliers, without_outliers
 from tuner.profile_table import Profile, ProfileError, read_profile
 from tuner.steps import Step, mix_steps, uniform_decode_steps
 from tuner.vllm.memory import GraphCost, pool_bytes
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GIB",
+    "MODEL_SETTINGS",
     "CostModel",
     "Evaluation",
     "ModelError",
@@ -227,6 +230,11 @@ def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
     return crossover
 
 
+MODEL_SETTINGS = ("allow_mismatch", "allow_outliers", "off_peak_weight", "piecewise_fallback")
+"""CostModel settings summary.json records (`cost_model`), so a run directory is re-rendered and validated under
+the model it was searched with, and a refit is made under."""
+
+
 @dataclass
 class CostModel:
     """Latency and memory of capture lists for one profile and workload (see module docstring)."""
@@ -243,8 +251,15 @@ class CostModel:
     off_peak_weight: float = 0.0
     """Share of off-peak decode traffic (uniform over 1..max_num_seqs requests) mixed into the step distribution
     every list is weighed by (0: the workload's traffic alone)."""
+    allow_outliers: bool = False
+    """Search with readings wildly off their neighbours (`tuner.outliers`; a note either way): by default their rows
+    are dropped and their widths offered to no list."""
     notes: list[str] = field(default_factory=list, repr=False)
     """Assumptions made while fitting (printed in the report)."""
+
+    def settings(self) -> dict[str, object]:
+        """The MODEL_SETTINGS this model was made under."""
+        return {k: getattr(self, k) for k in MODEL_SETTINGS}
 
     @classmethod
     def from_files(cls, profile_csv: str | Path, workload: Workload, **kwargs: object) -> CostModel:
@@ -265,6 +280,20 @@ class CostModel:
         if calibrated:
             self.notes.append(calibrated)
         name = self.profile.path.name if self.profile.path else "profile"
+        self.outliers: list[Outlier] = find_outliers(self.profile)
+        """Readings wildly off their neighbours, kept or dropped (`allow_outliers`)."""
+        self.outlier_widths: list[int] = []
+        """Widths a dropped graph reading keeps out of every list."""
+        if self.outliers:
+            listed = "; ".join(o.text() for o in self.outliers[:5]) + ("; ..." if len(self.outliers) > 5 else "")
+            head = f"{len(self.outliers)} readings in {name} are more than {OUTLIER_FACTOR:g}x off their neighbours"
+            if self.allow_outliers:
+                self.notes.append(f"{head}, searched as measured (--allow-outliers): {listed}")
+            else:
+                self.profile = without_outliers(self.profile, self.outliers)
+                self.outlier_widths = sorted({o.num_tokens for o in self.outliers if o.mode in ("full", "piecewise")})
+                self.notes.append(f"{head}, kept out of the search (their rows interpolated over, their graphs offered to "
+                                  f"no list; --allow-outliers keeps them): {listed}")
         s = self.workload.serving
         self.serving = s
         self.engine = self.workload.engine
@@ -323,12 +352,6 @@ class CostModel:
                     f"{what}, and their memory is taken from the full rows"
                 )
         self.notes.extend(self.engine.profile_notes(probe, self.profile.metadata, name))
-        negative = sorted({r.num_tokens for r in self.profile.rows
-                           if r.capture_delta_bytes is not None and r.capture_delta_bytes < 0})
-        if negative:
-            self.notes.append(f"negative capture_delta_bytes at {len(negative)} widths in {name} "
-                              f"({', '.join(map(str, negative[:5]))}{', ...' if len(negative) > 5 else ''}): "
-                              f"invalid readings, interpolated over")
         # Widths whose capture ran out of memory while profiling: no list may hold them.
         self.oom_widths = sorted({r.num_tokens for r in self.profile.rows
                                   if r.mode in ("full", "piecewise") and r.status == "oom"})
@@ -419,7 +442,7 @@ class CostModel:
     def _memory_curve(rows: dict, column: str, name: str, mode: str) -> Curve | None:
         if not rows:
             return None
-        curve = memory_curve(rows, column)  # negative readings are invalid measurements: interpolated over
+        curve = memory_curve(rows, column)
         if curve is None:
             hint = " (profiled with --no-standalone?)" if column == "standalone_bytes" else ""
             raise ModelError(f"{name}: no {mode} row has a usable {column}{hint}; the graph-memory model needs it")
@@ -433,8 +456,8 @@ class CostModel:
         s = self.serving
         ok = set(self.profile.by_mode("full"))
         # `unsupported` piecewise rows (a CPU or older profile) do not rule a width out; a capture that ran out of
-        # memory or failed in any graph mode does.
-        bad = set(self.oom_widths) | set(self.failed_widths)
+        # memory, failed or read wildly off its neighbours in any graph mode does.
+        bad = set(self.oom_widths) | set(self.failed_widths) | set(self.outlier_widths)
         widths = sorted(w for w in ok - bad if w <= s.max_num_batched_tokens)
         if self.cudagraph_mode == "FULL_DECODE_ONLY" and len(self.decode_tiers) == 1:
             # Only the rounded decode graphs of the one decode query length exist in this mode, so its multiples

@@ -38,7 +38,6 @@ class Curve:
 
 
 def memory_curve(rows: dict, column: str) -> Curve | None:
-    """A memory column over widths; negative readings ("took -4.58 GiB") are invalid measurements, skipped."""
-    points = {w: float(getattr(r, column)) for w, r in rows.items()
-              if getattr(r, column) is not None and getattr(r, column) >= 0}
+    """A memory column over widths, its empty cells (an unreadable or negative free-memory drop) skipped."""
+    points = {w: float(getattr(r, column)) for w, r in rows.items() if getattr(r, column) is not None}
     return Curve(points, monotone=column == "standalone_bytes") if points else None

@@ -94,8 +94,8 @@ class FleetSpec:
     max_retry: int = 3
     """Retries of one planned trial before it stays failed."""
     model_settings: dict[str, Any] = field(default_factory=dict)
-    """The cost model's settings besides its files (`off_peak_weight`, `allow_mismatch`), so every worker weighs
-    trials as the coordinator does."""
+    """The cost model's settings besides its files (`CostModel.settings()`), so every worker weighs trials as the
+    coordinator does."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": _SPEC_VERSION, **self.__dict__}
@@ -255,7 +255,7 @@ def create_or_extend(url: str, workload_path: str | Path, profile_csv: str | Pat
         study = optuna.create_study(storage=storage, study_name=name, load_if_exists=False, **kwargs)
         spec = FleetSpec(objective, n_trials, seed, max(4, n_trials // 5), memory_buckets, model.workload.name,
                          files, profile_file, heartbeat_interval_s, grace_period_s, max_retry,
-                         {"off_peak_weight": model.off_peak_weight, "allow_mismatch": model.allow_mismatch})
+                         model.settings())
         study.set_user_attr(FLEET_ATTR, spec.to_dict())
         planned = 0
     except optuna.exceptions.DuplicatedStudyError:

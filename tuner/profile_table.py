@@ -234,6 +234,12 @@ def read_profile(csv_path: str | Path) -> Profile:
             )
             if ok and row.latency_ms is not None and row.latency_ms <= 0:
                 raise ProfileError(f"{where}: latency_ms={row.latency_ms} must be > 0")
+            for column in ("latency_iqr_ms", "capture_delta_bytes", "standalone_bytes", "capture_s"):
+                # None is below 0: a graph never frees memory (a negative free-memory drop is an invalid reading,
+                # written as no value), and a spread or a duration is never negative.
+                if (value := getattr(row, column)) is not None and value < 0:
+                    raise ProfileError(f"{where}: {column}={value} must be >= 0 (leave the cell empty where the "
+                                       f"reading is invalid)")
             # Two measurements of one (width, mode) leave no single number to cost it by: which one is meant?
             first = first_line.setdefault((num_tokens, mode), line)
             if first != line:

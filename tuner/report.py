@@ -21,7 +21,7 @@ from tuner.compare import (
     what_changed,
     widest_sizes,
 )
-from tuner.costmodel import CostModel, Evaluation, crossover_width
+from tuner.costmodel import MODEL_SETTINGS, CostModel, Evaluation, crossover_width
 from tuner.engine import Engine
 from tuner.engines import ENGINE_FILES
 from tuner.host_cost import host_line
@@ -32,7 +32,6 @@ from tuner.search import SearchResult
 from tuner.workload import Workload
 
 __all__ = [
-    "MODEL_SETTINGS",
     "PLOTS",
     "RUN_FILES",
     "RunIdentity",
@@ -61,9 +60,6 @@ MIB = 1 << 20
 SUMMARY_KEYS = ("default", "tuned", "compact", "exact", "widest", "ideal")
 """Lists summary.json always holds, each with its latency, vLLM's graph-memory estimate, the real pool, the KV cache
 vLLM sizes (bytes, tokens, max concurrency), the capture headroom, the list that runs, and `feasible`."""
-MODEL_SETTINGS = ("allow_mismatch", "off_peak_weight", "piecewise_fallback")
-"""CostModel settings summary.json records (`cost_model`), so a run directory is re-rendered and validated under
-the model it was searched with."""
 VLLM_TYPICAL_KERNELS_PER_LAYER = "10-12"
 """Fused kernels one Llama decoder layer of vLLM launches eagerly (issue 11)."""
 _NOISY_NOTE = "flagged noisy: IQR/median of the timing above 5%"
@@ -164,7 +160,8 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
                      "tuned_slower": peak.tuned_slower, "one_request_width": peak.one_request_width,
                      "default_pads_to": peak.default_pads_to, "tuned_pads_to": peak.tuned_pads_to},
         "noisy_widths": _noise(model),
-        "cost_model": {k: getattr(model, k) for k in MODEL_SETTINGS},
+        "outliers": [vars(o) | {"dropped": not model.allow_outliers} for o in model.outliers],
+        "cost_model": model.settings(),
         "eager_step_ms": model.eager_step_ms(),
         "crossover_width": crossover_width(model.profile),
         "profile_measured": profile_provenance(model)[0],

@@ -137,8 +137,7 @@ def saving_interval(model: CostModel, default_sizes: Sequence[int], tuned_sizes:
     if not redrawn:
         return SavingInterval(point, point, point, level, 0, seed, from_samples, from_iqr, fixed, n_iqr)
     workload = _StepsOnce(model.workload)
-    settings = {"piecewise_fallback": model.piecewise_fallback, "allow_mismatch": model.allow_mismatch,
-                "off_peak_weight": model.off_peak_weight}
+    settings = model.settings()
     # The refit needs no raw samples: without them it does not scan every width's readings again for noise flags.
     metadata = {k: v for k, v in model.profile.metadata.items() if k != "measurements"}
     if isinstance(metadata.get("drafter"), dict):

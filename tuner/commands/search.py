@@ -51,6 +51,10 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-noisy", action="store_true",
                    help="search even when more than a quarter of the widths the decision rests on were flagged noisy "
                         "(IQR/median > 5%%) while profiling")
+    p.add_argument("--allow-outliers", action="store_true",
+                   help="search with readings more than 10x off their neighbours' median (a latency also under a "
+                        "tenth of it; a memory reading also above every other): by default their rows are dropped "
+                        "and their widths offered to no list; either way the report lists them by width")
     p.add_argument("--tolerance", type=share, default=0.01, metavar="T",
                    help="the compact list: the least graph memory (vLLM's estimate; the real pool where the engine's "
                         "rule counts that) whose expected step is within a share T (0..1, default 0.01 = 1%%) of the "
@@ -88,12 +92,13 @@ def seconds(text: str) -> float:
 
 
 def model_from_args(profile_csv: Path, workload: Workload, args: argparse.Namespace) -> CostModel:
-    """The cost model `search` and `tune` search with: the profile and workload under --allow-mismatch and
-    --off-peak-weight; a profile whose decision widths are too often noisy is refused (one line) unless --allow-noisy.
+    """The cost model `search` and `tune` search with: the profile and workload under --allow-mismatch,
+    --allow-outliers and --off-peak-weight; a profile whose decision widths are too often noisy is refused (one line) unless --allow-noisy.
     Raises ModelError (or UsageError) before anything is written."""
     from tuner.costmodel import CostModel
 
     model = CostModel.from_files(profile_csv, workload, allow_mismatch=getattr(args, "allow_mismatch", False),
+                                 allow_outliers=getattr(args, "allow_outliers", False),
                                  off_peak_weight=getattr(args, "off_peak_weight", 0.0))
     if model.noisy_share > NOISY_LIMIT and not getattr(args, "allow_noisy", False):
         noisy = len(set(model.noisy_widths) & set(model.decision_widths()))
@@ -124,7 +129,8 @@ def command_line(name: str, args: argparse.Namespace) -> str:
     if getattr(args, "ship", "auto") != "auto":
         parts += ["--ship", args.ship]
     parts += [flag for flag, on in (("--allow-mismatch", getattr(args, "allow_mismatch", False)),
-                                    ("--allow-noisy", getattr(args, "allow_noisy", False))) if on]
+                                    ("--allow-noisy", getattr(args, "allow_noisy", False)),
+                                    ("--allow-outliers", getattr(args, "allow_outliers", False))) if on]
     return shlex.join(parts)
 
 
