@@ -6,7 +6,9 @@ exact-solver time growing close to linearly with the widths (2072 widths at most
     python benchmarks/bench_search.py [--trials 300] [--storage sqlite|memory] [--repeat 3] [--stride S]
     python benchmarks/bench_search.py --scaling [--repeat 2] [--graph-budget-gib G]   # exact solver per stride
     python benchmarks/bench_search.py --quality     # study gap to the exact optimum over workloads x budgets
-    python benchmarks/bench_search.py --write-profile DIR [--dense]    # the synthetic profile, for cgtune tune
+    python benchmarks/bench_search.py --write-profile DIR [--dense] [--name N]   # the synthetic profile
+    python benchmarks/bench_search.py --write-profile workloads/profiles --name synthetic-dflash-llama-3.1-8b
+                                                    # the shipped example's (`cgtune example`; a test holds it so)
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ STRIDES = (64, 32, 16, 8, 4)
 """`--scaling`: 295, 413, 650, 1124 and 2072 widths with the shipped DFlash workload."""
 
 
-def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32, dense: bool = False
-                      ) -> tuple[Path, int]:
+def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32, dense: bool = False,
+                      name: str = "synthetic") -> tuple[Path, int]:
     """A profile over vLLM's default grid, every decode width n*q and a `stride` grid above the ceiling (`dense`:
     every width from 1 to max_num_batched_tokens), with made-up latency (launch overhead plus work) and memory;
     returns (csv path, number of widths)."""
@@ -75,7 +77,7 @@ def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32, d
         "model": {"preset": wl.model.preset, "shape": wl.model.shape.as_dict(), "dtype": wl.model.dtype,
                   "tensor_parallel_size": wl.model.tensor_parallel_size},
     }
-    return write_profile(out_dir, "synthetic", rows, metadata), len(widths)
+    return write_profile(out_dir, name, rows, metadata), len(widths)
 
 
 def main() -> int:
@@ -99,6 +101,7 @@ def main() -> int:
                         + " (best of --repeat), and the ratio of the widest profile's time to the narrowest's")
     p.add_argument("--write-profile", type=Path, metavar="DIR",
                    help="instead: write the synthetic profile (CSV + JSON) for the workload into DIR and exit")
+    p.add_argument("--name", default="synthetic", help="--write-profile: the file name, without .csv (default synthetic)")
     args = p.parse_args()
     if args.quality:
         return _quality(args.trials)
@@ -106,7 +109,7 @@ def main() -> int:
         return _scaling(args)
     if args.write_profile is not None:
         csv_path, n_widths = synthetic_profile(args.write_profile, args.workload, stride=args.stride,
-                                               dense=args.dense)
+                                               dense=args.dense, name=args.name)
         print(f"{csv_path} ({n_widths} widths; synthetic timing fixture, not a measurement)")
         return 0
 

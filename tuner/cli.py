@@ -35,6 +35,7 @@ class Command:
 _COMMANDS: dict[str, str] = {
     "check": "tuner.commands.check:CheckCommand",
     "defaults": "tuner.commands.defaults:DefaultsCommand",
+    "example": "tuner.commands.example:ExampleCommand",
     "profile": "tuner.commands.profile:ProfileCommand",
     "report": "tuner.commands.report:ReportCommand",
     "search": "tuner.commands.search:SearchCommand",

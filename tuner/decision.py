@@ -15,6 +15,9 @@ from tuner.saving_interval import SavingInterval, saving_interval
 from tuner.search import SearchConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from tuner.compact import CompactChoice
     from tuner.costmodel import CostModel, Evaluation
     from tuner.search import SearchResult
@@ -219,6 +222,22 @@ def alternative_name(filename: str, list_name: str) -> str:
     """The file of the list not shipped: `vllm-serve.yaml` -> `vllm-serve.fastest.yaml`."""
     stem, dot, ext = filename.rpartition(".")
     return f"{stem}.{list_name}.{ext}" if dot else f"{filename}.{list_name}"
+
+
+def shipped_line(model: CostModel, search: SearchResult, run_dir: Path, count: Callable[[tuple[int, ...]], str]
+                 ) -> str:
+    """The list the run's files carry and the other list's files, in one line; `count` words a list in the engine's
+    unit ("147 graphs, max 2176")."""
+    ship = shipping(model, search)
+    first = model.engine.files[0]
+    fastest = f"fastest ({search.source})"
+    line = (f"shipped: the {fastest if ship.name == 'fastest' else ship.name} list "
+            f"({count(ship.evaluation.capture_sizes)}) in {run_dir / first}")
+    if ship.other is not None:
+        name, other = ship.other
+        line += (f"; the {fastest if name == 'fastest' else name} list ({count(other.capture_sizes)}) in "
+                 f"{run_dir / alternative_name(first, name)}")
+    return line
 
 
 def ship_reason(source: str, gap: float | None, exact_proven: bool) -> str | None:

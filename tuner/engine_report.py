@@ -28,12 +28,12 @@ __all__ = [
     "defaults_text",
     "figures",
     "files_line",
+    "files_shipped_line",
     "list_lines",
     "memory_rule_lines",
     "provenance_line",
     "side_by_side_lines",
     "summary_block",
-    "tuned_line",
     "what_changed_lines",
 ]
 
@@ -220,12 +220,13 @@ def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]
     ]
 
 
-def tuned_line(model: CostModel, search: SearchResult, run_dir: Path) -> str:
-    """The tuned list in one line, in requests, and the file that holds it."""
-    sizes = search.chosen.capture_sizes
-    reqs = model.engine.in_engine_unit(sizes)
-    return (f"tuned list ({search.source}): {len(reqs)} graphs, max {reqs[-1] if reqs else 0} requests "
-            f"({sizes[-1] if sizes else 0} tokens; all in {run_dir / model.engine.files[0]})")
+def files_shipped_line(model: CostModel, search: SearchResult, run_dir: Path) -> str:
+    """The shipped list in one line, in requests, and the files that hold it and the other list."""
+    def count(sizes: tuple[int, ...]) -> str:
+        reqs = model.engine.in_engine_unit(sizes)
+        return f"{len(reqs)} graphs, max {reqs[-1] if reqs else 0} requests, {sizes[-1] if sizes else 0} tokens"
+
+    return decision.shipped_line(model, search, run_dir, count)
 
 
 # ---------------------------------------------------------------------------------------------- cgtune defaults

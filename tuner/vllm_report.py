@@ -34,13 +34,13 @@ __all__ = [
     "drafter_lines",
     "figures",
     "files_line",
+    "files_shipped_line",
     "keep_default_kv_utilization",
     "list_lines",
     "memory_rule_lines",
     "provenance_line",
     "side_by_side_lines",
     "summary_block",
-    "tuned_line",
     "vllm_log_lines",
     "what_changed_lines",
 ]
@@ -284,11 +284,10 @@ def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]
     return lines
 
 
-def tuned_line(model: CostModel, search: SearchResult, run_dir: Path) -> str:
-    """The tuned list in one line, and the file that holds it."""
-    sizes = search.chosen.capture_sizes
-    return (f"tuned list ({search.source}): {len(sizes)} graphs, max {sizes[-1] if sizes else 0} "
-            f"(all in {run_dir / model.engine.files[0]})")
+def files_shipped_line(model: CostModel, search: SearchResult, run_dir: Path) -> str:
+    """The shipped list in one line, and the files that hold it and the other list."""
+    return decision.shipped_line(model, search, run_dir,
+                                 lambda sizes: f"{len(sizes)} graphs, max {sizes[-1] if sizes else 0}")
 
 
 # ---------------------------------------------------------------------------------------------- cgtune defaults

@@ -1,6 +1,6 @@
 """`cgtune check RUN_DIR --vllm-log FILE`: run directories made by `cgtune search` on shipped workloads with a
 synthetic profile at GPU scale (tests/handmade_profiles.py; made-up numbers: a fixture, not a measurement), held to
-vLLM start-up logs written from vLLM 0.33's own format strings (tests/vllm_startup_logs.py).
+vLLM start-up logs written from vLLM 0.33's own format strings (tuner/vllm/log_writer.py).
 
 The logs here are BUILT FROM THE RUN'S OWN PREDICTIONS (summary.json) with known errors put in (KV cache -2%, real
 pool +5%, ...): they test the plumbing and the parsing (that cgtune reads back the errors put in, to within the log's
@@ -9,7 +9,6 @@ rounding), not the accuracy of any prediction."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import shutil
@@ -22,11 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/ helpers (import-mode=importlib)
 from cli_runner import run  # noqa: E402
 from handmade_profiles import gpu_scale_profile  # noqa: E402
-from vllm_startup_logs import GIB, VllmWorker, startup_log  # noqa: E402
 
 from tuner.capture_time import predicted_capture_s as predicted_capture_s_of  # noqa: E402
 from tuner.costmodel import CostModel  # noqa: E402
+from tuner.example import predicted_log  # noqa: E402
+from tuner.example import run_predictions as predicted  # noqa: E402
 from tuner.report import load_run  # noqa: E402
+from tuner.vllm.log_writer import GIB  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
 
 DFLASH = ROOT / "workloads" / "dflash-llama-3.1-8b.yaml"  # V2 runner, one GPU, DFlash K = 16
@@ -59,53 +60,18 @@ def tp2_run(tmp_path_factory):
     return _search_run(tmp_path_factory.mktemp("suffix-tp2"), SUFFIX_TP2)
 
 
-@functools.cache
-def predicted_capture_s(run_dir: Path) -> float:
-    """The capture time the run predicts for its list (summary.json's tuned `capture_s`, which is the cost model's)."""
-    model, search = load_run(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    recorded = summary[_shipped(summary)]["capture_s"]
+def test_the_recorded_capture_time_is_the_cost_models(dflash_run):
+    """The capture time the logs carry is summary.json's for the shipped list: the cost model's own."""
+    model, _ = load_run(dflash_run)
+    summary = json.loads((dflash_run / "summary.json").read_text())
+    recorded = predicted(dflash_run)["capture_s"]
     assert recorded == predicted_capture_s_of(model, model.evaluate(summary["shipped"]["capture_sizes"]).runs_as)
-    return recorded
 
 
-def _shipped(summary: dict) -> str:
-    """summary.json's key of the list the run's files carry (`shipped`: the compact list, or the fastest: `tuned`)."""
-    return "compact" if summary["shipped"]["list"] == "compact" else "tuned"
-
-
-def predicted(run_dir: Path) -> dict:
-    """The run's recorded predictions for the list it shipped (summary.json, read defensively) and that list."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    tuned = summary.get(_shipped(summary), {})
-    return {"sizes": json.loads((run_dir / "compilation_config.json").read_text())["cudagraph_capture_sizes"],
-            "estimate": tuned["vllm_graph_estimate_bytes"], "kv": tuned["kv_available_bytes"],
-            "pool": tuned["graph_memory_bytes"], "requested": summary["requested_bytes"],
-            "total": summary["total_memory_bytes"], "kv_bytes_per_token": summary["kv_bytes_per_token"],
-            "max_model_len": summary["max_model_len"], "non_kv": summary["non_kv_cache_bytes"]}
-
-
-def log_from_predictions(run_dir: Path, *, kv_error: float = -0.02, pool_error: float = 0.05, tp: int = 1,
-                         worst_pool_error: float | None = None, capture_s: float | None = None, **overrides) -> str:
-    """A start-up log BUILT FROM THE RUN'S OWN PREDICTIONS with known errors put in (KV cache, real pool; the
-    estimate and the capture time as predicted, unless `capture_s` says otherwise), vLLM counting the KV cache in
-    whole 16-token blocks. Tests plumbing, not accuracy."""
-    p = predicted(run_dir)
-    capture_s = predicted_capture_s(run_dir) if capture_s is None else capture_s
-    kv = p["kv"] * (1 + kv_error)
-    tokens = int(kv // p["kv_bytes_per_token"]) // 16 * 16
-    errors = [pool_error] + [worst_pool_error if worst_pool_error is not None else pool_error] * (tp - 1)
-    workers = [VllmWorker(kv, p["estimate"], p["pool"] * (1 + err), capture_s=capture_s,
-                          process=(f"Worker_TP{i}", 7000 + i) if tp > 1 else ("EngineCore", 4100),
-                          requested_bytes=p["requested"], total_bytes=p["total"]) for i, err in enumerate(errors)]
-    wl = load_workload(run_dir / "workload.yaml")
-    spec = dict(method=wl.serving.speculative_method, k=wl.serving.num_speculative_tokens,
-                max_num_seqs=wl.serving.max_num_seqs, runner=wl.engine.runner,
-                gpu_memory_utilization=wl.serving.gpu_memory_utilization, max_model_len=p["max_model_len"])
-    spec.update(overrides)
-    return startup_log(workers, capture_sizes=overrides.pop("capture_sizes", p["sizes"]), kv_tokens=tokens,
-                       max_concurrency=tokens / p["max_model_len"], **{k: v for k, v in spec.items()
-                                                                       if k != "capture_sizes"})
+def log_from_predictions(run_dir: Path, *, kv_error: float = -0.02, pool_error: float = 0.05, **kwargs) -> str:
+    """A start-up log BUILT FROM THE RUN'S OWN PREDICTIONS with known errors put in (`tuner.example.predicted_log`).
+    Tests plumbing, not accuracy."""
+    return predicted_log(run_dir, kv_error=kv_error, pool_error=pool_error, **kwargs)
 
 
 def write(tmp_path: Path, text: str, name: str = "vllm.log") -> Path:

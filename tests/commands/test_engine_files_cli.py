@@ -11,7 +11,9 @@ profiles: test fixtures, never measurements."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import io
 import json
 import os
 import shlex
@@ -27,10 +29,11 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))  # tests/ helpers (import-mode=importlib)
 sys.path.insert(0, str(TESTS / "trtllm"))
 from handmade_profiles import (  # noqa: E402
-    gpu_scale_profile, handmade_spec, shipped_profile, tune_quietly, write_handmade_inputs)
+    handmade_spec, shipped_profile, tune_quietly, write_handmade_inputs)
 from cli_runner import run  # noqa: E402
 from trtllm_llm_args import LlmArgsError, load_extra_llm_api_options  # noqa: E402
 
+from tuner.cli import main  # noqa: E402
 from tuner.engine import flag_file_line, placeholder  # noqa: E402
 from tuner.workload import load_workload  # noqa: E402
 
@@ -40,6 +43,7 @@ METHOD_PLACEHOLDER = placeholder("SPECULATIVE METHOD", "speculative.method", "vL
 DFLASH = ROOT / "workloads/dflash-llama-3.1-8b.yaml"
 SGLANG = ROOT / "workloads/sglang-eagle-llama-3.1-8b.yaml"
 TRTLLM = ROOT / "workloads/trtllm-eagle3-llama-3.1-8b.yaml"
+EXAMPLE_PROFILE = ROOT / "workloads/profiles/synthetic-dflash-llama-3.1-8b.csv"
 
 
 def _tune(tmp: Path, workload: Path, widths: list[int]) -> Path:
@@ -93,11 +97,14 @@ def vllm_runs(tmp_path_factory):
     wl_path, profile, _ = write_handmade_inputs(tmp / "eagle", spec, list(range(1, 65)))
     eagle = tmp / "eagle" / "run"
     assert tune_quietly(wl_path, profile, eagle) == 0
-    # The DFlash workload on the synthetic GPU-scale profile: there the compact list is recommended, so it ships.
-    compact = tmp / "dflash-compact" / "run"
-    assert tune_quietly(DFLASH, gpu_scale_profile(tmp / "dflash-compact" / "profile", DFLASH), compact) == 0
+    # The DFlash workload on the shipped example profile (synthetic, GPU scale), through `cgtune example`: there the
+    # compact list is recommended, so it ships, the fastest beside it.
+    compact = tmp / "example"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["example", "--out", str(compact), "--trials", "4", "--no-progress",
+                     "--workload", str(DFLASH), "--profile", str(EXAMPLE_PROFILE)]) == 0
     runs = {"dflash": (dflash, load_workload(DFLASH)), "eagle-v1": (eagle, load_workload(wl_path)),
-            "dflash-compact": (compact, load_workload(DFLASH))}
+            "example": (compact, load_workload(DFLASH))}
     request = {"parse": {}, "refuse": [placeholder("dflash DRAFT CHECKPOINT", "speculative.model"),
                                        "meta-llama/Llama-3.1-8B-Instruct"],
                "refuse_method": [METHOD_PLACEHOLDER, "ngram"]}
@@ -114,7 +121,7 @@ def vllm_runs(tmp_path_factory):
     return runs, answer
 
 
-@pytest.mark.parametrize("name", ["dflash", "eagle-v1", "dflash-compact"])
+@pytest.mark.parametrize("name", ["dflash", "eagle-v1", "example"])
 @pytest.mark.parametrize("form", ["yaml", "flags"])
 def test_vllms_own_parser_reads_the_tuned_deployment(vllm_runs, name, form):
     runs, answer = vllm_runs
@@ -145,12 +152,14 @@ def test_vllms_own_parser_reads_the_tuned_deployment(vllm_runs, name, form):
     assert spec["method"] == workload.speculative.method
 
 
-def test_the_dflash_deployment_carries_the_recommended_compact_list_and_the_fastest_beside_it(vllm_runs):
+def test_the_examples_deployment_carries_the_recommended_compact_list_and_the_fastest_beside_it(vllm_runs):
+    """Issue 29: on the shipped DFlash workload with the shipped example profile, vllm-serve.yaml holds the compact
+    list the report recommends and vllm-serve.fastest.yaml the fastest, both as vLLM 0.33's own parser reads them."""
     runs, answer = vllm_runs
-    out, _ = runs["dflash-compact"]
+    out, _ = runs["example"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["compact_choice"]["recommended"] and summary["shipped"]["list"] == "compact"
-    compact, fastest = answer["parsed"]["dflash-compact yaml"], answer["parsed"]["dflash-compact other yaml"]
+    compact, fastest = answer["parsed"]["example yaml"], answer["parsed"]["example other yaml"]
     assert compact["cudagraph_capture_sizes"] == summary["compact"]["capture_sizes"]
     assert fastest["cudagraph_capture_sizes"] == summary["tuned"]["capture_sizes"] != compact["cudagraph_capture_sizes"]
     assert "# list: the compact list" in (out / "vllm-serve.yaml").read_text()

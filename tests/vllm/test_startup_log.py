@@ -9,17 +9,15 @@ import ast
 import importlib.metadata
 import importlib.util
 import os
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
-import vllm_startup_logs as fx  # noqa: E402
-from vllm_startup_logs import GIB, VllmWorker, startup_log  # noqa: E402
-
-from tuner.vllm.startup_log import LogError, parse_startup_log, read_log  # noqa: E402
+import tuner.vllm.log_lines as fx
+from tuner.vllm import log_writer
+from tuner.vllm.log_writer import GIB, VllmWorker, startup_log
+from tuner.vllm.startup_log import LogError, parse_startup_log, read_log
 
 SIZES = [1, 2, 4, 8, 16, 17, 24, 32, 34, 512, 544, 2176]
 # Hand-made figures (not measurements): worker 0 and worker 1 of a TP 2 deployment differ a little, as ranks do.
@@ -201,7 +199,7 @@ def test_every_quoted_format_string_is_the_wheels_own_at_the_quoted_line():
     for fmt, name, line in QUOTED:
         assert _literal_at(sources[name], line) == fmt, f"{name}:{line}"
     # vllm/logger.py:28: the line format (an f-string: VLLM_LOGGING_PREFIX, then these literal parts).
-    assert "".join(_fstring_parts(sources["vllm/logger.py"], 28)) == fx._FORMAT
+    assert "".join(_fstring_parts(sources["vllm/logger.py"], 28)) == log_writer._FORMAT
     # v1/worker/gpu_worker.py:1044: the memory summary's f-string: its literal parts, in order, in the fixture's line.
     summary = startup_log([ONE], capture_sizes=SIZES, **KV).splitlines()[-1]
     at = 0

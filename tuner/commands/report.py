@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir
+
+if TYPE_CHECKING:
+    from tuner.costmodel import CostModel
+    from tuner.search import SearchResult
 
 __all__ = ["ReportCommand"]
 
@@ -18,7 +24,8 @@ class ReportCommand(Command):
         "re-evaluate the lists in search.json, and write report.md, plots/*.png, summary.json and the vLLM\n"
         "files again. Needs no GPU and runs no search.\n\n"
         "examples:\n"
-        "  cgtune report runs/dflash"
+        "  cgtune report runs/dflash\n"
+        "  cgtune report runs/dflash --csv runs/dflash/widths.csv"
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -26,6 +33,10 @@ class ReportCommand(Command):
         p.add_argument("--force", action="store_true",
                        help="re-render even when summary.json names another workload or profile than the copies "
                             "(workload.yaml, profile.csv) it is rendered from")
+        p.add_argument("--csv", metavar="FILE",
+                       help="also write the per-width table (one row per measured width: each mode's latency and "
+                            "graph memory as measured, the FULL graph's saving, noisy and outlier flags, and which "
+                            "lists hold the width) as CSV to FILE (`-`: stdout), for pandas.read_csv in a notebook")
         p.add_argument("--allow-mismatch", action="store_true",
                        help="use the run's profile even when it was measured for another q, context length, compute "
                             "capability or compile setting (a note in the report; recorded for later re-renders)")
@@ -46,12 +57,36 @@ class ReportCommand(Command):
             raise UsageError(f"run_dir: {conflict} (its files are mixed); pass --force to re-render every output "
                              f"from its workload.yaml and profile.csv")
         check_out_dir(args.run_dir, "run_dir")  # a folder this user may not write in: one line, before any work
+        if args.csv not in (None, "-"):
+            check_out_dir(Path(args.csv), "--csv", directory=False)
         try:
             written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}",
                                 copy_inputs=False)
         except OSError as exc:  # staged, then moved: nothing is half-written when the folder refuses a file
             raise UsageError(f"run_dir: {str(args.run_dir)!r} cannot be written: {exc.strerror or exc}") from None
+        out = sys.stderr if args.csv == "-" else sys.stdout  # stdout then carries the table alone
         print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, "
-              f"{model.engine.label} files")
-        print(words_of(model.engine).tuned_line(model, search, args.run_dir))
+              f"{model.engine.label} files", file=out)
+        print(words_of(model.engine).files_shipped_line(model, search, args.run_dir), file=out)
+        if args.csv is not None:
+            self._write_csv(args, model, search)
         return 0
+
+    @staticmethod
+    def _write_csv(args: argparse.Namespace, model: CostModel, search: SearchResult) -> None:
+        from tuner.compare import comparison
+        from tuner.decision import shipping
+        from tuner.profile_table import atomic_write_text, read_profile
+        from tuner.width_table import width_table
+
+        frame = width_table(model, read_profile(args.run_dir / "profile.csv"), comparison(model, search),
+                            shipping(model, search).evaluation.capture_sizes)
+        text = frame.to_csv(index=False)
+        if args.csv == "-":
+            sys.stdout.write(text)
+            return
+        try:
+            atomic_write_text(Path(args.csv), text)
+        except OSError as exc:
+            raise UsageError(f"--csv: {args.csv!r} cannot be written: {exc.strerror or exc}") from None
+        print(f"wrote {args.csv}: {len(frame)} widths x {len(frame.columns)} columns")

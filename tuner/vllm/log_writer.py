@@ -1,18 +1,18 @@
-"""vLLM 0.33 start-up logs for the `cgtune check` tests, written from vLLM 0.33.0's own format strings (each quoted
-in tuner/vllm/log_lines.py with its file and line in vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl) through
-vLLM's own log-line format (vllm/logger.py:28 `_FORMAT`) by the standard `logging.Formatter`, as vLLM's handler
-formats them. The numbers in them are hand-made, or a run's own predictions with known errors put in: test fixtures,
-never measurements."""
+"""vLLM 0.33's start-up log for a list, written as vLLM writes it: vLLM 0.33.0's own format strings (each quoted in
+tuner/vllm/log_lines.py with its file and line in vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl) through vLLM's own
+log-line format (vllm/logger.py:28 `_FORMAT`) by the standard `logging.Formatter`, as vLLM's handler formats them.
+The figures in it are the caller's (data in, no run read here): the no-GPU example's stand-in for a real start-up
+(`cgtune example`) and the `cgtune check` tests' fixtures. Never a measurement."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-# The format strings, verbatim, live with the rulebook (the report predicts the lines with them): imported, not retyped.
-from tuner.vllm.log_lines import (CAPTURE, ENGINE_CONFIG, ESTIMATE_DISABLED, GIB, KV_AVAILABLE, KV_SIZE,  # noqa: F401
-                                  LOADING, MODEL_LOADING, NON_DEFAULT_ARGS, POOL, UTIL_HINT, V1_ESTIMATE, V2_RUNNER,
-                                  WARMUP, format_gib)
+# The format strings, verbatim, live beside it (the report predicts the lines with them): imported, not retyped.
+from tuner.vllm.log_lines import (CAPTURE, ENGINE_CONFIG, ESTIMATE_DISABLED, GIB, KV_AVAILABLE, KV_SIZE, LOADING,
+                                  MODEL_LOADING, NON_DEFAULT_ARGS, POOL, UTIL_HINT, V1_ESTIMATE, V2_RUNNER, WARMUP,
+                                  format_gib)
 
 __all__ = ["GIB", "VllmWorker", "format_gib", "startup_log"]
 
@@ -105,7 +105,7 @@ class _Writer:
 
 @dataclass
 class VllmWorker:
-    """Hand-made figures one worker logs (bytes and seconds)."""
+    """The figures one worker logs (bytes and seconds)."""
 
     kv_available_bytes: float
     estimate_bytes: float
