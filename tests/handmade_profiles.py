@@ -75,6 +75,7 @@ def handmade_profile(
     eager_ms: Callable[[int], float] = lambda w: 1.0 + 0.01 * w,
     full_ms: Callable[[int], float] = lambda w: 0.5 + 0.01 * w,
     piecewise_ms: Callable[[int], float] | None = None,
+    logits_ms: Callable[[int], float] | None = None,
     standalone_bytes: Callable[[int], int] = lambda w: w * MIB,
     delta_bytes: Callable[[int], int] = lambda w: 2 * MIB,
     total_memory_bytes: int = 1000 * MIB,
@@ -90,8 +91,8 @@ def handmade_profile(
     drafter_standalone_bytes: Callable[[int], int] = lambda w: w * MIB // 4,
     drafter_delta_bytes: Callable[[int], int] = lambda w: MIB // 2,
 ) -> Path:
-    """Write `<name>.csv/.json` with eager, full (and optionally piecewise) rows at `widths`, and the drafter's rows
-    when the workload runs a draft model."""
+    """Write `<name>.csv/.json` with eager, full (and optionally piecewise and the LM head's logits) rows at `widths`,
+    and the drafter's rows when the workload runs a draft model."""
     rows = []
     if workload.drafter is not None:
         for w in widths:
@@ -105,6 +106,8 @@ def handmade_profile(
                                        standalone_bytes=drafter_standalone_bytes(w), capture_s=0.01))
     for w in widths:
         rows.append(ProfileRow(w, "eager", "ok", latency_ms=eager_ms(w), latency_iqr_ms=0.0))
+        if logits_ms is not None:
+            rows.append(ProfileRow(w, "logits", "ok", latency_ms=logits_ms(w), latency_iqr_ms=0.0))
         graph_modes = [("full", full_ms)] + ([("piecewise", piecewise_ms)] if piecewise_ms else [])
         for mode, fn in graph_modes:
             if w in oom:

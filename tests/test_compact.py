@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (import-mode=importlib)
 from handmade_profiles import MIB  # noqa: E402
 from test_engines import random_engine_case  # noqa: E402
-from test_exact import random_case, random_drafter_case  # noqa: E402
+from test_exact import UNPROVEN_TOLERANCE, random_case, random_drafter_case  # noqa: E402
 
 from tuner.compact import RECOMMEND_SAVING, choose_compact, counted_bytes  # noqa: E402
 from tuner.costmodel import CostModel, Evaluation  # noqa: E402
@@ -49,6 +49,8 @@ def assert_least_within_tolerance(m: CostModel, candidates: list[int], tolerance
     least = min(counted_bytes(m, e) for e in fitting_lists(m, candidates)
                 if e.expected_step_ms <= choice.limit_ms + 1e-12)
     assert choice.floor_bytes <= least <= counted_bytes(m, c)
+    # Unproven, the solver's fastest is still within UNPROVEN_TOLERANCE of the true one (worst seen: 0.42%, seed 6).
+    assert choice.fastest_ms <= fastest * (1 + UNPROVEN_TOLERANCE)
     if choice.proven:
         assert choice.fastest_ms == pytest.approx(fastest, abs=1e-12)
         assert counted_bytes(m, c) == counted_bytes(m, brute)

@@ -326,6 +326,30 @@ def test_padded_graph_steps_pay_logits_for_their_real_tokens(tmp_path):
     assert m.expected_step_ms(sizes) == pytest.approx(hand)
 
 
+def test_mixed_steps_on_a_piecewise_graph_pay_logits_for_their_real_tokens(tmp_path):
+    # Mixed steps (prefill with decode) replay PIECEWISE graphs, padded like decode steps; the LM head still runs
+    # after the graph over the real tokens only, as on the FULL branch above.
+    traffic = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.5,
+               "mixed_tokens": {"kind": "uniform", "min": 9, "max": 16}}
+    wl = handmade_workload(max_num_batched_tokens=16, traffic=traffic)
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8, 16], piecewise_ms=lambda w: 0.7 + 0.01 * w,
+                            logits_ms=lambda w: 0.05 * w)
+    m = CostModel.from_files(path, wl)
+    assert m.mixed_mode == "PIECEWISE"
+    # An 11-token mixed step padded to the 16-graph: piecewise(16) - logits(16) + logits(11) = 0.86 - 0.8 + 0.55.
+    assert m.step_latency_ms(11, False, (8, 16)) == pytest.approx(0.86 - 0.8 + 0.55)
+    assert m.step_latency_ms(16, False, (8, 16)) == pytest.approx(0.86)  # unpadded: as measured
+    assert m.step_latency_ms(11, False, (8,)) == pytest.approx(1.11)  # above the list: eager at its own width
+    sizes = (8, 16)
+    mixed = [s for s in m.steps if not s.uniform_decode]
+    assert mixed and all(9 <= s.num_tokens <= 16 for s in mixed)
+    hand = sum(s.probability * m.step_latency_ms(s.num_tokens, s.uniform_decode, sizes) for s in m.steps)
+    assert m.expected_step_ms(sizes) == pytest.approx(hand)
+    # Against hand values for the mixed share: each 9..16-token step pays 0.06 + 0.05 * T.
+    by_hand = sum(s.probability * (0.06 + 0.05 * s.num_tokens) for s in mixed)
+    assert sum(s.probability * m.step_latency_ms(s.num_tokens, False, sizes) for s in mixed) == pytest.approx(by_hand)
+
+
 @pytest.mark.parametrize(("piecewise_ms", "lower"), [(lambda w: 0.7 + 0.01 * w, True), (lambda w: 1.3 + 0.01 * w, False)])
 def test_a_width_covering_mixed_steps_pays_only_when_piecewise_is_faster(tmp_path, piecewise_ms, lower):
     # Decode steps of 1..8 requests (q = 1) and mixed steps of 9..16 tokens, half and half; the list (8,) leaves the

@@ -34,8 +34,11 @@ def random_model(tmp_path: Path, seed: int) -> CostModel:
                            **({"speculative_schedule": schedule} if schedule else {}))
     widths = list(range(1, 49))
     eager = {w: rnd.uniform(1, 3) for w in widths}
-    path = handmade_profile(tmp_path, wl, widths, eager_ms=eager.get, full_ms=lambda w: eager[w] * 0.6,
-                            piecewise_ms=lambda w: eager[w] * 0.8, name=f"dispatch{seed}")
+    # The LM head grows with the tokens (a padded step pays it for its real ones, so it must differ by width).
+    logits = {w: 0.02 * w + rnd.uniform(0, 0.05) for w in widths}
+    path = handmade_profile(tmp_path, wl, widths, eager_ms=eager.get, full_ms=lambda w: eager[w] * 0.6 + logits[w],
+                            piecewise_ms=lambda w: eager[w] * 0.8 + logits[w], logits_ms=logits.get,
+                            name=f"dispatch{seed}")
     return CostModel.from_files(path, wl)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+from test_exact import UNPROVEN_TOLERANCE  # noqa: E402
 
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.exact import brute_force, exact_solve  # noqa: E402
@@ -71,4 +72,6 @@ def test_several_v2_tiers_give_a_fitting_list_not_claimed_optimal(tmp_path, seed
     assert len(m.decode_tiers) >= 2
     exact, brute = exact_solve(m, candidates=candidates), brute_force(m, candidates)
     assert exact.best.feasible and not exact.exact_memory
-    assert exact.best.expected_step_ms >= brute.expected_step_ms - 1e-12
+    # Not claimed optimal, but no faster than brute force and within UNPROVEN_TOLERANCE of it (worst seen: 1.9%).
+    assert brute.expected_step_ms - 1e-12 <= exact.best.expected_step_ms <= \
+        brute.expected_step_ms * (1 + UNPROVEN_TOLERANCE)

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/*.py helpers (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 from test_engines import random_engine_case  # noqa: E402
-from test_exact import random_case, random_drafter_case  # noqa: E402
+from test_exact import UNPROVEN_TOLERANCE, random_case, random_drafter_case  # noqa: E402
 
 from tuner.costmodel import CostModel  # noqa: E402
 from tuner.exact import APPROXIMATED, ExactResult, brute_force, exact_solve  # noqa: E402
@@ -59,9 +59,11 @@ def binding_case(tmp_path: Path, seed: int) -> tuple[CostModel, list[int]]:
     return model, candidates
 
 
-def check(model: CostModel, candidates: list[int], **kwargs: object) -> tuple[ExactResult, float]:
-    """The solver's answer fits; proven, it is as fast as the best of every subset, else no faster; its lower bound
-    is at most that best and the gap it states holds. Returns the answer and brute force's latency."""
+def check(model: CostModel, candidates: list[int], *, tolerance: float | None = UNPROVEN_TOLERANCE,
+          **kwargs: object) -> tuple[ExactResult, float]:
+    """The solver's answer fits; proven, it is as fast as the best of every subset, else no faster and (unless
+    `tolerance` is None: a solver stopped by its clock is held to the gap it states) at most `tolerance` slower; its
+    lower bound is at most that best and the gap it states holds. Returns the answer and brute force's latency."""
     exact = exact_solve(model, candidates=candidates, **kwargs)  # type: ignore[arg-type]
     brute = brute_force(model, candidates).expected_step_ms
     assert exact.best.feasible
@@ -71,6 +73,8 @@ def check(model: CostModel, candidates: list[int], **kwargs: object) -> tuple[Ex
         assert not exact.unproven and exact.gap == 0.0
     else:
         assert exact.unproven
+        if tolerance is not None:
+            assert exact.best.expected_step_ms <= brute * (1 + tolerance)
     if exact.lower_bound_ms is not None:
         assert exact.lower_bound_ms <= brute + 1e-12
         assert exact.best.expected_step_ms <= exact.lower_bound_ms * (1 + exact.gap) * (1 + 1e-12)
@@ -86,6 +90,8 @@ def test_exact_solver_equals_brute_force_when_memory_binds(tmp_path, seed):
     exact, _ = check(model, candidates)
     # A bound is proven unless the program's latency is not the cost model's.
     assert (exact.lower_bound_ms is None) == (APPROXIMATED in exact.unproven)
+    if seed % 4 == 3:  # SGLang's and TensorRT-LLM's rules count the real pool, in whole MiB here: always proven
+        assert exact.exact_memory, exact.unproven
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -110,15 +116,34 @@ def test_binding_cases_make_the_levels_program_work(tmp_path):
     assert solved >= len(SEEDS) // 5 and ruled_out >= len(SEEDS) // 2 and trades >= len(SEEDS) // 2
 
 
-def test_rounded_memory_keeps_a_proven_bound(tmp_path):
-    # Four units across the budget: figures are rounded, the answer is re-checked in bytes, and the bound (from
-    # relaxations in bytes) still holds.
+ROUNDED_TOLERANCE = 0.10
+"""How much slower than brute force an answer in rounded units may be. Worst seen over SEEDS x ROUNDED_BUCKETS: 9.0%
+(seed 56 at 4 buckets: units of 3.25 MiB across a budget of a few units), then 4.6% (seed 23 at 3); at the default
+2048 buckets the binding cases' worst unproven answer is 2.6% slower (seed 56), within UNPROVEN_TOLERANCE."""
+ROUNDED_BUCKETS = (3, 4, 8, 32)
+"""Memory units across the budget coarse enough that the fixtures' whole-MiB figures round (2048, the default, is
+exact on them): a per-pass optimum in rounded units is then no bound on the optimum in bytes."""
+
+
+@pytest.mark.parametrize("buckets", ROUNDED_BUCKETS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rounded_memory_keeps_a_proven_bound(tmp_path, seed, buckets):
+    # Figures are rounded, the answer is re-checked in bytes, and the stated bound (from relaxations in bytes, never
+    # from a pass solved in rounded units) is at most brute force's optimum, at every seed and bucket count: a bound
+    # assembled from the rounded passes held at 4 buckets over 16 seeds and broke in 9 of these 256 solves.
+    model, candidates = binding_case(tmp_path, seed)
+    exact, brute = check(model, candidates, memory_buckets=buckets, tolerance=ROUNDED_TOLERANCE)
+    assert exact.lower_bound_ms is None or exact.lower_bound_ms <= brute + 1e-12
+
+
+def test_rounded_memory_is_rounded_and_bounded_in_most_binding_cases(tmp_path):
+    # The test above tests the bound only if the units really round and a bound is stated.
     rounded = 0
-    for seed in range(16):
+    for seed in SEEDS:
         model, candidates = binding_case(tmp_path / str(seed), seed)
-        exact, _ = check(model, candidates, memory_buckets=4)
-        rounded += exact.memory_unit_bytes > MIB and exact.lower_bound_ms is not None
-    assert rounded >= 8
+        exact = exact_solve(model, candidates=candidates, memory_buckets=4)
+        rounded += exact.memory_unit_bytes > MIB and not exact.exact_memory and exact.lower_bound_ms is not None
+    assert rounded >= len(SEEDS) // 2
 
 
 def schedule_case(tmp_path: Path, seed: int, schedule: list[list[int]], runner: str) -> tuple[CostModel, list[int]]:
@@ -141,7 +166,8 @@ def schedule_case(tmp_path: Path, seed: int, schedule: list[list[int]], runner: 
                             drafter_full_ms=lambda w: de[w] * rnd.uniform(0.2, 1.1),
                             drafter_standalone_bytes=lambda w: rnd.randint(1, 4) * MIB,
                             drafter_delta_bytes=lambda w: rnd.choice([0, 1]) * MIB, name=f"schedule{seed}")
-    model = CostModel.from_files(path, wl)
+    # Drafter graph latencies drawn independently, up to 25x apart at neighbouring widths: searched as drawn.
+    model = CostModel.from_files(path, wl, allow_outliers=True)
     candidates = sorted(rnd.sample(model.candidates, min(9, len(model.candidates))))
     tighten(model, candidates, rnd.uniform(0.15, 0.7))
     return model, candidates
@@ -165,10 +191,9 @@ def test_several_tiers_are_approximated_feasibly_and_say_so(tmp_path, seed):
     # not proven and claims no bound; on these cases it stays within 10% of the optimum.
     model, candidates = schedule_case(tmp_path, seed, [[1, 4, 3], [5, 8, 1]], "v2")
     assert len(model.decode_tiers) == 2
-    exact, brute = check(model, candidates)
+    exact, _ = check(model, candidates, tolerance=0.10)
     assert not exact.exact_memory and exact.lower_bound_ms is None and exact.gap is None
     assert APPROXIMATED in exact.unproven
-    assert exact.best.expected_step_ms <= brute * 1.10
 
 
 def hard_cases(tmp_path: Path, count: int) -> list[tuple[CostModel, list[int]]]:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tuner.trtllm import kv_cache_bytes, kv_cache_bytes_with_graphs, kv_cost_of_graph_bytes
+from tuner.trtllm.engine import TrtllmKvRule
+from tuner.workload import load_workload
 
 GIB = 1 << 30
+MIB = 1 << 20
+TRTLLM = Path(__file__).resolve().parents[2] / "workloads/trtllm-eagle3-llama-3.1-8b.yaml"
 
 
 def test_kv_bytes_formula_with_hand_numbers():
@@ -38,3 +44,21 @@ def test_bad_fraction_and_negative_graph_memory_are_refused():
         kv_cost_of_graph_bytes(1, 0)
     with pytest.raises(ValueError, match=r"^graph_memory_bytes=-1 must be >= 0$"):
         kv_cache_bytes_with_graphs(total_gpu_memory_bytes=1, peak_without_graphs_bytes=0, graph_memory_bytes=-1)
+
+
+@pytest.mark.parametrize(("fraction", "required_mib"), [(0.9, 360), (0.5, 200), (1.0, 400)])
+def test_the_graph_budget_by_hand_leaves_exactly_the_required_kv(fraction, required_mib):
+    # The rule, by hand: KV = fraction x (total - peak without graphs - real pool). On a 1000 MiB device with a 500 MiB
+    # peak, the KV cache keeps `required` while fraction x (500 MiB - pool) >= required: the pool may be 100 MiB.
+    rule = TrtllmKvRule(1000 * MIB, 500 * MIB, required_mib * MIB, fraction)
+    assert rule.real_budget_bytes() == 100 * MIB
+    assert rule.graph_budget()[0] == 100 * MIB
+    assert rule.kv_available_bytes(real_bytes=100 * MIB) == required_mib * MIB  # exactly the required KV
+    assert rule.kv_available_bytes(real_bytes=101 * MIB) < required_mib * MIB  # one MiB more falls short
+    assert rule.kv_available_bytes(real_bytes=0) == int(500 * MIB * fraction)
+    assert rule.capture_headroom_bytes(0.0, 100 * MIB) == 400 * MIB  # the device is not what binds
+    # What summary.json and the report state is the same figure.
+    engine = load_workload(TRTLLM).engine
+    assert engine.summary_fields(rule, 0, 0)["real_pool_budget_bytes"] == 100 * MIB
+    words, _ = engine.memory_rule_words(rule, 0, 0, lambda b: f"{b / MIB:g} MiB")
+    assert words.endswith("so the real pool may be at most 100 MiB")
