@@ -5,10 +5,10 @@ such FULL latency turns every wider graph into the slowest step there is (the la
 answer collapses to a one-graph list. A reading is compared with its REFERENCE, the median of the same column over the
 `NEIGHBOURS` nearest measured widths of the same mode (a median, so one bad neighbour does not make a good reading
 look bad), and flagged when it is more than `FACTOR` times the reference (a latency also when under a `FACTOR`th of
-it). Memory moves in allocator blocks (a shared pool's delta is 0 at many widths and a segment at the next), so a
-memory reading is flagged only when it also exceeds every other reading of its column; the first capture into the
-pool (the widest width of its mode, captured first) allocates the pool and is never flagged for its delta. A column
-measured at fewer than 4 widths leaves no majority to say which reading is off, and is not judged.
+it). Memory moves in allocator blocks (a shared pool's delta is 0 at many widths and a new segment at the next), so a
+memory reading is flagged only when it is also more than `FACTOR` times every other reading of its column; the first
+capture into the pool (the widest width of its mode, captured first) allocates the pool and is never flagged for its
+delta. A column measured at fewer than 4 widths leaves no majority to say which reading is off, and is not judged.
 """
 
 from __future__ import annotations
@@ -67,9 +67,12 @@ def _judged(rows: list[ProfileRow], mode: str, column: str) -> list[Outlier]:
     if column == "latency_ms":
         off = above | (values < reference / FACTOR)
     else:
+        # Memory moves in allocator blocks (a shared pool's delta is 0 at many widths and a segment at the next), so
+        # a memory reading is wild only when it is also FACTOR times every other reading of its column.
         order = np.argsort(values)
         largest_other = np.where(index == order[-1], values[order[-2]], values[order[-1]])
-        off = above & (values > largest_other)
+        with np.errstate(over="ignore"):
+            off = above & (values > FACTOR * largest_other)
         if column == "capture_delta_bytes":
             # The widest, captured first, allocates the pool: its delta is the pool's, a neighbour but not judged.
             off[-1] = False

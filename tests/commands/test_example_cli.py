@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,8 +16,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/ helpers (import-mode=importlib)
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_search import synthetic_profile  # noqa: E402
 from cli_runner import run  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
@@ -96,7 +95,9 @@ def test_outside_a_checkout_it_is_one_line_and_exit_2_with_nothing_written(tmp_p
 def test_the_shipped_example_profile_is_what_the_benchmark_writes(tmp_path):
     """The shipped files are the benchmark's synthetic profile, regenerated (a changed workload or generator must
     regenerate them: benchmarks/bench_search.py --write-profile workloads/profiles --name ...)."""
-    csv, _ = synthetic_profile(tmp_path, ROOT / EXAMPLE_WORKLOAD, name=EXAMPLE_PROFILE.stem)
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/bench_search.py"), "--write-profile", str(tmp_path),
+                    "--name", EXAMPLE_PROFILE.stem], check=True, capture_output=True, cwd=ROOT)
+    csv = tmp_path / EXAMPLE_PROFILE.name
     for suffix in (".csv", ".json"):
         assert csv.with_suffix(suffix).read_text() == (ROOT / EXAMPLE_PROFILE).with_suffix(suffix).read_text(), suffix
 

@@ -93,13 +93,14 @@ def test_fleet_workers_weigh_trials_with_the_coordinators_settings(inputs, tmp_p
     wl, profile, _ = inputs
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     code, out, err = search(capsys, wl, profile, tmp_path / "fleet", "--workers", 0, "--off-peak-weight", 0.2,
-                            "--allow-mismatch", "--storage", url, command="tune")
+                            "--allow-mismatch", "--allow-outliers", "--storage", url, command="tune")
     assert code == 0, err
     name = out.split("fleet study ", 1)[1].split()[0]
     spec = FleetSpec.from_dict(optuna.load_study(study_name=name, storage=url).user_attrs[FLEET_ATTR])
-    assert spec.model_settings == {"off_peak_weight": 0.2, "allow_mismatch": True}
+    assert spec.model_settings == {"off_peak_weight": 0.2, "allow_mismatch": True, "allow_outliers": True,
+                                   "piecewise_fallback": "eager"}
     with fleet_model(spec) as model:  # what every worker rebuilds
-        assert model.off_peak_weight == 0.2 and model.allow_mismatch
+        assert model.off_peak_weight == 0.2 and model.allow_mismatch and model.allow_outliers
 
 
 # ---------------------------------------------------------------------------------------------- noise

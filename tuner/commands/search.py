@@ -53,7 +53,7 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
                         "(IQR/median > 5%%) while profiling")
     p.add_argument("--allow-outliers", action="store_true",
                    help="search with readings more than 10x off their neighbours' median (a latency also under a "
-                        "tenth of it; a memory reading also above every other): by default their rows are dropped "
+                        "tenth of it; a memory reading also more than 10x every other of its column): by default their rows are dropped "
                         "and their widths offered to no list; either way the report lists them by width")
     p.add_argument("--tolerance", type=share, default=0.01, metavar="T",
                    help="the compact list: the least graph memory (vLLM's estimate; the real pool where the engine's "
