@@ -101,7 +101,8 @@ def main() -> int:
                         + " (best of --repeat), and the ratio of the widest profile's time to the narrowest's")
     p.add_argument("--write-profile", type=Path, metavar="DIR",
                    help="instead: write the synthetic profile (CSV + JSON) for the workload into DIR and exit")
-    p.add_argument("--name", default="synthetic", help="--write-profile: the file name, without .csv (default synthetic)")
+    p.add_argument("--name", default="synthetic",
+                   help="--write-profile: the file name, without .csv (default synthetic)")
     args = p.parse_args()
     if args.quality:
         return _quality(args.trials)

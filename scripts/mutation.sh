@@ -3,7 +3,9 @@
 # solver, the cost model, vLLM's dispatch and memory rules, and validate's decision (fit check, choice, record).
 # A developer tool, not part of .ci/run. Needs the `mutation` extra: pip install -e '.[test,mutation]'.
 #
-# usage: scripts/mutation.sh [MODULE...]     MODULE: exact costmodel dispatch memory validate (default: all five)
+# usage: scripts/mutation.sh [MODULE...]     MODULE: exact costmodel dispatch memory validate (the default: these five),
+#        exact_bounds exact_levels compact saving_interval check outliers, and the other engines' rulebooks
+#        {sglang,trtllm}_{memory,dispatch,defaults,capture}; ALL: every one of them
 #   SAMPLE=N     mutants drawn per module, seeded (default 100; 0: every mutant)
 #   SEED=K       seed of the draw (default 0)
 #   BUDGET_S=S   wall seconds per module, mutmut's clean run included (default 2400); the mutants checked by then
@@ -48,6 +50,30 @@ FILE[dispatch]=tuner/vllm/dispatch.py; GLOBS[dispatch]='tuner.vllm.dispatch.*'
 TESTS[dispatch]='tests/vllm/test_dispatch.py'
 FILE[memory]=tuner/vllm/memory.py;     GLOBS[memory]='tuner.vllm.memory.*'
 TESTS[memory]='tests/vllm/test_memory.py'
+# The other engines' rulebooks, each against its own tests and the cross-engine cases through the cost model and
+# the solver (their binding cases).
+for eng in sglang trtllm; do
+  for part in memory dispatch defaults capture; do
+    FILE[${eng}_$part]=tuner/$eng/$part.py; GLOBS[${eng}_$part]="tuner.$eng.$part.*"
+    TESTS[${eng}_$part]="tests/$eng/test_$part.py tests/test_engines.py -k not(every_process)"
+  done
+done
+TESTS[trtllm_memory]='tests/trtllm/test_memory.py tests/test_engines.py tests/test_exact_scaling.py
+-k not(every_process or every_pass or tiers or schedules or levels_program or rounded)'
+# The solver's parts, against its brute-force cases (exact's own tests) and the rounded-memory bound.
+FILE[exact_bounds]=tuner/exact_bounds.py; GLOBS[exact_bounds]='tuner.exact_bounds.*'
+FILE[exact_levels]=tuner/exact_levels.py; GLOBS[exact_levels]='tuner.exact_levels.*'
+for part in exact_bounds exact_levels; do
+  TESTS[$part]='tests/test_exact.py tests/test_exact_scaling.py -k not(tiers or every_pass)'
+done
+FILE[compact]=tuner/compact.py;       GLOBS[compact]='tuner.compact.*'
+TESTS[compact]='tests/test_compact.py'
+FILE[saving_interval]=tuner/saving_interval.py; GLOBS[saving_interval]='tuner.saving_interval.*'
+TESTS[saving_interval]='tests/test_saving_interval.py'
+FILE[check]=tuner/check.py;           GLOBS[check]='tuner.check.*'
+TESTS[check]='tests/commands/test_check_cli.py tests/vllm/test_startup_log.py tests/test_calibration.py'
+FILE[outliers]=tuner/outliers.py;     GLOBS[outliers]='tuner.outliers.*'
+TESTS[outliers]='tests/test_outliers.py -k not(wild_latency or per_width_csv or bytes_below)'
 FILE[validate]=tuner/validate.py
 GLOBS[validate]='tuner.validate.x_compare_list* tuner.validate.x_choose_measured* tuner.validate.x_lists_to_validate*
 tuner.validate.x_top_candidates* tuner.validate.x_target_memory*
@@ -67,7 +93,9 @@ import sys
 path, target, tests = sys.argv[1:]
 files, _, keyword = " ".join(tests.split()).partition(" -k ")  # one pytest argument per line
 args = files.split() + (["-k", keyword.strip()] if keyword else [])
-lines = ["[mutmut]", "source_paths = tuner", f"only_mutate = {target}", "pytest_add_cli_args_test_selection ="]
+# Tests that read shipped workloads or the example profile, or run a benchmark, find them in mutmut's copy too.
+lines = ["[mutmut]", "source_paths = tuner", f"only_mutate = {target}", "also_copy =", "    workloads", "    benchmarks",
+         "pytest_add_cli_args_test_selection ="]
 lines += [f"    {a}" for a in args]
 open(path, "w").write("\n".join(lines) + "\n")
 EOF
@@ -108,9 +136,11 @@ EOF
 
 mkdir -p "$OUT"
 : > "$OUT/summary.txt"
-for m in "${@:-exact costmodel dispatch memory validate}"; do
+modules="${*:-exact costmodel dispatch memory validate}"
+[ "$modules" = ALL ] && modules=$(printf '%s\n' "${!FILE[@]}" | sort | tr '\n' ' ')
+for m in $modules; do
   for name in $m; do
-    [ -n "${FILE[$name]:-}" ] || { echo "mutation.sh: unknown module '$name' (exact costmodel dispatch memory validate)" >&2; exit 2; }
+    [ -n "${FILE[$name]:-}" ] || { echo "mutation.sh: unknown module '$name' ($(printf '%s\n' "${!FILE[@]}" | sort | tr '\n' ' '))" >&2; exit 2; }
     run_module "$name"
   done
 done

@@ -292,8 +292,8 @@ class CostModel:
             else:
                 self.profile = without_outliers(self.profile, self.outliers)
                 self.outlier_widths = sorted({o.num_tokens for o in self.outliers if o.mode in ("full", "piecewise")})
-                self.notes.append(f"{head}, kept out of the search (their rows interpolated over, their graphs offered to "
-                                  f"no list; --allow-outliers keeps them): {listed}")
+                self.notes.append(f"{head}, kept out of the search (their rows interpolated over, their graphs "
+                                  f"offered to no list; --allow-outliers keeps them): {listed}")
         s = self.workload.serving
         self.serving = s
         self.engine = self.workload.engine

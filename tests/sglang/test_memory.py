@@ -97,3 +97,66 @@ def test_unknown_gpu_fraction_and_bad_values():
         kv_budget_bytes(1, 1, 1.5)
     with pytest.raises(ValueError, match=r"^decode_backend='cuda' must be one of"):
         reserve_for_graph_mib(8, decode_backend="cuda")
+
+
+# Each case by hand from `handle_gpu_memory_settings` (memory_hook.py:281-343) and `reserve_for_graph_mb` /
+# `reserve_for_deepep_a2a_mb` (:357-415): 512 + 1.5 x activation tokens + tp x pp / 8 x 1024 + the graph reserve,
+# floored at 10 GiB above 60 GiB, + 2048 for DeepEP with decode graphs, + 2048 on XPU.
+RESERVE_CASES = {
+    # PD decode: activation tokens = max(running x draft tokens, 2048) = 1000 x 4 = 4000 -> 6000; graphs 2 x 64;
+    # no prefill graphs on a decode instance: 512 + 6000 + 128 + 128.
+    "pd decode": (40960, dict(decode_max_bs=64, disaggregation_mode="decode", max_running_requests=1000,
+                              speculative_num_draft_tokens=4, chunked_prefill_size=8192, prefill_graph_count=10), 6768),
+    # Without max_running_requests the decode max_bs counts: max(64 x 4, 2048) = 2048 -> 3072.
+    "pd decode, max_bs": (40960, dict(decode_max_bs=64, disaggregation_mode="decode", speculative_num_draft_tokens=4,
+                                      chunked_prefill_size=8192, prefill_graph_count=10), 3840),
+    # PD prefill: no decode graphs, no DeepEP a2a; 10 prefill buckets x 8 + 1024 for breakable prefill with DeepEP:
+    # 512 + 12288 + 128 + 80 + 1024.
+    "pd prefill": (40960, dict(decode_max_bs=64, disaggregation_mode="prefill", chunked_prefill_size=8192,
+                               prefill_graph_count=10, moe_a2a_deepep=True), 14032),
+    # DP attention above 300: 2 x 400 + 3 x 400 x 2 + 1.5 x 400 x 2, prefill graphs off: 512 + 6144 + 128 + 4400.
+    "dp attention": (40960, dict(decode_max_bs=400, dp_attention=True, attn_dp_size=2, chunked_prefill_size=4096,
+                                 prefill_graph_count=0, prefill_backend="disabled"), 11184),
+    # At 300 exactly, no extra: 2 x 300 + 3 x 300.
+    "dp attention at 300": (40960, dict(decode_max_bs=300, dp_attention=True, chunked_prefill_size=4096,
+                                        prefill_graph_count=0, prefill_backend="disabled"), 6784 + 1500),
+    # Chunked prefill off: max_prefill_tokens counts (16384 -> 24576); tp 2 x pp 2 -> 512; MLA prefill graphs 1536.
+    "no chunking, mla": (40960, dict(decode_max_bs=8, chunked_prefill_size=0, max_prefill_tokens=16384,
+                                     prefill_graph_count=4, use_mla=True, tp_size=2, pp_size=2), 512 + 24576 + 512 + 16
+                         + 1536),
+    # DeepEP with decode graphs, on top of the 10 GiB floor (80 GiB): max(3728, 10240) + 2048.
+    "deepep over the floor": (81920, dict(decode_max_bs=8, chunked_prefill_size=2048, prefill_graph_count=0,
+                                          prefill_backend="full", moe_a2a_deepep=True), 12288),
+    "xpu": (81920, dict(decode_max_bs=8, chunked_prefill_size=2048, prefill_graph_count=0, prefill_backend="full",
+                        moe_a2a_deepep=True, is_xpu=True), 14336),
+    # Exactly 60 GiB is not above it: no floor.
+    "60 GiB": (61440, dict(decode_max_bs=8, chunked_prefill_size=2048, prefill_graph_count=0), 3728),
+    # Decode graphs off: neither their reserve nor DeepEP's a2a.
+    "decode off": (40960, dict(decode_max_bs=8, decode_backend="disabled", chunked_prefill_size=2048,
+                               prefill_graph_count=0, prefill_backend="full", moe_a2a_deepep=True), 3712),
+    # Post-capture sizing: 1536 + tp 2 x pp 3 / 8 x 1024.
+    "post capture": (40960, dict(decode_max_bs=8, tp_size=2, pp_size=3, post_capture_kv_sizing=True), 2304),
+}
+
+
+@pytest.mark.parametrize("case", list(RESERVE_CASES))
+def test_the_automatic_reserve_by_hand_in_every_branch(case):
+    gpu_mib, kwargs, reserved = RESERVE_CASES[case]
+    assert auto_reserved_mib(gpu_mib, **kwargs) == reserved
+    assert auto_mem_fraction_static(gpu_mib, **kwargs) == round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def test_bad_memory_settings_are_refused_naming_the_value():
+    with pytest.raises(ValueError, match=r"^gpu_memory_mib=0 must be > 0$"):
+        auto_mem_fraction_static(0, decode_max_bs=8)
+    with pytest.raises(ValueError, match=r"^decode_backend='fast' must be one of full, breakable, disabled$"):
+        reserve_for_graph_mib(8, decode_backend="fast")
+    with pytest.raises(ValueError, match=r"^prefill_backend='x' must be one of full, breakable, disabled$"):
+        reserve_for_graph_mib(8, prefill_backend="x")
+    with pytest.raises(ValueError, match=r"^mem_fraction_static=0 must be in \(0, 1\]$"):
+        kv_budget_bytes(10 * GIB, 20 * GIB, 0)
+    assert kv_budget_bytes(10 * GIB, 20 * GIB, 1.0) == 10 * GIB  # a fraction of 1 leaves no slack
+    with pytest.raises(ValueError, match=r"^old_batch_sizes=\[\], new_batch_sizes=\[8\]: both must be non-empty$"):
+        kv_budget_change_bytes([], [8], gpu_memory_mib=40960, pre_model_load_available_bytes=GIB)
+    with pytest.raises(ValueError, match=r"^old_batch_sizes=\[8\], new_batch_sizes=\[\]: both must be non-empty$"):
+        kv_budget_change_bytes([8], [], gpu_memory_mib=40960, pre_model_load_available_bytes=GIB)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from tuner.trtllm import kv_cache_bytes, kv_cache_bytes_with_graphs, kv_cost_of_graph_bytes
-from tuner.trtllm.engine import TrtllmKvRule
-from tuner.workload import load_workload
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
+from handmade_profiles import handmade_workload  # noqa: E402
+
+from tuner.trtllm import kv_cache_bytes, kv_cache_bytes_with_graphs, kv_cost_of_graph_bytes  # noqa: E402
+from tuner.trtllm.engine import TrtllmKvRule  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
-TRTLLM = Path(__file__).resolve().parents[2] / "workloads/trtllm-eagle3-llama-3.1-8b.yaml"
 
 
 def test_kv_bytes_formula_with_hand_numbers():
@@ -58,7 +60,26 @@ def test_the_graph_budget_by_hand_leaves_exactly_the_required_kv(fraction, requi
     assert rule.kv_available_bytes(real_bytes=0) == int(500 * MIB * fraction)
     assert rule.capture_headroom_bytes(0.0, 100 * MIB) == 400 * MIB  # the device is not what binds
     # What summary.json and the report state is the same figure.
-    engine = load_workload(TRTLLM).engine
+    engine = handmade_workload(engine="trtllm").engine
     assert engine.summary_fields(rule, 0, 0)["real_pool_budget_bytes"] == 100 * MIB
     words, _ = engine.memory_rule_words(rule, 0, 0, lambda b: f"{b / MIB:g} MiB")
     assert words.endswith("so the real pool may be at most 100 MiB")
+
+
+def test_with_graphs_the_estimation_kv_and_both_caps_still_apply():
+    # The graphs join the peak; everything else of the formula is as without them: (80 - 20 - 1 + 2) GiB x 0.9, then
+    # the caps (min with max_tokens' bytes and max_gpu_total_bytes).
+    kw = dict(total_gpu_memory_bytes=80 * GIB, peak_without_graphs_bytes=20 * GIB, graph_memory_bytes=GIB)
+    assert kv_cache_bytes_with_graphs(**kw, estimation_kv_bytes=2 * GIB) == int(61 * GIB * 0.9)
+    assert kv_cache_bytes_with_graphs(**kw, max_tokens_bytes=10 * GIB) == 10 * GIB
+    assert kv_cache_bytes_with_graphs(**kw, max_gpu_total_bytes=5 * GIB) == 5 * GIB
+    # Without an estimation KV cache: exactly the fraction of what is left.
+    assert kv_cache_bytes(total_gpu_memory_bytes=80 * GIB, peak_memory_bytes=20 * GIB) == int(60 * GIB * 0.9)
+
+
+def test_a_fraction_above_one_is_refused_and_a_budget_never_goes_below_zero():
+    with pytest.raises(ValueError, match=r"^free_gpu_memory_fraction=1.5 must be in \(0, 1\]$"):
+        kv_cost_of_graph_bytes(1, 1.5)
+    # Required KV the device cannot hold even without graphs: no graph memory is allowed, not a negative amount.
+    rule = TrtllmKvRule(1000 * MIB, 500 * MIB, 600 * MIB, 0.9)
+    assert rule.real_budget_bytes() < 0 and rule.graph_budget()[0] == 0

@@ -53,8 +53,9 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
                         "(IQR/median > 5%%) while profiling")
     p.add_argument("--allow-outliers", action="store_true",
                    help="search with readings more than 10x off their neighbours' median (a latency also under a "
-                        "tenth of it; a memory reading also more than 10x every other of its column): by default their rows are dropped "
-                        "and their widths offered to no list; either way the report lists them by width")
+                        "tenth of it; a memory reading also more than 10x every other of its column): by default "
+                        "their rows are dropped and their widths offered to no list; either way the report lists them "
+                        "by width")
     p.add_argument("--tolerance", type=share, default=0.01, metavar="T",
                    help="the compact list: the least graph memory (vLLM's estimate; the real pool where the engine's "
                         "rule counts that) whose expected step is within a share T (0..1, default 0.01 = 1%%) of the "
@@ -93,7 +94,8 @@ def seconds(text: str) -> float:
 
 def model_from_args(profile_csv: Path, workload: Workload, args: argparse.Namespace) -> CostModel:
     """The cost model `search` and `tune` search with: the profile and workload under --allow-mismatch,
-    --allow-outliers and --off-peak-weight; a profile whose decision widths are too often noisy is refused (one line) unless --allow-noisy.
+    --allow-outliers and --off-peak-weight; a profile whose decision widths are too often noisy is refused (one line)
+    unless --allow-noisy.
     Raises ModelError (or UsageError) before anything is written."""
     from tuner.costmodel import CostModel
 
