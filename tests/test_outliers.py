@@ -46,6 +46,45 @@ def test_a_latency_over_ten_times_its_neighbours_median_is_flagged_and_nine_time
     assert _flagged(_profile("eager", "latency_ms", {**base, 64: 0.21})) == []
 
 
+@pytest.mark.parametrize(("base", "wild_at", "reference"), [
+    ([10, 20, 30, 40, 50, 60, 70], 0, 35),  # the first: the four after it, 20 30 40 50
+    ([10, 20, 30, 40, 50, 60, 70], 1, 35),  # the block shifted in: 10 30 40 50
+    ([10, 20, 30, 40, 50, 60, 70], 3, 40),  # inside: two on each side, 20 30 50 60
+    ([10, 20, 30, 40, 50, 60, 70], 6, 45),  # the last: the four before it, 30 40 50 60
+    ([10, 20, 30, 40, 50], 4, 25),  # five widths: the other four
+    ([10, 20, 30, 40], 3, 20),  # four widths: the median of the other three
+])
+def test_the_reference_is_the_median_of_the_four_nearest_widths(base, wild_at, reference):
+    values = {8 * (i + 1): float(v) for i, v in enumerate(base)}
+    width = 8 * (wild_at + 1)
+    values[width] = 1e6
+    (o,) = find_outliers(_profile("full", "latency_ms", values))
+    assert (o.num_tokens, o.value, o.reference) == (width, 1e6, reference)
+
+
+def test_exactly_ten_times_is_not_flagged():
+    base = {1: 2.0, 2: 2.0, 4: 2.0, 8: 2.0, 16: 2.0}
+    assert _flagged(_profile("full", "latency_ms", {**base, 4: 20.0})) == []
+    assert _flagged(_profile("full", "latency_ms", {**base, 4: 0.2})) == []
+    sizes = {w: float(MIB) for w in (8, 16, 24, 32, 40)}
+    assert _flagged(_profile("full", "standalone_bytes", {**sizes, 24: 10.0 * MIB})) == []
+    assert _flagged(_profile("full", "standalone_bytes", {**sizes, 24: 10.0 * MIB + 1})) == [
+        (24, "full", "standalone_bytes")]
+
+
+def test_outliers_are_listed_by_width_then_mode_and_say_their_unit():
+    rows = [ProfileRow(w, m, "ok", latency_ms=2.0, standalone_bytes=MIB) for w in (1, 2, 4, 8, 16)
+            for m in ("eager", "full")]
+    rows[9] = ProfileRow(16, "full", "ok", latency_ms=2.0, standalone_bytes=1e15)
+    rows[3] = ProfileRow(2, "full", "ok", latency_ms=1e308, standalone_bytes=MIB)
+    rows[2] = ProfileRow(2, "eager", "ok", latency_ms=1e-9)
+    found = find_outliers(Profile(rows, {}))
+    assert [(o.num_tokens, o.mode, o.column) for o in found] == [
+        (2, "eager", "latency_ms"), (2, "full", "latency_ms"), (16, "full", "standalone_bytes")]
+    assert found[1].text() == "full latency_ms at 2: 1e+308 ms against 2 at its neighbours"
+    assert found[2].text() == "full standalone_bytes at 16: 1e+15 bytes against 1.049e+06 at its neighbours"
+
+
 def test_one_wild_reading_flags_itself_and_none_of_its_neighbours():
     # 1e308 ms next to readings rising with width: its neighbours' medians hold, so only it is flagged.
     values = {w: 1.5 + 0.004 * w for w in range(16, 16 * 12, 16)}

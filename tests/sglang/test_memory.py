@@ -160,3 +160,38 @@ def test_bad_memory_settings_are_refused_naming_the_value():
         kv_budget_change_bytes([], [8], gpu_memory_mib=40960, pre_model_load_available_bytes=GIB)
     with pytest.raises(ValueError, match=r"^old_batch_sizes=\[8\], new_batch_sizes=\[\]: both must be non-empty$"):
         kv_budget_change_bytes([8], [], gpu_memory_mib=40960, pre_model_load_available_bytes=GIB)
+
+
+@pytest.mark.parametrize(("kwargs", "reserved"), [
+    ({}, 16),  # 2 x 8; no prefill buckets by default
+    ({"dp_attention": True}, 16 + 24),  # + 3 x 8 x attn_dp_size 1
+    ({"dp_attention": True, "disaggregation_mode": "prefill", "prefill_graph_count": 10}, 80),  # prefill only
+    ({"dp_attention": True, "attn_dp_size": 2}, 16 + 48),
+    ({"prefill_backend": "disabled", "prefill_graph_count": 10}, 16),  # buckets, but prefill graphs off
+])
+def test_the_graph_reserve_by_hand(kwargs, reserved):
+    assert reserve_for_graph_mib(8, **kwargs) == reserved
+
+
+def test_above_300_requests_dp_attention_reserves_half_as_much_again():
+    assert reserve_for_graph_mib(301, dp_attention=True) == 2 * 301 + 3 * 301 + 1.5 * 301
+    assert reserve_for_graph_mib(300, dp_attention=True) == 2 * 300 + 3 * 300
+
+
+def test_the_kv_rule_by_hand_with_a_user_fraction():
+    # 1000 MiB free before load, fraction 0.75: KV = 750 - 600 MiB of weights = 150 MiB; the rest, 250 MiB, holds the
+    # activations (100 MiB) and the graphs: a real pool of at most 150 MiB.
+    from tuner.sglang.memory import SglangKvRule
+
+    mib = 1 << 20
+    rule = SglangKvRule(1000 * mib, 600 * mib, 100 * mib, 150 * mib, 0.75, 1000.0, pre_load_free_bytes=1000 * mib)
+    assert rule.kv_available_bytes() == 150 * mib
+    assert rule.real_budget_bytes(8) == 150 * mib and rule.graph_budget()[0] == 150 * mib  # KV exactly enough
+    assert rule.capture_headroom_bytes(0.0, 20 * mib) == 130 * mib
+    short = SglangKvRule(1000 * mib, 600 * mib, 100 * mib, 151 * mib, 0.75, 1000.0, pre_load_free_bytes=1000 * mib)
+    assert short.real_budget_bytes(8) == -1 and short.graph_budget()[0] == 0  # short whatever the graphs take
+    # The automatic fraction reads the rule's tensor parallelism and chunked prefill size.
+    auto = SglangKvRule(1000 * mib, 600 * mib, 100 * mib, 0, None, 40960.0, tensor_parallel_size=8,
+                        chunked_prefill_size=2048)
+    assert auto.fraction(8) == auto_mem_fraction_static(40960.0, decode_max_bs=8, tp_size=8, chunked_prefill_size=2048)
+    assert auto.fraction(8) != auto_mem_fraction_static(40960.0, decode_max_bs=8, chunked_prefill_size=2048)
