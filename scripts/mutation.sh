@@ -67,7 +67,8 @@ for part in exact_bounds exact_levels; do
   TESTS[$part]='tests/test_exact.py tests/test_exact_scaling.py -k not(tiers or every_pass)'
 done
 FILE[compact]=tuner/compact.py;       GLOBS[compact]='tuner.compact.*'
-TESTS[compact]='tests/test_compact.py'
+# The compact choice itself, and compact_of / from_dict through the runs that record and re-read it.
+TESTS[compact]='tests/test_compact.py tests/commands/test_ship_cli.py tests/test_report.py'
 FILE[saving_interval]=tuner/saving_interval.py; GLOBS[saving_interval]='tuner.saving_interval.*'
 TESTS[saving_interval]='tests/test_saving_interval.py'
 FILE[check]=tuner/check.py;           GLOBS[check]='tuner.check.*'

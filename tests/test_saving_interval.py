@@ -6,6 +6,7 @@ as a running max over widths (a wider step never costs less), which would otherw
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import sys
@@ -151,3 +152,24 @@ def test_drafter_readings_are_read_from_the_drafters_measurements(tmp_path):
     assert m.drafter is not None
     iv = saving_interval(m, (), (8,))
     assert iv.from_samples == 32 and iv.low_ms <= iv.point_ms < iv.high_ms
+
+
+def test_an_iqr_reading_takes_the_profiles_least_repetitions_where_no_reading_kept_samples(tmp_path):
+    # cgtune profile records its timing settings; with no samples kept anywhere, min_reps is the draws' count.
+    m = model_with(tmp_path, iqr={("eager", 8): 0.01})
+    csv = m.profile.path
+    meta = json.loads(csv.with_suffix(".json").read_text())
+    csv.with_suffix(".json").write_text(json.dumps({**meta, "timing": {"min_reps": 9}}))
+    iv = interval(CostModel.from_files(csv, m.workload))
+    assert iv.iqr_samples == 9 and iv.from_iqr == 1 and iv.fixed == 2 * len(WIDTHS) - 1
+
+
+def test_the_record_names_every_count_it_was_drawn_from(tmp_path):
+    m = model_with(tmp_path, samples={("eager", 8): [1.7, 1.8, 1.9], ("full", 8): [1.3, 1.3, 1.3]},
+                   iqr={("full", 4): 0.02})
+    iv = interval(m, replicates=40, seed=3, level=0.9)
+    assert iv.as_dict() == {"point_ms": iv.point_ms, "level": 0.9, "replicates": 40, "seed": 3,
+                            "includes_zero": False, "readings_from_samples": 1, "readings_from_iqr": 1,
+                            "readings_fixed": 2 * len(WIDTHS) - 2, "iqr_normal_samples": 3}
+    # The 90% interval's ends are the 5th and 95th percentiles of the replicates' savings, inside the samples' range.
+    assert EAGER_8 - 0.1 - FULL_8 <= iv.low_ms < iv.point_ms < iv.high_ms <= EAGER_8 + 0.1 - FULL_8
