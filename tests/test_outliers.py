@@ -50,16 +50,19 @@ def test_a_latency_over_ten_times_its_neighbours_median_is_flagged_and_nine_time
     ([10, 20, 30, 40, 50, 60, 70], 0, 35),  # the first: the four after it, 20 30 40 50
     ([10, 20, 30, 40, 50, 60, 70], 1, 35),  # the block shifted in: 10 30 40 50
     ([10, 20, 30, 40, 50, 60, 70], 3, 40),  # inside: two on each side, 20 30 50 60
+    ([10, 20, 30, 40, 50, 60, 70], 5, 45),  # next to the last: 30 40 50 70
     ([10, 20, 30, 40, 50, 60, 70], 6, 45),  # the last: the four before it, 30 40 50 60
     ([10, 20, 30, 40, 50], 4, 25),  # five widths: the other four
     ([10, 20, 30, 40], 3, 20),  # four widths: the median of the other three
+    ([10, 20, 30, 40, 50, 60, 8], 3, 40),  # the fifth-nearest (8, at the far end) is no neighbour
 ])
-def test_the_reference_is_the_median_of_the_four_nearest_widths(base, wild_at, reference):
+@pytest.mark.parametrize("wild", [1e6, 1e-6])  # far above, and far below: the reading itself is never its neighbour
+def test_the_reference_is_the_median_of_the_four_nearest_widths(base, wild_at, reference, wild):
     values = {8 * (i + 1): float(v) for i, v in enumerate(base)}
     width = 8 * (wild_at + 1)
-    values[width] = 1e6
+    values[width] = wild
     (o,) = find_outliers(_profile("full", "latency_ms", values))
-    assert (o.num_tokens, o.value, o.reference) == (width, 1e6, reference)
+    assert (o.num_tokens, o.value, o.reference) == (width, wild, reference)
 
 
 def test_exactly_ten_times_is_not_flagged():
