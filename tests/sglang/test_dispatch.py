@@ -46,3 +46,17 @@ def test_tokens_per_request(kwargs, expected):
 def test_bad_batch_size_is_refused():
     with pytest.raises(ValueError, match=r"^bs=0 must be >= 1$"):
         Dispatcher([1, 2]).dispatch(0)
+
+
+def test_one_draft_token_and_a_block_of_one_are_allowed_and_less_is_refused_by_name():
+    assert decode_tokens_per_request(speculative_algorithm="EAGLE", speculative_num_draft_tokens=1) == 1
+    assert decode_tokens_per_request(dllm_block_size=1) == 1
+    with pytest.raises(ValueError, match=r"^speculative_num_draft_tokens=0 must be >= 1 when "
+                                         r"speculative_algorithm='EAGLE'$"):
+        decode_tokens_per_request(speculative_algorithm="EAGLE", speculative_num_draft_tokens=0)
+    with pytest.raises(ValueError, match=r"^speculative_num_draft_tokens=None must be >= 1"):
+        decode_tokens_per_request(speculative_algorithm="EAGLE")
+    with pytest.raises(ValueError, match=r"^dllm_block_size=0 must be >= 1$"):
+        decode_tokens_per_request(dllm_block_size=0)
+    with pytest.raises(ValueError, match=r"^tokens_per_request=0 must be >= 1$"):
+        Dispatcher([1], tokens_per_request=0)

@@ -42,3 +42,17 @@ def test_graph_width_counts_draft_tokens():
     d = Dispatcher([1, 8, 16], draft_len=3, enable_padding=True)
     assert d.dispatch(9).num_tokens == 16 * 4
     assert d.graph_widths() == [4, 32, 64]
+
+
+def test_padding_up_to_exactly_max_batch_size_still_replays():
+    # Padding is refused only past the LLM's max_batch_size: 5 requests pad to the 8-graph when max_batch_size is 8.
+    d = Dispatcher([1, 2, 4, 8], enable_padding=True, max_batch_size=8)
+    assert d.dispatch(5).padded_bs == 8
+    assert Dispatcher([1, 2, 4, 8], enable_padding=True, max_batch_size=7).dispatch(5).padded_bs is None
+
+
+def test_bad_dispatch_input_names_the_value():
+    with pytest.raises(ValueError, match=r"^draft_len=-1 must be >= 0$"):
+        Dispatcher([1], draft_len=-1)
+    with pytest.raises(ValueError, match=r"^bs=0 must be >= 1$"):
+        Dispatcher([1]).dispatch(0)
