@@ -116,3 +116,22 @@ def test_prefill_list_is_in_tokens_and_does_not_append_its_max():
     assert len(default_prefill_batch_sizes(8192)) == 58
     assert default_prefill_max_tokens(16384, use_mla=True) == 8192
     assert default_prefill_max_tokens(8192, model_path="meta-llama/Llama-2-7b-hf") == 4096
+
+
+def test_speculative_list_above_256_steps_by_16_and_ends_at_max():
+    # SGLang's spec-decoding rule by hand: 1..8, 10..32 by 2, 40..64 by 4, 72..256 by 8, then 272.. by 16; max appended.
+    got = default_decode_batch_sizes(600, speculative=True)
+    assert got[-23:] == [256] + list(range(272, 593, 16)) + [600] and len(got) == 8 + 12 + 7 + 24 + 21 + 1
+    assert default_decode_batch_sizes(600)[-5:] == [496, 512, 544, 576, 600]
+
+
+@pytest.mark.parametrize(("kwargs", "max_tokens"), [
+    ({}, 16384),
+    ({"pp_size": 2}, 8192),  # pipeline parallel, breakable prefill graphs: capped at 8192
+    ({"pp_size": 2, "prefill_backend": "full"}, 16384),
+    ({"use_mla": True}, 8192),
+    ({"max_total_tokens": 5000}, 5000),
+    ({"model_path": "meta-llama/Llama-2-7b-hf"}, 4096),
+])
+def test_prefill_max_tokens_by_hand(kwargs, max_tokens):
+    assert default_prefill_max_tokens(16384, **kwargs) == max_tokens

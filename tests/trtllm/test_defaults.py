@@ -69,3 +69,21 @@ def test_schedule_keys_are_merged_up_to_the_max():
 def test_generated_lists_are_sorted_and_end_at_the_max(max_batch_size, padding):
     sizes = generate_batch_sizes(max_batch_size, padding)
     assert sizes == sorted(set(sizes)) and sizes[-1] == max_batch_size and sizes[0] == 1
+
+
+def test_padded_lists_step_by_64_past_128_and_end_at_max():
+    # TensorRT-LLM's rule by hand: 1, 2, 4, 8..128 by 8, then +64 while within max; max appended.
+    assert generate_batch_sizes(300, True) == PADDED_128 + [192, 256, 300]
+    assert generate_batch_sizes(320, True) == PADDED_128 + [192, 256, 320]
+    # Without padding: 1..31, 32, 64, 128, powers of two from 256 below max, then max.
+    assert generate_batch_sizes(1000, False) == list(range(1, 32)) + [32, 64, 128, 256, 512, 1000]
+    with pytest.raises(ValueError, match=r"^max_batch_size=0 must be >= 1$"):
+        generate_batch_sizes(0, True)
+
+
+def test_schedule_keys_merge_in_order_and_collapse_on_equal_sizes():
+    assert merge_schedule_keys([1, 2, 4, 8], {3: 2, 4: 1, 16: 1}) == [1, 2, 3, 4, 8]  # 16 is above the list's max
+    assert merge_schedule_keys([1, 2, 4, 8], {5: 1, 6: 1}) == [1, 2, 4, 5, 6, 8]
+    assert merge_schedule_keys([4, 8], {1: 3, 2: 2}) == [1, 2, 4, 8]
+    with pytest.raises(ValueError, match=r"^batch_sizes=\[\] must hold at least one size$"):
+        merge_schedule_keys([], {1: 1})
