@@ -48,6 +48,7 @@ def test_no_spread_is_a_zero_width_interval_at_the_point(tmp_path):
     # No samples kept and IQRs of 0: nothing to draw, so no replicate is drawn.
     iv = interval(model_with(tmp_path / "none"))
     assert iv.low_ms == iv.high_ms == iv.point_ms and iv.replicates == 0 and iv.from_samples == iv.from_iqr == 0
+    assert (iv.seed, iv.fixed, iv.iqr_samples) == (0, 2 * len(WIDTHS), 5)  # every reading fixed; 5 draws by default
     # Samples all alike at the width that decides, spread only where no step reaches (width 16, above every step):
     # every replicate refits the model and gets the point again.
     m = model_with(tmp_path / "flat", samples={("eager", 8): [EAGER_8] * 7, ("full", 8): [FULL_8] * 7,
