@@ -45,6 +45,7 @@ FILE[costmodel]=tuner/costmodel.py;    GLOBS[costmodel]='tuner.costmodel.*'
 # The cost model's tests: its own file, its drafter side, vLLM's memory cases and the other engines' rules through it
 # (not the solver's brute-force cases, which exact's run covers).
 TESTS[costmodel]='tests/test_costmodel.py tests/test_drafter_cost.py tests/vllm/test_memory.py tests/test_engines.py
+tests/test_outliers.py tests/test_costmodel_dispatch.py
 -k not(brute_force or cases_are_not_trivial or every_process)'
 FILE[dispatch]=tuner/vllm/dispatch.py; GLOBS[dispatch]='tuner.vllm.dispatch.*'
 TESTS[dispatch]='tests/vllm/test_dispatch.py'

@@ -208,3 +208,18 @@ def test_a_v1_profile_needs_only_the_drafters_piecewise_rows(tmp_path):
     wl2 = drafter_model(tmp_path / "v2", "eagle", runner="v2").workload
     with pytest.raises(ModelError, match="no drafter_full rows"):
         CostModel.from_files(write_profile(tmp_path / "v2p", "v2", rows, p.metadata), wl2)
+
+
+@pytest.mark.parametrize("method", ["eagle", "dflash"])
+def test_the_expected_step_adds_the_drafters_passes_to_the_targets_step(tmp_path, method):
+    # Every step pays the target's step and the drafter's passes by the rules: the expected step is their weighted
+    # sum, and the drafter's share is its part of it.
+    m = drafter_model(tmp_path, method)
+    sizes = m.runs_as([1, 2, 4, 8, 16, 32])
+    drafter = sum(st.probability * by_rules(m, sizes, st.num_tokens, st.uniform_decode) for st in m.steps)
+    target = sum(st.probability * m.step_latency_ms(st.num_tokens, st.uniform_decode, sizes, query_len=st.query_len,
+                                                    num_reqs=st.num_reqs) for st in m.steps) - drafter
+    assert drafter > 0.1
+    assert m.expected_drafter_ms(sizes) == pytest.approx(drafter)
+    assert m.expected_step_ms(sizes) == pytest.approx(target + drafter)
+    assert m.evaluate(sizes).expected_step_ms == pytest.approx(target + drafter)
