@@ -45,7 +45,6 @@ class ExampleCommand(Command):
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.cli import main
         from tuner.example import LOG_HEADER, LOG_NAME, MADE_UP_ERRORS, predicted_log
         from tuner.profile_table import atomic_write_text
 
@@ -58,20 +57,26 @@ class ExampleCommand(Command):
         log_path = args.out / LOG_NAME
         search = ["search", args.workload, "--profile", str(args.profile), "--out", str(args.out),
                   "--trials", str(args.trials)] + ["--force"] * args.force + ["--no-progress"] * args.no_progress
-        steps = [search, ["report", str(args.out)], None, ["check", str(args.out), "--vllm-log", str(log_path)]]
-        for argv in steps:
-            if argv is None:  # the start-up log `vllm serve` would print, stood in for
-                atomic_write_text(log_path, LOG_HEADER.format(**MADE_UP_ERRORS)
-                                  + predicted_log(args.out, **MADE_UP_ERRORS))
-                print(f"\n== wrote {log_path}: a SYNTHETIC vLLM start-up log for the shipped list, from the run's "
-                      f"own predictions with made-up errors (KV cache {MADE_UP_ERRORS['kv_error']:+.0%}, real "
-                      f"graph pool {MADE_UP_ERRORS['pool_error']:+.0%})", flush=True)
-                continue
-            print(f"\n== cgtune {shlex.join(argv)}", flush=True)
-            code = main(argv)
-            if code:
-                return code
+        code = _step(search) or _step(["report", str(args.out)])
+        if code:
+            return code
+        # The start-up log `vllm serve` would print, stood in for.
+        atomic_write_text(log_path, LOG_HEADER.format(**MADE_UP_ERRORS) + predicted_log(args.out, **MADE_UP_ERRORS))
+        print(f"\n== wrote {log_path}: a SYNTHETIC vLLM start-up log for the shipped list, from the run's own "
+              f"predictions with made-up errors (KV cache {MADE_UP_ERRORS['kv_error']:+.0%}, real graph pool "
+              f"{MADE_UP_ERRORS['pool_error']:+.0%})", flush=True)
+        code = _step(["check", str(args.out), "--vllm-log", str(log_path)])
+        if code:
+            return code
         print(f"\n== done: every number above is SYNTHETIC (made-up profile, written log). {args.out}/ holds the "
               f"deployment files (vllm-serve.yaml, compilation_config.json, vllm-flags.txt), report.md, plots/ and "
               f"summary.json. On a GPU: cgtune tune {args.workload} --out DIR")
         return 0
+
+
+def _step(argv: list[str]) -> int:
+    """`cgtune ARGV`, printed first as the user would type it: its exit code."""
+    from tuner.cli import main
+
+    print(f"\n== cgtune {shlex.join(argv)}", flush=True)
+    return main(argv)
