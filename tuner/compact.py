@@ -8,16 +8,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.costmodel import CostModel, Evaluation
 from tuner.exact import ExactResult, SearchError, exact_solve
 from tuner.exact_program import counted_bytes
 
-if TYPE_CHECKING:
-    from tuner.search import SearchResult
 
-__all__ = ["DEFAULT_TOLERANCE", "RECOMMEND_SAVING", "CompactChoice", "choose_compact", "compact_of", "counted_bytes"]
+__all__ = ["DEFAULT_TOLERANCE", "RECOMMEND_SAVING", "CompactChoice", "choose_compact", "counted_bytes"]
 
 DEFAULT_TOLERANCE = 0.01
 """`--tolerance`: the compact list may be this share slower than the fastest list (1%)."""
@@ -182,21 +180,3 @@ def choose_compact(model: CostModel, tolerance: float = DEFAULT_TOLERANCE, *, kn
     proven = fastest_proven and search.floor >= search.hi and search.best_is_fastest_at_hi
     return CompactChoice(search.best, tolerance, fastest_ms, proven, min(search.floor, search.hi), fastest_proven,
                          search.stopped, search.solves)
-
-
-def compact_of(model: CostModel, search: SearchResult, tolerance: float | None = None, *,
-               memory_buckets: int = 2048, seconds: float | None = None) -> CompactChoice:
-    """The search's compact choice at `tolerance` (None: the one it holds, else DEFAULT_TOLERANCE): the one it holds
-    when chosen at that tolerance, else chosen now against the search's own fitting lists within `seconds` (None: the
-    search's default budget, `SearchConfig.exact_seconds`, as when `cgtune report` renders a run that records none)
-    and kept on it (search.json records it, so a re-render does not solve again)."""
-    held = search.compact
-    if held is None or (tolerance is not None and held.tolerance != tolerance):
-        if seconds is None:
-            from tuner.search import SearchConfig  # search.py holds a CompactChoice: imported here, not at the top
-
-            seconds = SearchConfig.exact_seconds
-        known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None]
-        search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
-                                        memory_buckets=memory_buckets, seconds=seconds, fastest=search.exact)
-    return search.compact

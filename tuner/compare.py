@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner import sglang
-from tuner.compact import compact_of
 from tuner.costmodel import CostModel, Evaluation
 from tuner.engines import engine_of
+from tuner.search import compact_of
 from tuner.workload import ServingConfig
 
 if TYPE_CHECKING:

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.capture_time import predicted_capture_s
-from tuner.compact import RECOMMEND_SAVING, compact_of, counted_bytes
+from tuner.compact import RECOMMEND_SAVING, counted_bytes
 from tuner.exact_program import memory_axis
 from tuner.report_text import mem_text
 from tuner.saving_interval import SavingInterval, saving_interval
-from tuner.search import SearchConfig
+from tuner.search import SearchConfig, compact_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable

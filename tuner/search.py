@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.compact import CompactChoice
+from tuner.compact import DEFAULT_TOLERANCE, CompactChoice, choose_compact
 from tuner.exact import ExactResult, SearchError, brute_force, exact_solve, pareto_front, round_up
 from tuner.costmodel import GIB, CostModel, Evaluation
 from tuner.storage_url import StorageError, display_url, engine_url, hide_secret
@@ -31,6 +31,7 @@ __all__ = [
     "SearchInterrupted",
     "SearchResult",
     "brute_force",
+    "compact_of",
     "default_storage_url",
     "enqueue_start",
     "exact_solve",
@@ -124,7 +125,7 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     """What was assumed or decided (printed in the report)."""
     compact: CompactChoice | None = None
-    """The compact alternative to `chosen` (`tuner.compact`); None until chosen (`tuner.compact.compact_of`)."""
+    """The compact alternative to `chosen` (`tuner.compact`); None until chosen (`compact_of`)."""
     ship: str = "auto"
     """Which list the deployment files carry (`--ship`): `auto` (the compact list when the report recommends it, else
     the fastest), `fastest` or `compact` (`tuner.decision.shipping`)."""
@@ -604,3 +605,19 @@ def _count_finished(study: Any) -> tuple[int | None, int]:
         return None, 0
     return (sum(t.state in states for t in trials),
             sum(t.state == optuna.trial.TrialState.PRUNED for t in trials))
+
+
+def compact_of(model: CostModel, search: SearchResult, tolerance: float | None = None, *,
+               memory_buckets: int = 2048, seconds: float | None = None) -> CompactChoice:
+    """The search's compact choice at `tolerance` (None: the one it holds, else DEFAULT_TOLERANCE): the one it holds
+    when chosen at that tolerance, else chosen now against the search's own fitting lists within `seconds` (None: the
+    search's default budget, `SearchConfig.exact_seconds`, as when `cgtune report` renders a run that records none)
+    and kept on it (search.json records it, so a re-render does not solve again)."""
+    held = search.compact
+    if held is None or (tolerance is not None and held.tolerance != tolerance):
+        if seconds is None:
+            seconds = SearchConfig.exact_seconds
+        known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None]
+        search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
+                                        memory_buckets=memory_buckets, seconds=seconds, fastest=search.exact)
+    return search.compact

@@ -228,7 +228,7 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
 def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namespace) -> None:
     """Choose the search's compact list at --tolerance within --exact-seconds (kept on the result, recorded in
     search.json)."""
-    from tuner.compact import compact_of
+    from tuner.search import compact_of
 
     compact_of(model, result, getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
                seconds=getattr(args, "exact_seconds", None))
@@ -239,7 +239,8 @@ def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, repo
     the report is."""
     import json
 
-    from tuner.compact import compact_of, counted_bytes
+    from tuner.compact import counted_bytes
+    from tuner.search import compact_of
     from tuner.decision import compact_proof, counted_name
     from tuner.report_text import GIB
 
