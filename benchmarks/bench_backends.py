@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.profile_table import Profile, read_profile  # noqa: E402
+from tuner.profile.table import Profile, read_profile  # noqa: E402
 
 __all__ = ["main", "side_by_side"]
 

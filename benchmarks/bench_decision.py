@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 from bench_search import ROOT, machine, synthetic_profile
 
-from tuner.capture_time import predicted_capture_s
-from tuner.compact import choose_compact, counted_bytes
-from tuner.costmodel import CostModel
-from tuner.exact import exact_solve
-from tuner.profile_table import read_profile, write_profile
-from tuner.saving_interval import saving_interval
-from tuner.workload import load_workload
+from tuner.model.capture_time import predicted_capture_s
+from tuner.model.costmodel import CostModel
+from tuner.profile.table import read_profile, write_profile
+from tuner.search.compact import choose_compact, counted_bytes
+from tuner.search.exact import exact_solve
+from tuner.search.saving_interval import saving_interval
+from tuner.workload.spec import load_workload
 
 __all__ = ["main", "with_samples"]
 

@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.costmodel import CostModel
-from tuner.profile_table import ProfileRow, write_profile
-from tuner.search import ExactResult, SearchConfig, exact_solve, run_search
-from tuner.workload import load_workload
+from tuner.model.costmodel import CostModel
+from tuner.profile.table import ProfileRow, write_profile
+from tuner.search.study import ExactResult, SearchConfig, exact_solve, run_search
+from tuner.workload.spec import load_workload
 
 __all__ = ["machine", "main", "synthetic_profile"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.measure.profile import SweepOptions, candidate_widths, profile_workload, thin_widths  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
+from tuner.workload.spec import load_workload  # noqa: E402
 
 __all__ = ["main"]
 

@@ -178,8 +178,8 @@ def validation_seconds(run_dir: Path, start_s: float = 10.0) -> tuple[float, flo
     (measured cold; Inductor's cache holds the graphs by now), every list's graphs captured twice (vLLM's estimate, the real pool) at the
     profile's largest measured capture_s of that mode plus one eager step of warm-up each, and per step of the
     trace 1.5x the mean of the lists' predicted step (host gaps and logits beyond the model's prediction)."""
-    from tuner.profile_table import read_profile
-    from tuner.report import load_run
+    from tuner.profile.table import read_profile
+    from tuner.report.run import load_run
 
     model, search = load_run(run_dir)
     profile = read_profile(run_dir / "profile.csv")
@@ -239,7 +239,7 @@ def profile_stage(run: Run, stage: Stage, seconds: float) -> None:
 
 
 def validate_stage(run: Run, stage: Stage, seconds: float) -> None:
-    from tuner.validate import ValidationError, exact_run
+    from tuner.validate.validation import ValidationError, exact_run
 
     t0 = time.monotonic()
     source = run.validate_profiles or run.profiles
@@ -289,7 +289,7 @@ def _cell(value: Any, spec: str) -> str:
 def profile_summary(csv_path: Path, key_widths: tuple[int, ...] = (1, 512, 2176, 6400)) -> list[str]:
     """A profile's lines: compile and sweep time, memory, errors, widths left for time, and eager / PIECEWISE / FULL
     / LM-head latency with graph memory at the key widths measured (each read from the profile, nothing else)."""
-    from tuner.profile_table import read_profile
+    from tuner.profile.table import read_profile
 
     p = read_profile(csv_path)
     m = p.metadata
@@ -304,7 +304,7 @@ def profile_summary(csv_path: Path, key_widths: tuple[int, ...] = (1, 512, 2176,
              f"{_cell(m.get('non_kv_cache_bytes') and m['non_kv_cache_bytes'] / mib, '.0f')} MiB, eager kernels per "
              f"layer {_cell(m.get('eager_kernels_per_layer'), 'g')}, attention {m.get('attention_kernel')}, noisy "
              f"widths {len(m.get('noisy_widths') or [])}"]
-    from tuner.host_cost import host_line
+    from tuner.profile.host_cost import host_line
 
     host = host_line(m)
     if host:

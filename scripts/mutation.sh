@@ -37,50 +37,49 @@ command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed (pi
 # module -> file to mutate | mutant-name globs (validate: its decision; the device backend and the trace are modules
 # of their own) | its tests
 declare -A FILE GLOBS TESTS
-FILE[exact]=tuner/exact.py;            GLOBS[exact]='tuner.exact.*'
+FILE[exact]=tuner/search/exact.py; GLOBS[exact]='tuner.search.exact.*'
 # The solver against brute force: vLLM's rules, and SGLang's and TensorRT-LLM's.
 TESTS[exact]='tests/test_exact.py tests/test_engines.py::test_exact_solver_equals_brute_force_for_sglang_and_trtllm
 tests/test_engines.py::test_exact_solver_respects_a_budget_that_moves_with_the_lists_max'
-FILE[costmodel]=tuner/costmodel.py;    GLOBS[costmodel]='tuner.costmodel.*'
+FILE[costmodel]=tuner/model/costmodel.py; GLOBS[costmodel]='tuner.model.costmodel.*'
 # The cost model's tests: its own file, its drafter side, vLLM's memory cases and the other engines' rules through it
 # (not the solver's brute-force cases, which exact's run covers).
 TESTS[costmodel]='tests/test_costmodel.py tests/test_drafter_cost.py tests/vllm/test_memory.py tests/test_engines.py
 tests/test_outliers.py tests/test_costmodel_dispatch.py
 -k not(brute_force or cases_are_not_trivial or every_process)'
-FILE[dispatch]=tuner/vllm/dispatch.py; GLOBS[dispatch]='tuner.vllm.dispatch.*'
+FILE[dispatch]=tuner/engines/vllm/dispatch.py; GLOBS[dispatch]='tuner.engines.vllm.dispatch.*'
 TESTS[dispatch]='tests/vllm/test_dispatch.py'
-FILE[memory]=tuner/vllm/memory.py;     GLOBS[memory]='tuner.vllm.memory.*'
+FILE[memory]=tuner/engines/vllm/memory.py; GLOBS[memory]='tuner.engines.vllm.memory.*'
 TESTS[memory]='tests/vllm/test_memory.py'
 # The other engines' rulebooks, each against its own tests and the cross-engine cases through the cost model and
 # the solver (their binding cases).
 for eng in sglang trtllm; do
   for part in memory dispatch defaults capture; do
-    FILE[${eng}_$part]=tuner/$eng/$part.py; GLOBS[${eng}_$part]="tuner.$eng.$part.*"
+    FILE[${eng}_$part]=tuner/engines/$eng/$part.py; GLOBS[${eng}_$part]="tuner.engines.$eng.$part.*"
     TESTS[${eng}_$part]="tests/$eng/test_$part.py tests/test_engines.py -k not(every_process)"
   done
 done
 TESTS[trtllm_memory]='tests/trtllm/test_memory.py tests/test_engines.py tests/test_exact_scaling.py
 -k not(every_process or every_pass or tiers or schedules or levels_program or rounded)'
 # The solver's parts, against its brute-force cases (exact's own tests) and the rounded-memory bound.
-FILE[exact_bounds]=tuner/exact_bounds.py; GLOBS[exact_bounds]='tuner.exact_bounds.*'
-FILE[exact_levels]=tuner/exact_levels.py; GLOBS[exact_levels]='tuner.exact_levels.*'
+FILE[exact_bounds]=tuner/search/exact_bounds.py; GLOBS[exact_bounds]='tuner.search.exact_bounds.*'
+FILE[exact_levels]=tuner/search/exact_levels.py; GLOBS[exact_levels]='tuner.search.exact_levels.*'
 for part in exact_bounds exact_levels; do
   TESTS[$part]='tests/test_exact.py tests/test_exact_scaling.py -k not(tiers or every_pass)'
 done
-FILE[compact]=tuner/compact.py;       GLOBS[compact]='tuner.compact.*'
+FILE[compact]=tuner/search/compact.py; GLOBS[compact]='tuner.search.compact.*'
 # The compact choice itself, and compact_of / from_dict through the runs that record and re-read it.
 TESTS[compact]='tests/test_compact.py tests/commands/test_ship_cli.py tests/test_report.py'
-FILE[saving_interval]=tuner/saving_interval.py; GLOBS[saving_interval]='tuner.saving_interval.*'
+FILE[saving_interval]=tuner/search/saving_interval.py; GLOBS[saving_interval]='tuner.search.saving_interval.*'
 TESTS[saving_interval]='tests/test_saving_interval.py'
-FILE[check]=tuner/check.py;           GLOBS[check]='tuner.check.*'
+FILE[check]=tuner/check/predictions.py; GLOBS[check]='tuner.check.predictions.*'
 TESTS[check]='tests/commands/test_check_cli.py tests/vllm/test_startup_log.py tests/test_calibration.py'
-FILE[outliers]=tuner/outliers.py;     GLOBS[outliers]='tuner.outliers.*'
+FILE[outliers]=tuner/profile/outliers.py; GLOBS[outliers]='tuner.profile.outliers.*'
 TESTS[outliers]='tests/test_outliers.py -k not(wild_latency or per_width_csv or bytes_below)'
-FILE[validate]=tuner/validate.py
-GLOBS[validate]='tuner.validate.x_compare_list* tuner.validate.x_choose_measured* tuner.validate.x_lists_to_validate*
-tuner.validate.x_top_candidates* tuner.validate.x_target_memory*
-tuner.validate.x_build_record* tuner.validate.x_validate_candidates* tuner.validate.x_validate_run*
-tuner.validate.xǁListValidationǁ*'
+FILE[validate]=tuner/validate/validation.py
+v=tuner.validate.validation
+GLOBS[validate]="$v.x_compare_list* $v.x_choose_measured* $v.x_lists_to_validate* $v.x_top_candidates*
+$v.x_target_memory* $v.x_build_record* $v.x_validate_candidates* $v.x_validate_run* $v.xǁListValidationǁ*"
 # The decision's tests; the subprocess, torch-backend and plot-heavy ones test other parts and cost minutes.
 TESTS[validate]='tests/test_validate.py -k not(gpu_box or torch_backend or cpu_eager or build_backend or estimate_is_measured)'
 

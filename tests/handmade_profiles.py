@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from tuner.profile_table import ProfileRow, read_profile, write_profile
-from tuner.workload import Workload, load_workload, parse_workload
+from tuner.profile.table import ProfileRow, read_profile, write_profile
+from tuner.workload.spec import Workload, load_workload, parse_workload
 
 __all__ = ["GIB", "MIB", "gpu_scale_profile", "handmade_profile", "handmade_spec", "handmade_workload", "mixed_traffic",
            "shipped_profile", "tune_quietly", "with_timing", "write_handmade_inputs"]

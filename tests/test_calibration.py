@@ -1,6 +1,6 @@
-"""A profile calibrated on vLLM's log (`tuner.calibration`) as the cost model reads it: every graph-memory reading
-scaled, vLLM's non-KV memory taken as it is, a bad calibration block refused in one line. Hand-made profiles: test
-fixtures, never measurements."""
+"""A profile calibrated on vLLM's log (`tuner.profile.calibration`) as the cost model reads it: every graph-memory
+reading scaled, vLLM's non-KV memory taken as it is, a bad calibration block refused in one line. Hand-made profiles:
+test fixtures, never measurements."""
 
 from __future__ import annotations
 
@@ -13,9 +13,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.calibration import CALIBRATION_KEY, apply_calibration, calibrated_metadata, write_calibrated  # noqa: E402
-from tuner.costmodel import CostModel, ModelError  # noqa: E402
-from tuner.profile_table import read_profile  # noqa: E402
+from tuner.model.costmodel import CostModel, ModelError  # noqa: E402
+from tuner.profile.calibration import (  # noqa: E402
+    CALIBRATION_KEY,
+    apply_calibration,
+    calibrated_metadata,
+    write_calibrated,
+)
+from tuner.profile.table import read_profile  # noqa: E402
 
 WIDTHS = list(range(1, 65))
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.candidates import candidate_widths, decode_widths
-from tuner.engines import engine_of
-from tuner.workload import ServingConfig
+from tuner.engines.registry import engine_of
+from tuner.workload.candidates import candidate_widths, decode_widths
+from tuner.workload.spec import ServingConfig
 
 
 def test_dflash_candidates_cover_every_decode_width_up_to_2176():

@@ -10,8 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.profile_table import read_profile, write_profile  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.profile.table import read_profile, write_profile  # noqa: E402
 
 
 def test_a_failed_capture_rules_its_width_out(tmp_path) -> None:

@@ -16,9 +16,9 @@ from handmade_profiles import MIB  # noqa: E402
 from test_engines import random_engine_case  # noqa: E402
 from test_exact import UNPROVEN_TOLERANCE, random_case, random_drafter_case  # noqa: E402
 
-from tuner.compact import RECOMMEND_SAVING, choose_compact, counted_bytes  # noqa: E402
-from tuner.costmodel import CostModel, Evaluation  # noqa: E402
-from tuner.exact import exact_solve  # noqa: E402
+from tuner.model.costmodel import CostModel, Evaluation  # noqa: E402
+from tuner.search.compact import RECOMMEND_SAVING, choose_compact, counted_bytes  # noqa: E402
+from tuner.search.exact import exact_solve  # noqa: E402
 
 
 def fitting_lists(m: CostModel, candidates: list[int]) -> list[Evaluation]:

@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.costmodel import GIB, CostModel, ModelError, crossover_width
-from tuner.profile_table import read_profile
+from tuner.model.costmodel import GIB, CostModel, ModelError, crossover_width
+from tuner.profile.table import read_profile
 
 
 def model_for(tmp_path, workload=None, widths=(1, 2, 4, 8), **kwargs):
@@ -205,7 +205,7 @@ def test_the_kv_rule_takes_the_profiles_measured_weights_and_activations(tmp_pat
 
 
 def test_noisy_logits_are_read_as_a_running_max_and_their_absence_is_noted(tmp_path):
-    from tuner.profile_table import ProfileRow, read_profile, write_profile
+    from tuner.profile.table import ProfileRow, read_profile, write_profile
 
     wl = handmade_workload()
     path = handmade_profile(tmp_path, wl, [1, 2, 4, 8])
@@ -309,7 +309,7 @@ def test_matching_step_metadata_is_accepted_and_missing_keys_are_noted(tmp_path)
 
 
 def test_padded_graph_steps_pay_logits_for_their_real_tokens(tmp_path):
-    from tuner.profile_table import ProfileRow, read_profile, write_profile
+    from tuner.profile.table import ProfileRow, read_profile, write_profile
 
     wl = handmade_workload()
     path = handmade_profile(tmp_path, wl, [1, 2, 4, 8])

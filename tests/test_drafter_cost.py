@@ -1,4 +1,4 @@
-"""The cost model's drafter: its vectorised pass latency equals vLLM's per-pass rules (tuner.vllm.drafter), its
+"""The cost model's drafter: its vectorised pass latency equals vLLM's per-pass rules (tuner.engines.vllm.drafter), its
 graphs count in the pool and vLLM's estimate, its weights in the non-KV memory and its KV layers in the KV cache."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.vllm.drafter import drafter_passes  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.engines.vllm.drafter import drafter_passes  # noqa: E402
 
 MIXED = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.3,
          "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
@@ -32,7 +32,8 @@ def drafter_model(tmp_path, method, *, runner="v2", mode="FULL_AND_PIECEWISE", s
 
 
 def by_rules(m: CostModel, sizes, num_tokens: int, uniform: bool) -> float:
-    """The drafter's latency of one step, pass by pass from tuner.vllm.drafter and the profile's drafter rows."""
+    """The drafter's latency of one step, pass by pass from tuner.engines.vllm.drafter and the profile's drafter
+    rows."""
     d = m.drafter
     runs = m.runs_as(sizes)
     n = num_tokens // m.q if uniform else min(m.serving.max_num_seqs, -(-num_tokens // m.q))
@@ -132,7 +133,7 @@ def test_drafter_weights_and_kv_layers_by_hand(tmp_path):
 
 
 def test_a_profile_without_drafter_rows_is_refused(tmp_path):
-    from tuner.costmodel import ModelError
+    from tuner.model.costmodel import ModelError
 
     wl = handmade_workload(num_speculative_tokens=3, speculative={"method": "eagle"})
     plain = handmade_workload(num_speculative_tokens=3)
@@ -144,7 +145,7 @@ def test_a_profile_without_drafter_rows_is_refused(tmp_path):
 def test_the_drafters_graphs_tip_a_width_over_the_budget(tmp_path):
     import math
 
-    from tuner.exact import exact_solve
+    from tuner.search.exact import exact_solve
 
     # Target graphs take their width in MiB alone and nothing more in the shared pool (vLLM's estimate then charges
     # each FULL window after the first its 1 MiB floor); the DFlash drafter adds a 6 MiB FULL graph per decode
@@ -169,10 +170,10 @@ def test_the_drafters_graphs_tip_a_width_over_the_budget(tmp_path):
 def test_the_report_says_the_drafters_graphs_were_the_reason(tmp_path):
     import math
 
-    from tuner.exact import exact_solve
-    from tuner.report import render_markdown, summary
-    from tuner.compare import comparison
-    from tuner.search import SearchResult
+    from tuner.search.exact import exact_solve
+    from tuner.report.run import render_markdown, summary
+    from tuner.report.compare import comparison
+    from tuner.search.study import SearchResult
 
     wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
                            speculative={"method": "dflash", "drafter": {"num_layers": 2}})
@@ -195,8 +196,8 @@ def test_the_report_says_the_drafters_graphs_were_the_reason(tmp_path):
 
 
 def test_a_v1_profile_needs_only_the_drafters_piecewise_rows(tmp_path):
-    from tuner.costmodel import ModelError
-    from tuner.profile_table import read_profile, write_profile
+    from tuner.model.costmodel import ModelError
+    from tuner.profile.table import read_profile, write_profile
 
     # V1 captures the drafter's graphs PIECEWISE only: a profile measured that way has no drafter_full rows.
     m = drafter_model(tmp_path, "eagle", runner="v1")

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import handmade_workload  # noqa: E402
 
-from tuner.eager_share import decode_request_counts, eager_share, uniform_decode_steps  # noqa: E402
-from tuner.workload import Step  # noqa: E402
+from tuner.model.eager_share import decode_request_counts, eager_share, uniform_decode_steps  # noqa: E402
+from tuner.workload.spec import Step  # noqa: E402
 
 
 def test_by_hand_with_mixed_steps_left_out():

@@ -15,10 +15,10 @@ from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: 
 
 from test_exact import assert_matches_brute_force  # noqa: E402
 
-from tuner.exact import brute_force, exact_solve  # noqa: E402
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.engine import Speculation  # noqa: E402
-from tuner.workload import WorkloadError  # noqa: E402
+from tuner.search.exact import brute_force, exact_solve  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.engines.engine import Speculation  # noqa: E402
+from tuner.workload.spec import WorkloadError  # noqa: E402
 
 TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.2,
            "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}}
@@ -35,7 +35,7 @@ def test_engine_names_map_onto_the_shared_settings():
     with pytest.raises(WorkloadError, match="serving.cudagraph_mode: a vLLM setting"):
         handmade_workload(engine="sglang", cudagraph_mode="FULL")
     with pytest.raises(WorkloadError, match="give max_batch_size or max_num_seqs, not both"):
-        from tuner.workload import parse_workload
+        from tuner.workload.spec import parse_workload
 
         parse_workload({"name": "x", "engine": "trtllm", "model": {"preset": "tiny"},
                         "serving": {"max_batch_size": 8, "max_num_seqs": 8},

@@ -12,8 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.exact import brute_force, exact_solve  # noqa: E402
-from tuner.costmodel import CostModel  # noqa: E402
+from tuner.search.exact import brute_force, exact_solve  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
 
 MODES = ["FULL_AND_PIECEWISE", "FULL", "FULL_DECODE_ONLY", "PIECEWISE"]
 

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profi
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 from test_exact import UNPROVEN_TOLERANCE  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.exact import brute_force, exact_solve  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.search.exact import brute_force, exact_solve  # noqa: E402
 
 
 def dynamic_case(tmp_path: Path, seed: int, *, tiers: int, runner: str = "v2",

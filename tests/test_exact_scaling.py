@@ -17,8 +17,8 @@ from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: 
 from test_engines import random_engine_case  # noqa: E402
 from test_exact import UNPROVEN_TOLERANCE, random_case, random_drafter_case  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.exact import APPROXIMATED, ExactResult, brute_force, exact_solve  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.search.exact import APPROXIMATED, ExactResult, brute_force, exact_solve  # noqa: E402
 
 
 def tighten(model: CostModel, candidates: list[int], share: float) -> None:

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 
-from tuner.fleet import (  # noqa: E402
+from tuner.search.fleet import (  # noqa: E402
     STORAGE_ENV,
     create_or_extend,
     fleet_result,
@@ -25,8 +25,8 @@ from tuner.fleet import (  # noqa: E402
     run_worker,
     study_status,
 )
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.storage_url import hide_secret  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.search.storage_url import hide_secret  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = handmade_spec(name="fleet-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
@@ -112,7 +112,7 @@ def test_one_worker_on_sqlite_runs_the_plan_once_and_extends(inputs, tmp_path):
 
 _KILLER = textwrap.dedent("""
     import os, signal, sys, time
-    import tuner.fleet as fleet
+    import tuner.search.fleet as fleet
 
     real = fleet._evaluate
 
@@ -185,7 +185,7 @@ def test_a_trial_abandoned_by_a_dead_worker_is_retried_on_sqlite(inputs, tmp_pat
 
     import optuna
 
-    import tuner.fleet as fleet
+    import tuner.search.fleet as fleet
 
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     name, _ = create(url, inputs, n=3)  # heartbeats every 1 s, stale after 2 s
@@ -248,7 +248,7 @@ def test_passwords_never_reach_errors(capsys):
 
 
 def test_display_url_hides_passwords_in_the_user_part_and_the_query():
-    from tuner.storage_url import display_url
+    from tuner.search.storage_url import display_url
 
     assert display_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
     assert display_url("postgresql://u@h/db?sslmode=require&password=pw") == \
@@ -317,7 +317,7 @@ def test_tune_on_sqlite_and_on_postgres_give_the_same_answer_and_hide_the_passwo
 
 def test_status_lists_single_process_studies_too(inputs, tmp_path, capsys):
     from tuner.cli import main
-    from tuner.search import SearchConfig, run_search
+    from tuner.search.study import SearchConfig, run_search
 
     run_search(inputs[2], SearchConfig(n_trials=6, progress=False), run_dir=tmp_path)  # sqlite:///tmp/study.db
     url = f"sqlite:///{tmp_path / 'study.db'}"
@@ -334,7 +334,7 @@ def test_status_lists_single_process_studies_too(inputs, tmp_path, capsys):
 
 
 def test_three_local_workers_on_sqlite_never_claim_one_trial_twice(inputs, tmp_path):
-    from tuner.fleet import run_local_workers
+    from tuner.search.fleet import run_local_workers
 
     # SQLite ignores SELECT ... FOR UPDATE: without the claim lock two workers ran one trial and one crashed on
     # "Cannot tell a COMPLETE trial" (seen at 150 trials, 3 workers).
@@ -355,7 +355,8 @@ def test_status_counts_gpu_measurements_apart_from_trials(inputs, tmp_path, caps
     name, _ = create(url, inputs, n=6)
     run_worker(url, name, progress=False)
     study = optuna.load_study(study_name=name, storage=url)
-    study.add_trial(optuna.trial.create_trial(  # as tuner.validate records a measured list: a tiny measured value
+    # As tuner.validate.validation records a measured list: a tiny measured value.
+    study.add_trial(optuna.trial.create_trial(
         state=optuna.trial.TrialState.COMPLETE, values=[1e-6], constraints={"kv_shortfall_gib": -1.0},
         user_attrs={"source": "gpu-validation", "evaluation": {"capture_sizes": [1]}}))
     [status] = study_status(url, name)
@@ -366,23 +367,23 @@ def test_status_counts_gpu_measurements_apart_from_trials(inputs, tmp_path, caps
 
 
 def test_a_bug_in_a_trial_fails_it_with_the_reason_and_stops_the_worker(inputs, tmp_path, monkeypatch):
-    import tuner.fleet
+    import tuner.search.fleet
 
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     name, _ = create(url, inputs, n=6)
-    real = tuner.fleet._evaluate
+    real = tuner.search.fleet._evaluate
 
     def buggy(objective, trial):
         if trial.user_attrs["slot"] == 2:
             raise KeyError("synthetic bug")
         return real(objective, trial)
 
-    monkeypatch.setattr(tuner.fleet, "_evaluate", buggy)
+    monkeypatch.setattr(tuner.search.fleet, "_evaluate", buggy)
     with pytest.raises(KeyError):
         run_worker(url, name, progress=False)
     [failed] = [t for t in trials(url, name) if t.state.name == "FAIL"]
     assert failed.user_attrs["slot"] == 2 and "synthetic bug" in failed.user_attrs["fail_reason"]
-    monkeypatch.setattr(tuner.fleet, "_evaluate", real)
+    monkeypatch.setattr(tuner.search.fleet, "_evaluate", real)
     assert run_worker(url, name, progress=False) == {"complete": 3, "failed": 0}  # the rest; no retry of the bug
     [status] = study_status(url, name)
     assert status.done and status.counts == {**status.counts, "complete": 5, "failed": 1, "retried": 0}
@@ -390,9 +391,10 @@ def test_a_bug_in_a_trial_fails_it_with_the_reason_and_stops_the_worker(inputs, 
 
 def test_tune_fails_when_its_local_workers_fail_and_leave_the_study_unfinished(inputs, tmp_path, capsys,
                                                                                monkeypatch):
-    import tuner.fleet
+    import tuner.search.fleet
 
-    monkeypatch.setattr(tuner.fleet, "run_local_workers", lambda *a, **k: [1, 0])  # stand-in: one crashed at once
+    # A stand-in: one worker crashed at once.
+    monkeypatch.setattr(tuner.search.fleet, "run_local_workers", lambda *a, **k: [1, 0])
     wl, profile, _ = inputs
     code, stdout, err = _tune(capsys, "tune", wl, "--profile", profile, "--out", tmp_path / "run", "--trials", 8,
                               "--storage", f"sqlite:///{tmp_path / 'f.db'}", "--workers", 2, "--no-progress")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.costmodel import CostModel, ModelError
-from tuner.model_config import stand_in_gaps
-from tuner.workload import WorkloadError, load_workload, parse_workload
+from tuner.model.costmodel import CostModel, ModelError
+from tuner.workload.model_config import stand_in_gaps
+from tuner.workload.spec import WorkloadError, load_workload, parse_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import handmade_profile, handmade_spec  # noqa: E402

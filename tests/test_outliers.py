@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/ helpers (import-mode=importlib)
 from cli_runner import run  # noqa: E402
 
-from tuner.outliers import find_outliers, without_outliers  # noqa: E402
-from tuner.profile_table import Profile, ProfileRow  # noqa: E402
+from tuner.profile.outliers import find_outliers, without_outliers  # noqa: E402
+from tuner.profile.table import Profile, ProfileRow  # noqa: E402
 
 MIB = 1 << 20
 DFLASH = ROOT / "workloads/dflash-llama-3.1-8b.yaml"
@@ -196,7 +196,7 @@ def test_a_wild_latency_is_kept_out_of_the_search_and_flagged_and_allowed_on_req
 
 
 def test_the_shipped_example_profile_has_no_outliers():
-    from tuner.profile_table import read_profile
+    from tuner.profile.table import read_profile
 
     assert find_outliers(read_profile(EXAMPLE)) == []
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.profile_table import (
+from tuner.profile.table import (
     COLUMNS,
     ProfileError,
     ProfileRow,

@@ -21,15 +21,16 @@ from handmade_profiles import (  # noqa: E402
     write_handmade_inputs,
 )
 
-from tuner import compare  # noqa: E402
-from tuner.compact import CompactChoice  # noqa: E402
-from tuner.exact import ExactResult, exact_solve  # noqa: E402
-from tuner.costmodel import GIB, CostModel  # noqa: E402
-from tuner.engines import engine_of  # noqa: E402
-from tuner.report import PLOTS, SUMMARY_KEYS, comparison, load_run, sglang_sizes, summary, widest_sizes  # noqa: E402
-from tuner.report import log_axis, profile_provenance, render_markdown, write_run  # noqa: E402
-from tuner.search import SearchConfig, SearchResult, run_search  # noqa: E402
-from tuner.workload import load_workload, parse_workload  # noqa: E402
+from tuner.report import compare  # noqa: E402
+from tuner.search.compact import CompactChoice  # noqa: E402
+from tuner.search.exact import ExactResult, exact_solve  # noqa: E402
+from tuner.model.costmodel import GIB, CostModel  # noqa: E402
+from tuner.engines.registry import engine_of  # noqa: E402
+from tuner.report.run import (PLOTS, SUMMARY_KEYS, comparison, load_run, sglang_sizes, summary,  # noqa: E402
+                              widest_sizes)
+from tuner.report.run import log_axis, profile_provenance, render_markdown, write_run  # noqa: E402
+from tuner.search.study import SearchConfig, SearchResult, run_search  # noqa: E402
+from tuner.workload.spec import load_workload, parse_workload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +56,7 @@ def test_sglang_row_is_sglangs_own_default_for_the_same_config():
     # Without speculation SGLang's plain grid: 1, 2, 4, 8, 12, 16, 24, ... (q = 1).
     plain = load_workload(ROOT / "workloads/baseline-llama-3.1-8b.yaml").serving
     assert sglang_sizes(plain, gpu_memory_mib=143771)[:7] == (1, 2, 4, 8, 12, 16, 24)
-    # They live beside the search (tuner.compare); the report imports them; the row reads the profile's device.
+    # They live beside the search (tuner.report.compare); the report imports them; the row reads the profile's device.
     assert compare.sglang_sizes is sglang_sizes and compare.widest_sizes is widest_sizes
     assert compare.PEER_LISTS["sglang"] is compare.sglang_default_sizes
 
@@ -195,7 +196,7 @@ def test_predicted_vllm_log_lines_kv_tokens_and_utilization(ceiling):
     blocks = t.kv_available_bytes // (16 * TINY_KV_BYTES_PER_TOKEN)  # vLLM's whole blocks; 4 per 64-token request
     tokens = int(blocks / 4 * 64)
     assert data["tuned"]["kv_tokens"] == tokens and data["tuned"]["max_concurrency"] == blocks / 4
-    # vLLM 0.33's lines for V2 through its own format strings (tuner.vllm.log_lines, held to the wheel by
+    # vLLM 0.33's lines for V2 through its own format strings (tuner.engines.vllm.log_lines, held to the wheel by
     # tests/vllm/test_startup_log.py), the numbers by hand: format_gib is str(round(GiB, 2)); V2 logs its estimate only
     # in the hint (util - estimate / total, 4 decimals) and in the pool line after the capture; the KV size and the
     # concurrency are one line.

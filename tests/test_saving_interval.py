@@ -18,8 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import handmade_profile, handmade_workload, with_timing  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.saving_interval import REPLICATES, saving_interval  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.search.saving_interval import REPLICATES, saving_interval  # noqa: E402
 
 WIDTHS = [1, 2, 4, 8, 16]
 EAGER_8, FULL_8 = 1.8, 1.3  # the laws below at width 8; at width 4: 1.4 and 0.9

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.search import (  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.search.study import (  # noqa: E402
     SearchConfig,
     SearchError,
     exact_solve,
@@ -80,10 +80,10 @@ def test_infeasible_trials_are_recorded_as_infeasible(tmp_path):
 def test_failed_trials_are_recorded_with_their_reason(tmp_path, monkeypatch):
     import optuna
 
-    import tuner.search
+    import tuner.search.study
 
     m = study_model(tmp_path, total_memory_bytes=400 * MIB)
-    real = tuner.search._record
+    real = tuner.search.study._record
     calls = {"n": 0}
 
     def broken(trial, e):
@@ -92,7 +92,7 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, monkeypatch):
             raise ValueError("synthetic failure in trial 3")
         return real(trial, e)
 
-    monkeypatch.setattr(tuner.search, "_record", broken)
+    monkeypatch.setattr(tuner.search.study, "_record", broken)
     result = run_search(m, SearchConfig(n_trials=6, progress=False), run_dir=tmp_path)
     assert result.trials["failed"] == 1 and result.trials["complete"] == 5
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
@@ -103,11 +103,11 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, monkeypatch):
 def test_interrupted_study_resumes(tmp_path, monkeypatch):
     import optuna
 
-    import tuner.search
+    import tuner.search.study
 
     m = study_model(tmp_path)
     calls = {"n": 0}
-    real = tuner.search._record
+    real = tuner.search.study._record
 
     def interrupted(trial, e):
         calls["n"] += 1
@@ -115,14 +115,14 @@ def test_interrupted_study_resumes(tmp_path, monkeypatch):
             raise KeyboardInterrupt  # Ctrl-C in the middle of trial 6, long before the buffer's first 2 s batch
         return real(trial, e)
 
-    monkeypatch.setattr(tuner.search, "_record", interrupted)
+    monkeypatch.setattr(tuner.search.study, "_record", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_search(m, SearchConfig(n_trials=12, progress=False), run_dir=tmp_path)
-    monkeypatch.setattr(tuner.search, "_record", real)
+    monkeypatch.setattr(tuner.search.study, "_record", real)
     name = study_name_for(m, "latency")
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    # The trials ran in memory (tuner/study_buffer.py): the interrupt still wrote every one, the seed lists not yet
-    # run as WAITING for the rerun.
+    # The trials ran in memory (tuner/search/study_buffer.py): the interrupt still wrote every one, the seed lists not
+    # yet run as WAITING for the rerun.
     states = [t.state.name for t in optuna.load_study(study_name=name, storage=storage).trials]
     assert states[:6] == ["COMPLETE"] * 5 + ["PRUNED"] and set(states[6:]) <= {"WAITING"}
 
@@ -162,7 +162,7 @@ def test_value_placement_finds_the_widths_a_histogram_puts_its_mass_on(tmp_path)
 
 
 def test_storage_password_never_reaches_the_result():
-    from tuner.storage_url import display_url
+    from tuner.search.storage_url import display_url
 
     assert display_url("postgresql://cgtune:s3cret@db:5432/studies") == "postgresql://cgtune:***@db:5432/studies"
     assert display_url("sqlite:////tmp/run/study.db") == "sqlite:////tmp/run/study.db"

@@ -1,6 +1,7 @@
-"""A local SQLite search runs its trials in memory and writes them to the file in batches (tuner/study_buffer.py):
-the file ends up holding the very trials an unbuffered study writes, batches come on the clock, and a study another
-process may be running is left unbuffered (tests/test_search.py: an interrupt loses no finished trial)."""
+"""A local SQLite search runs its trials in memory and writes them to the file in batches
+(tuner/search/study_buffer.py): the file ends up holding the very trials an unbuffered study writes, batches come on the
+clock, and a study another process may be running is left unbuffered (tests/test_search.py: an interrupt loses no
+finished trial)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/test_search.py
 from handmade_profiles import MIB  # noqa: E402
 from test_search import study_model  # noqa: E402
 
-from tuner.search import (  # noqa: E402
+from tuner.search.study import (  # noqa: E402
     SearchConfig,
     enqueue_start,
     make_objective,
@@ -21,7 +22,7 @@ from tuner.search import (  # noqa: E402
     run_search,
     study_name_for,
 )
-from tuner.study_buffer import StudyBuffer  # noqa: E402
+from tuner.search.study_buffer import StudyBuffer  # noqa: E402
 
 optuna = pytest.importorskip("optuna")
 

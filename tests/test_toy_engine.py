@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (impo
 from cli_runner import run  # noqa: E402
 from handmade_profiles import handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 
-from tuner import engines  # noqa: E402
-from tuner.request_engine import RequestEngine  # noqa: E402
+from tuner.engines import registry as engines  # noqa: E402
+from tuner.engines.request_engine import RequestEngine  # noqa: E402
 
 
 @dataclass(frozen=True)

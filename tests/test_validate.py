@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profi
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.costmodel import GIB, CostModel  # noqa: E402
-from tuner.report import write_run  # noqa: E402
-from tuner.search import SearchResult, exact_solve  # noqa: E402
-from tuner.validate import (  # noqa: E402
+from tuner.model.costmodel import GIB, CostModel  # noqa: E402
+from tuner.report.run import write_run  # noqa: E402
+from tuner.search.study import SearchResult, exact_solve  # noqa: E402
+from tuner.validate.validation import (  # noqa: E402
     PARTIAL_FILE,
     VALIDATION_FILE,
     ValidationError,
@@ -31,8 +31,8 @@ from tuner.validate import (  # noqa: E402
     validate_lists,
     validate_run,
 )
-from tuner.validate_backend import CaptureResult  # noqa: E402
-from tuner.validate_trace import (  # noqa: E402
+from tuner.validate.backend import CaptureResult  # noqa: E402
+from tuner.validate.trace import (  # noqa: E402
     PlannedStep,
     dispatch_counts,
     plan_trace,
@@ -40,7 +40,7 @@ from tuner.validate_trace import (  # noqa: E402
     sample_trace,
     step_statistics,
 )
-from tuner.validate_report import BEGIN, END, update_report  # noqa: E402
+from tuner.report.validation import BEGIN, END, update_report  # noqa: E402
 
 FIXTURE_DEVICE = "scripted test fixture (not a measurement)"
 MIXED_TRAFFIC = {"requests": {"kind": "uniform", "min": 1, "max": 12}, "mixed_share": 0.2,
@@ -384,7 +384,7 @@ def test_measured_numbers_independent_of_the_model_against_hand_values(tmp_path,
     """A scripted device whose pools and step laws owe nothing to the predictions: every measured figure in
     validation.json, the report's table (cell by cell), the speedup sentence and the printed table is its hand value."""
     from tuner.commands.validate import _print_table
-    from tuner.validate_report import render_section
+    from tuner.report.validation import render_section
 
     model = _model(tmp_path)
     assert model.default_sizes == (1, 2, 4, 8, 16, 24, 32)  # vLLM's grid, up to max_num_batched_tokens 32
@@ -511,7 +511,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_validate_run_writes_record_and_report_section(tmp_path):
-    from tuner.validate_report import render_plot
+    from tuner.report.validation import render_plot
 
     run, model, search = _run_dir(tmp_path)
     tuned = search.chosen.capture_sizes
@@ -597,7 +597,7 @@ def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path, caplog):
     assert tuned_top != model.default_sizes[-1]
     t = search.chosen
     too_much = (t.graph_estimate_bytes + model.budget.slack_bytes + MIB) / t.graph_memory_bytes
-    with caplog.at_level("WARNING", logger="tuner.validate"):
+    with caplog.at_level("WARNING", logger="tuner.validate.validation"):
         record = validate_run(run, num_steps=300, backend=ScriptedBackend(model, memory_factor={tuned_top: too_much}))
     assert record["emitted"] == "default" and not record["tuned"]["fits"] and record["command"] == ""
     assert "TUNED LIST DOES NOT FIT ON THE DEVICE: emitted default instead" in caplog.messages
@@ -653,7 +653,7 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     here, so none is reported and nothing fits."""
     from tuner.measure.decoder import build_model
     from tuner.measure.timing import FakeClock
-    from tuner.validate_backend import TorchBackend
+    from tuner.validate.backend import TorchBackend
 
     run, model, search = _run_dir(tmp_path)
     # Scripted durations, in replay order: default 1.0 ms per step; tuned 0.4 ms for its first 150 steps, 0.6 after.
@@ -678,14 +678,14 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     assert record["measured_speedup_tuned_over_default"] == pytest.approx(2.0)
     assert any("no CUDA graphs here" in w for w in record["warnings"])
     # No fallback is emitted from a CPU run: nothing was measured that could overrule the search.
-    from tuner.decision import shipping
+    from tuner.report.decision import shipping
 
     assert json.loads((run / "compilation_config.json").read_text())["cudagraph_capture_sizes"] == \
         list(shipping(model, search).evaluation.capture_sizes)
 
 
 def test_build_backend_is_as_wide_as_every_graph_and_step_and_compiled_as_the_profile(tmp_path):
-    from tuner.validate_backend import build_backend
+    from tuner.validate.backend import build_backend
 
     model = _model(tmp_path)  # profile widths 1..32; a default deployment's step is compiled
     assert model.profile.metadata["compiled"] is True
@@ -712,7 +712,7 @@ def test_build_backend_is_as_wide_as_every_graph_and_step_and_compiled_as_the_pr
 
 
 def test_exact_run_writes_a_run_directory_without_optuna(tmp_path):
-    from tuner.validate import exact_run
+    from tuner.validate.validation import exact_run
 
     model = _model(tmp_path)
     (tmp_path / "w.yaml").write_text(json.dumps(model.workload.spec))  # JSON is YAML
@@ -744,8 +744,8 @@ def test_tune_validate_records_gpu_trials_in_the_study_and_chooses_by_measuremen
     pytest.importorskip("optuna")
     import optuna
 
-    from tuner.search import SearchConfig, run_search
-    from tuner.validate import validate_candidates
+    from tuner.search.study import SearchConfig, run_search
+    from tuner.validate.validation import validate_candidates
 
     model = _model(tmp_path)
     run = tmp_path / "run"
@@ -778,7 +778,7 @@ def test_tune_validate_records_gpu_trials_in_the_study_and_chooses_by_measuremen
 def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
     import dataclasses
 
-    from tuner.validate import validate_candidates
+    from tuner.validate.validation import validate_candidates
 
     run, model, search = _run_dir(tmp_path)
     cands = top_candidates(model, search, 3)
@@ -828,8 +828,8 @@ def test_the_measured_winner_ships_when_it_is_not_the_models_pick(tmp_path):
 
 
 def test_without_a_backend_one_is_built_on_the_device_for_every_list_validated(tmp_path, monkeypatch):
-    import tuner.validate
-    from tuner.validate import validate_candidates
+    import tuner.validate.validation
+    from tuner.validate.validation import validate_candidates
 
     run, model, search = _run_dir(tmp_path)
     built = []
@@ -838,8 +838,8 @@ def test_without_a_backend_one_is_built_on_the_device_for_every_list_validated(t
         built.append((device, {name: e.capture_sizes for name, e in lists.items()}))
         return DeviceScript(m, {}, otherwise=(100 * MIB, 0.5, 0.01))
 
-    monkeypatch.setattr(tuner.validate, "require_cuda", lambda: "cuda:7")
-    monkeypatch.setattr(tuner.validate, "build_backend", build)
+    monkeypatch.setattr(tuner.validate.validation, "require_cuda", lambda: "cuda:7")
+    monkeypatch.setattr(tuner.validate.validation, "build_backend", build)
     validate_run(run, num_steps=50)
     validate_candidates(run, model, search, 2, num_steps=50, record_study=False)
     second = top_candidates(model, search, 2)[1].capture_sizes
@@ -859,7 +859,7 @@ sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 from pathlib import Path
 from test_validate import ScriptedBackend, _model
 import tuner.commands.validate
-from tuner.validate import exact_run, validate_run
+from tuner.validate.validation import exact_run, validate_run
 tmp = Path({str(tmp_path)!r})
 model = _model(tmp)
 (tmp / "w.yaml").write_text(json.dumps(model.workload.spec))
@@ -896,7 +896,7 @@ def test_torch_backend_capture_flow_with_stand_in_graphs(tmp_path, one_thread):
     from tuner.measure.memory import MemorySnapshot
     from tuner.measure.piecewise import Piece
     from tuner.measure.decoder import build_model
-    from tuner.validate_backend import TorchBackend
+    from tuner.validate.backend import TorchBackend
 
     model = _model(tmp_path)
     backend = TorchBackend(build_model(model.workload, 32, "cpu"))
@@ -1015,7 +1015,7 @@ class _PoolRunner:
 
 @pytest.mark.parametrize("runner", ["v1", "v2"])
 def test_the_estimate_is_measured_the_way_the_runner_takes_it(runner):
-    from tuner.validate_backend import TorchBackend
+    from tuner.validate.backend import TorchBackend
 
     backend = TorchBackend.__new__(TorchBackend)  # no decode model: the scripted runner stands in for it
     backend.runner, backend.graphs_supported, backend._graphs, backend._primed = _PoolRunner(), True, {}, True
@@ -1073,7 +1073,7 @@ def test_a_drafters_graphs_are_predicted_not_captured_and_count_in_the_fit_check
 
 
 def test_an_engine_runs_files_go_when_no_measured_list_fits(tmp_path):
-    from tuner.engines import ENGINE_FILES
+    from tuner.engines.registry import ENGINE_FILES
 
     wl = handmade_workload(engine="trtllm", max_num_seqs=12, max_num_batched_tokens=32, traffic=MIXED_TRAFFIC,
                            enable_padding=True)

@@ -12,9 +12,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import handmade_profile, handmade_workload  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
 from tuner.measure import decoder  # noqa: E402
-from tuner.validate_backend import ValidationError, build_backend  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.validate.backend import ValidationError, build_backend  # noqa: E402
 
 
 def test_out_of_memory_building_the_validation_model_is_one_line(tmp_path, monkeypatch) -> None:

@@ -16,12 +16,12 @@ from handmade_profiles import handmade_profile  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
 from tuner.measure.decoder import build_model  # noqa: E402
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.report import write_run  # noqa: E402
-from tuner.search import SearchResult, exact_solve  # noqa: E402
-from tuner.validate_backend import TorchBackend  # noqa: E402
-from tuner.validate_trace import plan_trace, sample_trace  # noqa: E402
-from tuner.workload import parse_workload  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.report.run import write_run  # noqa: E402
+from tuner.search.study import SearchResult, exact_solve  # noqa: E402
+from tuner.validate.backend import TorchBackend  # noqa: E402
+from tuner.validate.trace import plan_trace, sample_trace  # noqa: E402
+from tuner.workload.spec import parse_workload  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tuner.shapes import PRESETS, ModelShape
-from tuner.workload import WorkloadError, load_workload, parse_workload
+from tuner.workload.spec import WorkloadError, load_workload, parse_workload
 
 WORKLOADS = sorted((Path(__file__).parent.parent / "workloads").glob("*.yaml"))
 

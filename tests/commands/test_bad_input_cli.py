@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (
 from handmade_profiles import handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 from cli_runner import run  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SGLANG = ROOT / "workloads/sglang-eagle-llama-3.1-8b.yaml"

@@ -1,6 +1,6 @@
 """`cgtune check RUN_DIR --vllm-log FILE`: run directories made by `cgtune search` on shipped workloads with a
 synthetic profile at GPU scale (tests/handmade_profiles.py; made-up numbers: a fixture, not a measurement), held to
-vLLM start-up logs written from vLLM 0.33's own format strings (tuner/vllm/log_writer.py).
+vLLM start-up logs written from vLLM 0.33's own format strings (tuner/engines/vllm/log_writer.py).
 
 The logs here are BUILT FROM THE RUN'S OWN PREDICTIONS (summary.json) with known errors put in (KV cache -2%, real
 pool +5%, ...): they test the plumbing and the parsing (that cgtune reads back the errors put in, to within the log's
@@ -22,13 +22,13 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/ helpers (import-mode=importlib
 from cli_runner import run  # noqa: E402
 from handmade_profiles import gpu_scale_profile  # noqa: E402
 
-from tuner.capture_time import predicted_capture_s as predicted_capture_s_of  # noqa: E402
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.example import predicted_log  # noqa: E402
-from tuner.example import run_predictions as predicted  # noqa: E402
-from tuner.report import load_run  # noqa: E402
-from tuner.vllm.log_writer import GIB  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
+from tuner.check.example import predicted_log  # noqa: E402
+from tuner.check.example import run_predictions as predicted  # noqa: E402
+from tuner.engines.vllm.log_writer import GIB  # noqa: E402
+from tuner.model.capture_time import predicted_capture_s as predicted_capture_s_of  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.report.run import load_run  # noqa: E402
+from tuner.workload.spec import load_workload  # noqa: E402
 
 DFLASH = ROOT / "workloads" / "dflash-llama-3.1-8b.yaml"  # V2 runner, one GPU, DFlash K = 16
 SUFFIX_TP2 = ROOT / "workloads" / "suffix-llama-3.1-70b-tp2.yaml"  # V1 runner (suffix decoding), TP 2, K = 8
@@ -69,8 +69,8 @@ def test_the_recorded_capture_time_is_the_cost_models(dflash_run):
 
 
 def log_from_predictions(run_dir: Path, *, kv_error: float = -0.02, pool_error: float = 0.05, **kwargs) -> str:
-    """A start-up log BUILT FROM THE RUN'S OWN PREDICTIONS with known errors put in (`tuner.example.predicted_log`).
-    Tests plumbing, not accuracy."""
+    """A start-up log BUILT FROM THE RUN'S OWN PREDICTIONS with known errors put in
+    (`tuner.check.example.predicted_log`). Tests plumbing, not accuracy."""
     return predicted_log(run_dir, kv_error=kv_error, pool_error=pool_error, **kwargs)
 
 

@@ -17,13 +17,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
 from handmade_profiles import gpu_scale_profile, handmade_profile, handmade_spec, with_timing  # noqa: E402
 
-from tuner.capture_time import predicted_capture_s  # noqa: E402
 from tuner.cli import main  # noqa: E402
-from tuner.compact import choose_compact, counted_bytes  # noqa: E402
-from tuner.profile_table import read_profile  # noqa: E402
-from tuner.report import load_run  # noqa: E402
-from tuner.saving_interval import saving_interval  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
+from tuner.model.capture_time import predicted_capture_s  # noqa: E402
+from tuner.profile.table import read_profile  # noqa: E402
+from tuner.report.run import load_run  # noqa: E402
+from tuner.search.compact import choose_compact, counted_bytes  # noqa: E402
+from tuner.search.saving_interval import saving_interval  # noqa: E402
+from tuner.workload.spec import load_workload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DFLASH = ROOT / "workloads" / "dflash-llama-3.1-8b.yaml"  # V2, DFlash K = 16 (q 17), 128 seqs, one H200

@@ -34,8 +34,8 @@ from cli_runner import run  # noqa: E402
 from trtllm_llm_args import LlmArgsError, load_extra_llm_api_options  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.engine import flag_file_line, placeholder  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
+from tuner.engines.engine import flag_file_line, placeholder  # noqa: E402
+from tuner.workload.spec import load_workload  # noqa: E402
 
 ROOT = TESTS.parent
 METHOD_PLACEHOLDER = placeholder("SPECULATIVE METHOD", "speculative.method", "vLLM's name for it")

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (
 from handmade_profiles import shipped_profile, tune_quietly  # noqa: E402
 from cli_runner import run  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.trtllm import captured_batch_sizes, resolve_cuda_graph_config  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.engines.trtllm import captured_batch_sizes, resolve_cuda_graph_config  # noqa: E402
+from tuner.workload.spec import load_workload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SGLANG = ROOT / "workloads/sglang-eagle-llama-3.1-8b.yaml"
@@ -117,7 +117,7 @@ def test_sglang_report_is_in_requests_under_sglangs_memory_rule(sglang_run):
 def test_an_engines_latency_plot_names_its_own_default(sglang_run):
     from unittest import mock
 
-    from tuner.plots import _plot_latency
+    from tuner.report.plots import _plot_latency
 
     out, profile = sglang_run
     model = CostModel.from_files(profile, load_workload(SGLANG))

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/ helpers (import-mode=importlib)
 from cli_runner import run  # noqa: E402
 
+from tuner.check.example import EXAMPLE_PROFILE, EXAMPLE_WORKLOAD, LOG_NAME, MADE_UP_ERRORS  # noqa: E402
 from tuner.cli import main  # noqa: E402
-from tuner.example import EXAMPLE_PROFILE, EXAMPLE_WORKLOAD, LOG_NAME, MADE_UP_ERRORS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_the_shipped_example_profile_is_what_the_benchmark_writes(tmp_path):
 def test_report_csv_writes_the_per_width_table_a_notebook_reads(example, tmp_path, capsys):
     import pandas as pd
 
-    from tuner.profile_table import read_profile
+    from tuner.profile.table import read_profile
 
     _, _, out = example
     code, stdout, err = run(capsys, "report", out, "--csv", "-")

@@ -88,7 +88,7 @@ def test_a_bad_off_peak_weight_is_one_line(inputs, tmp_path, capsys, value, mess
 def test_fleet_workers_weigh_trials_with_the_coordinators_settings(inputs, tmp_path, capsys):
     import optuna
 
-    from tuner.fleet import FLEET_ATTR, FleetSpec, fleet_model
+    from tuner.search.fleet import FLEET_ATTR, FleetSpec, fleet_model
 
     wl, profile, _ = inputs
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
@@ -166,11 +166,12 @@ def test_allow_mismatch_on_search_tune_and_report(inputs, tmp_path, capsys):
 @pytest.fixture()
 def scripted(monkeypatch):
     """Stand-in for the GPU: the scripted backend of tests/test_validate.py (its numbers are fixtures)."""
-    import tuner.validate
+    import tuner.validate.validation
     from test_validate import ScriptedBackend
 
-    monkeypatch.setattr(tuner.validate, "require_cuda", lambda: "cpu")
-    monkeypatch.setattr(tuner.validate, "build_backend", lambda model, lists, device, **kw: ScriptedBackend(model))
+    monkeypatch.setattr(tuner.validate.validation, "require_cuda", lambda: "cpu")
+    monkeypatch.setattr(tuner.validate.validation, "build_backend",
+                        lambda model, lists, device, **kw: ScriptedBackend(model))
 
 
 def test_validate_uses_the_recorded_mismatch_setting_or_the_flag(inputs, tmp_path, capsys, scripted):
@@ -229,9 +230,9 @@ def test_printed_summary_agrees_with_summary_json_on_estimate_pool_and_kv(inputs
 
 def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, capsys):
     from tuner.commands.search import _print_summary
-    from tuner.exact import ExactResult
-    from tuner.costmodel import CostModel
-    from tuner.search import SearchResult
+    from tuner.search.exact import ExactResult
+    from tuner.model.costmodel import CostModel
+    from tuner.search.study import SearchResult
 
     spec = handmade_spec(name="suffix-print", max_num_seqs=16, num_speculative_tokens=2, max_num_batched_tokens=64)
     spec["speculative"] = {"method": "suffix"}  # V1 rewrites an explicit list when speculating
@@ -245,3 +246,18 @@ def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, caps
     assert "tuned list (exact solver; see the notes in summary.json): 6 graphs, max 24" in stdout
     assert "it runs as another list: the V1 runner rewrites it to 5 graphs (multiples of q = 3): [3, 6, 9, 18, 24]" \
         in stdout
+
+
+# ---------------------------------------------------------------------------------------------- re-render
+def test_report_re_renders_report_md_and_summary_json_byte_identical(inputs, tmp_path, capsys):
+    # A run re-rendered from its own files says the same, to the byte: the compact choice and the interval it records
+    # are read back, not drawn again; a decision that moved on re-render would show here.
+    wl, profile, _ = inputs
+    out = tmp_path / "run"
+    code, _, err = search(capsys, wl, profile, out, command="tune")
+    assert code == 0, err
+    first = {name: (out / name).read_bytes() for name in ("report.md", "summary.json", "search.json")}
+    code, _, err = run(capsys, "report", out)
+    assert code == 0, err
+    for name, data in first.items():
+        assert (out / name).read_bytes() == data, f"{name} changed on re-render"

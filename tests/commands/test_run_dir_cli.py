@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_p
 from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 from cli_runner import run  # noqa: E402
 
-from tuner.report import PLOTS  # noqa: E402
+from tuner.report.run import PLOTS  # noqa: E402
 
 SPEC = handmade_spec(name="dir-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
                      traffic=mixed_traffic(24, 64))
@@ -147,7 +147,7 @@ def test_tune_refuses_another_workloads_dir_before_measuring(inputs, other, tmp_
 # ---------------------------------------------------------------------------------------------- Ctrl-C
 def _interrupt_objective(monkeypatch, after: int) -> None:
     """The study's objective raises KeyboardInterrupt (as Ctrl-C would) on call `after + 1`."""
-    import tuner.search as search_mod
+    import tuner.search.study as search_mod
 
     real = search_mod.make_objective
     calls = []
@@ -211,7 +211,7 @@ def test_ctrl_c_outside_the_objective_is_one_line_too(inputs, tmp_path, capsys, 
 
 
 def test_ctrl_c_while_writing_says_the_study_is_complete(inputs, tmp_path, capsys, monkeypatch):
-    import tuner.report as report
+    import tuner.report.run as report
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -242,7 +242,7 @@ def test_ctrl_c_while_profiling_in_tune_says_what_the_sweep_kept(inputs, tmp_pat
 
 # ---------------------------------------------------------------------------------------------- storage URLs
 def test_plain_postgresql_urls_name_the_driver_the_postgres_extra_installs(monkeypatch):
-    from tuner.storage_url import StorageError, engine_url
+    from tuner.search.storage_url import StorageError, engine_url
 
     # psycopg2-binary (the `postgres` and `test` extras) opens a plain postgresql:// URL, whatever SQLAlchemy's
     # own default driver is (psycopg 3 from SQLAlchemy 2.1 on).

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_p
 from handmade_profiles import MIB, handmade_profile, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 from cli_runner import run  # noqa: E402
 
-from tuner.report import PLOTS, SUMMARY_KEYS  # noqa: E402
-from tuner.vllm.defaults import default_capture_sizes  # noqa: E402
+from tuner.report.run import PLOTS, SUMMARY_KEYS  # noqa: E402
+from tuner.engines.vllm.defaults import default_capture_sizes  # noqa: E402
 
 SPEC = handmade_spec(name="cli-hand", max_num_seqs=24, num_speculative_tokens=1, max_num_batched_tokens=64,
                      traffic=mixed_traffic(24, 64))

@@ -26,13 +26,13 @@ def inputs(tmp_path):
 
 
 def test_without_cuda_validate_is_one_line_and_writes_nothing(inputs, tmp_path, capsys, monkeypatch):
-    import tuner.validate
-    from tuner.validate import ValidationError
+    import tuner.validate.validation
+    from tuner.validate.validation import ValidationError
 
     def no_cuda():
         raise ValidationError("no CUDA device is visible: validation captures and replays graphs on the GPU")
 
-    monkeypatch.setattr(tuner.validate, "require_cuda", no_cuda)  # as on any machine without a GPU
+    monkeypatch.setattr(tuner.validate.validation, "require_cuda", no_cuda)  # as on any machine without a GPU
     wl, profile = inputs
     code, out, err = run(capsys, "tune", wl, "--profile", profile, "--out", tmp_path / "run", "--validate", 2,
                          "--trials", 5, "--no-progress")
@@ -54,7 +54,7 @@ def test_real_require_cuda_without_a_gpu(inputs, tmp_path, capsys):
 def scripted(monkeypatch):
     """Stand-in for the GPU: the scripted device of tests/test_validate.py, whose numbers owe nothing to the model
     (test fixtures): set `script` to (per-list scripts, the script of any other list) before the command runs."""
-    import tuner.validate
+    import tuner.validate.validation
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from test_validate import DeviceScript
@@ -65,8 +65,8 @@ def scripted(monkeypatch):
         made["backend"] = DeviceScript(model, *made["script"])
         return made["backend"]
 
-    monkeypatch.setattr(tuner.validate, "require_cuda", lambda: "cpu")
-    monkeypatch.setattr(tuner.validate, "build_backend", build)
+    monkeypatch.setattr(tuner.validate.validation, "require_cuda", lambda: "cpu")
+    monkeypatch.setattr(tuner.validate.validation, "build_backend", build)
     return made
 
 
@@ -74,9 +74,9 @@ def test_validate_ships_the_measured_winner_and_keeps_it_out_of_the_model_rankin
                                                                                     scripted):
     import optuna
 
-    from tuner.report import load_run
-    from tuner.search import SearchConfig, run_search
-    from tuner.validate_trace import sample_trace
+    from tuner.report.run import load_run
+    from tuner.search.study import SearchConfig, run_search
+    from tuner.validate.trace import sample_trace
 
     wl, profile = inputs
     out = tmp_path / "run"

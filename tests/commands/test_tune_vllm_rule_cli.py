@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_p
 from handmade_profiles import MIB, handmade_profile  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.workload.spec import load_workload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30

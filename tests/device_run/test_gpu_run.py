@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import handmade_profile  # noqa: E402
 
-from tuner.profile_table import read_profile  # noqa: E402
-from tuner.workload import load_workload  # noqa: E402
+from tuner.profile.table import read_profile  # noqa: E402
+from tuner.workload.spec import load_workload  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("gpu_run", ROOT / "scripts" / "gpu_run.py")
 gpu_run = importlib.util.module_from_spec(_spec)
@@ -81,7 +81,7 @@ def test_trace_steps_fit_the_seconds_or_the_stage_is_skipped() -> None:
 
 
 def test_validation_seconds_come_from_the_profile_and_the_lists(tmp_path) -> None:
-    from tuner.validate import exact_run
+    from tuner.validate.validation import exact_run
 
     csv = _validate_profile(tmp_path / "p")
     run_dir = exact_run(ROOT / "workloads" / "tiny-cpu.yaml", csv, tmp_path / "run")
@@ -96,8 +96,8 @@ def test_validation_seconds_come_from_the_profile_and_the_lists(tmp_path) -> Non
 
 def test_a_validation_killed_midway_still_reaches_the_summary(tmp_path) -> None:
     # The tiny model on this CPU; its second list's capture faults, as a device error would on the GPU.
-    from tuner.report import load_run
-    from tuner.validate import build_backend, exact_run, lists_to_validate, validate_run
+    from tuner.report.run import load_run
+    from tuner.validate.validation import build_backend, exact_run, lists_to_validate, validate_run
 
     run_dir = exact_run(ROOT / "workloads" / "tiny-cpu.yaml", _validate_profile(tmp_path / "p"),
                         tmp_path / "work" / "runs" / "tiny-cpu")

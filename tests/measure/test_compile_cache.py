@@ -18,7 +18,7 @@ _PROBE = """
 import json
 from torch._dynamo.utils import counters
 from tuner.measure.decoder import build_model
-from tuner.workload import load_workload
+from tuner.workload.spec import load_workload
 
 model = build_model(load_workload("workloads/tiny-cpu.yaml"), 16, "cpu")
 model.compile()

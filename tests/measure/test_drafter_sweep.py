@@ -18,8 +18,8 @@ from tuner.measure.drafter import build_drafter, drafter_plan, pool_sequence
 from tuner.measure.memory import MemorySnapshot
 from tuner.measure.profile import StepRunner, SweepOptions, estimate_sweep_s, profile_workload
 from tuner.measure.timing import WallClock
-from tuner.profile_table import read_profile
-from tuner.workload import parse_workload
+from tuner.profile.table import read_profile
+from tuner.workload.spec import parse_workload
 
 FAST = SweepOptions(warmup_ms=0, rep_ms=0, min_reps=2, max_reps=2)
 

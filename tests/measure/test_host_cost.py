@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from tuner.host_cost import host_bound_widths, host_line, host_times
 from tuner.measure.decoder import DecodeModel, ShardShape
 from tuner.measure.profile import StepRunner, SweepOptions, profile_workload
 from tuner.measure.timing import FakeClock, HostClock
+from tuner.profile.host_cost import host_bound_widths, host_line, host_times
 from tuner.shapes import PRESETS
-from tuner.workload import load_workload
+from tuner.workload.spec import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from tuner.measure.graphs import capture, new_pool, release_memory
 from tuner.measure.piecewise import capture_piece, capture_piecewise
 from tuner.measure.profile import SweepOptions, candidate_widths, profile_workload
 from tuner.shapes import PRESETS, ModelShape
-from tuner.workload import parse_workload
+from tuner.workload.spec import parse_workload
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tuner.cli import main
-from tuner.profile_table import METADATA_KEYS, read_profile
+from tuner.profile.table import METADATA_KEYS, read_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "workloads" / "tiny-cpu.yaml")

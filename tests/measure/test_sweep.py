@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuner.candidates import decode_widths
 from tuner.measure import profile as profile_module
 from tuner.measure.graphs import is_oom
 from tuner.measure.memory import MemorySnapshot
@@ -26,8 +25,9 @@ from tuner.measure.profile import (
     validate_sizes,
 )
 from tuner.measure.timing import FakeClock, WallClock
-from tuner.profile_table import METADATA_KEYS, read_profile
-from tuner.workload import load_workload
+from tuner.profile.table import METADATA_KEYS, read_profile
+from tuner.workload.candidates import decode_widths
+from tuner.workload.spec import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = SweepOptions(warmup_ms=0, rep_ms=0, min_reps=2, max_reps=2)
@@ -315,7 +315,7 @@ def test_resume_may_add_widths_but_not_drop_them(tiny, tmp_path) -> None:
 
 
 def test_writes_are_atomic(tiny, tmp_path, monkeypatch) -> None:
-    import tuner.profile_table as table
+    import tuner.profile.table as table
 
     real_replace = table.os.replace
     calls = {"n": 0}

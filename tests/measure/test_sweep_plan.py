@@ -21,8 +21,8 @@ from tuner.measure.sweep_plan import (
     spread_order,
 )
 from tuner.measure.timing import FakeClock, measure
-from tuner.profile_table import read_profile
-from tuner.workload import load_workload
+from tuner.profile.table import read_profile
+from tuner.workload.spec import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

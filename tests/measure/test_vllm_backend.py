@@ -15,9 +15,9 @@ import pytest
 from tuner.measure.vllm_engine import api, choose, engine
 from tuner.measure.vllm_engine.sweep import CPU_GRAPHS, _captured, pool_timings, rows_for_width
 from tuner.measure.vllm_engine.worker import is_uniform, kv_cache_summary
-from tuner.model_config import config_for_shape, shape_from_config
+from tuner.workload.model_config import config_for_shape, shape_from_config
 from tuner.shapes import PRESETS
-from tuner.workload import parse_workload
+from tuner.workload.spec import parse_workload
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py (import-mode=importlib)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.sglang import (
+from tuner.engines.sglang import (
     batch_size_alignment,
     captured_batch_sizes,
     default_decode_batch_sizes,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner.sglang import (
+from tuner.engines.sglang import (
     auto_mem_fraction_static,
     default_chunked_prefill_size,
     default_decode_batch_sizes,

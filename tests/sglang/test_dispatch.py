@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.sglang import Dispatcher, decode_tokens_per_request, default_decode_batch_sizes
+from tuner.engines.sglang import Dispatcher, decode_tokens_per_request, default_decode_batch_sizes
 
 
 def test_padding_rounds_up_with_bisect_left():

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from tuner.sglang.emit import (
+from tuner.engines.sglang.emit import (
     CUDA_GRAPH_CONFIG_FILE,
     FLAGS_FILE,
     EmitError,
@@ -17,7 +17,7 @@ from tuner.sglang.emit import (
     render_files,
     validate_decode_batch_sizes,
 )
-from tuner.vllm.emit import Provenance
+from tuner.engines.vllm.emit import Provenance
 
 PROVENANCE = Provenance("0.1.0", "reports/x/profile.csv", "handmade test fixture", "sglang-eagle (abc)",
                         "2026-01-01T00:00Z", {"source": "exact"})

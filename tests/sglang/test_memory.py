@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.sglang import (
+from tuner.engines.sglang import (
     auto_mem_fraction_static,
     auto_reserved_mib,
     default_decode_batch_sizes,
@@ -181,7 +181,7 @@ def test_above_300_requests_dp_attention_reserves_half_as_much_again():
 def test_the_kv_rule_by_hand_with_a_user_fraction():
     # 1000 MiB free before load, fraction 0.75: KV = 750 - 600 MiB of weights = 150 MiB; the rest, 250 MiB, holds the
     # activations (100 MiB) and the graphs: a real pool of at most 150 MiB.
-    from tuner.sglang.memory import SglangKvRule
+    from tuner.engines.sglang.memory import SglangKvRule
 
     mib = 1 << 20
     rule = SglangKvRule(1000 * mib, 600 * mib, 100 * mib, 150 * mib, 0.75, 1000.0, pre_load_free_bytes=1000 * mib)

@@ -18,9 +18,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
 from cli_runner import run  # noqa: E402
 
-from tuner.sglang.memory import SglangKvRule  # noqa: E402
-from tuner.sglang.speculative import ResolvedSpeculation, resolve_speculation  # noqa: E402
-from tuner.workload import WorkloadError, parse_workload  # noqa: E402
+from tuner.engines.sglang.memory import SglangKvRule  # noqa: E402
+from tuner.engines.sglang.speculative import ResolvedSpeculation, resolve_speculation  # noqa: E402
+from tuner.workload.spec import WorkloadError, parse_workload  # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
 SGLANG = Path(__file__).resolve().parents[2] / "workloads/sglang-eagle-llama-3.1-8b.yaml"
@@ -173,7 +173,7 @@ def test_the_kv_budget_starts_from_free_memory_before_the_weights():
 def test_the_cost_model_takes_the_profiles_pre_load_reading_or_says_what_stands_in(tmp_path):
     from handmade_profiles import handmade_spec, write_handmade_inputs
 
-    from tuner.costmodel import CostModel
+    from tuner.model.costmodel import CostModel
 
     spec = handmade_spec(name="sg", engine="sglang", max_num_seqs=8, max_num_batched_tokens=64)
     spec["serving"] = {"max_running_requests": 8, "chunked_prefill_size": 64, "context_length": 64}

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from tuner.engines import engine_of
-from tuner.traffic import (
+from tuner.engines.registry import engine_of
+from tuner.workload.spec import Workload, load_workload, parse_workload
+from tuner.workload.traffic import (
     TokenHistogram,
     TrafficError,
     buckets_json,
@@ -22,7 +23,6 @@ from tuner.traffic import (
     parse_exposition,
     spread_histogram,
 )
-from tuner.workload import Workload, load_workload, parse_workload
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 

@@ -7,7 +7,7 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from tuner.traffic import TrafficError, combine, interval, parse_exposition, select_series
+from tuner.workload.traffic import TrafficError, combine, interval, parse_exposition, select_series
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tuner.cli import main
-from tuner.workload import load_workload
+from tuner.workload.spec import load_workload
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 BASE = str(WORKLOADS / "dflash-llama-3.1-8b.yaml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.trtllm import (
+from tuner.engines.trtllm import (
     captured_batch_sizes,
     default_batch_sizes,
     filter_cuda_graph_batch_sizes,

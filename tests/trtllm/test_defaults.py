@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner.trtllm import default_batch_sizes, generate_batch_sizes, merge_schedule_keys, resolve_cuda_graph_config
+from tuner.engines.trtllm import default_batch_sizes, generate_batch_sizes, merge_schedule_keys
+from tuner.engines.trtllm import resolve_cuda_graph_config
 
 PADDED_128 = [1, 2, 4] + [8 * i for i in range(1, 17)]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.trtllm import Dispatcher, default_batch_sizes
+from tuner.engines.trtllm import Dispatcher, default_batch_sizes
 
 LIST_2048 = default_batch_sizes(2048, enable_padding=True)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tuner.trtllm import resolve_cuda_graph_config
-from tuner.trtllm.emit import EXTRA_OPTIONS_FILE, EmitError, render_files, validate_batch_sizes
-from tuner.vllm.emit import Provenance
+from tuner.engines.trtllm import resolve_cuda_graph_config
+from tuner.engines.trtllm.emit import EXTRA_OPTIONS_FILE, EmitError, render_files, validate_batch_sizes
+from tuner.engines.vllm.emit import Provenance
 
 PROVENANCE = Provenance("0.1.0", "reports/x/profile.csv", "handmade test fixture", "trtllm-mtp (abc)",
                         "2026-01-01T00:00Z", {"source": "exact"})

@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers (import-mode=importlib)
 from handmade_profiles import handmade_workload  # noqa: E402
 
-from tuner.trtllm import kv_cache_bytes, kv_cache_bytes_with_graphs, kv_cost_of_graph_bytes  # noqa: E402
-from tuner.trtllm.engine import TrtllmKvRule  # noqa: E402
+from tuner.engines.trtllm import kv_cache_bytes, kv_cache_bytes_with_graphs, kv_cost_of_graph_bytes  # noqa: E402
+from tuner.engines.trtllm.engine import TrtllmKvRule  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import vllm_oracle as vo  # noqa: E402
 
 from tuner.shapes import ModelShape  # noqa: E402
-from tuner.vllm.drafter import (  # noqa: E402
+from tuner.engines.vllm.drafter import (  # noqa: E402
     capture_sequence,
     drafter_graphs,
     drafter_kv_bytes_per_token,
     drafter_passes,
 )
-from tuner.vllm.memory import (  # noqa: E402
+from tuner.engines.vllm.memory import (  # noqa: E402
     MIB,
     GraphCost,
     KvRule,
@@ -38,9 +38,9 @@ from tuner.vllm.memory import (  # noqa: E402
     pool_bytes,
     start_kv_bytes,
 )
-from tuner.engine import Engine  # noqa: E402
-from tuner.engines import engine_of  # noqa: E402
-from tuner.workload import ServingConfig  # noqa: E402
+from tuner.engines.engine import Engine  # noqa: E402
+from tuner.engines.registry import engine_of  # noqa: E402
+from tuner.workload.spec import ServingConfig  # noqa: E402
 
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 V2_METHODS = ("eagle", "eagle3", "mtp", "dflash", "draft_model", "ngram")
@@ -120,8 +120,9 @@ def random_batches(rnd: random.Random, s: Engine) -> list[list[vo.Request]]:
 
 
 def step_of(reqs: list[vo.Request]) -> tuple[int, int, bool, int | None]:
-    """cgtune's view of a batch, as `tuner.workload.Step` describes one: (tokens, requests, decode step, query length
-    when every request has the same). A decode step: no request is prefilling, one-token continuation chunks aside."""
+    """cgtune's view of a batch, as `tuner.workload.spec.Step` describes one: (tokens, requests, decode step, query
+    length when every request has the same). A decode step: no request is prefilling, one-token continuation chunks
+    aside."""
     lengths = {x.tokens for x in reqs}
     prefilling = any(x.computed_prefill < x.prefill_len and not (x.tokens - x.drafts == 1 and x.computed_prefill > 0)
                      for x in reqs)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner.vllm import default_capture_sizes, uniform_decode_tiers
-from tuner.vllm.defaults import (
+from tuner.engines.vllm import default_capture_sizes, uniform_decode_tiers
+from tuner.engines.vllm.defaults import (
     InvalidScheduleError,
     dense_speculative_schedule,
     request_count_grid,

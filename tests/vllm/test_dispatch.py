@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.vllm import Dispatcher, default_capture_sizes, full_decode_sizes
-from tuner.vllm.dispatch import Dispatch
+from tuner.engines.vllm import Dispatcher, default_capture_sizes, full_decode_sizes
+from tuner.engines.vllm.dispatch import Dispatch
 
 
 def test_padding_to_next_captured_size():

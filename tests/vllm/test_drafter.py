@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner.shapes import ModelShape
-from tuner.vllm import Dispatcher
-from tuner.vllm.drafter import (
+from tuner.engines.vllm import Dispatcher
+from tuner.engines.vllm.drafter import (
     MODEL_BASED_METHODS,
     MODEL_FREE_METHODS,
     SPECULATIVE_METHODS,
@@ -27,6 +26,7 @@ from tuner.vllm.drafter import (
     eager_drafter_passes,
     v1_only,
 )
+from tuner.shapes import ModelShape
 
 # The facts file's worked example (§7): S, K = 3 (q = 4), max_num_seqs 16, FULL_AND_PIECEWISE.
 S = [1, 2, 4, 8, 16, 24, 32, 48, 64]

@@ -8,8 +8,8 @@ import shlex
 import pytest
 import yaml
 
-from tuner.vllm.defaults import default_capture_sizes
-from tuner.vllm.emit import (
+from tuner.engines.vllm.defaults import default_capture_sizes
+from tuner.engines.vllm.emit import (
     COMPILATION_CONFIG_FILE,
     FLAGS_FILE,
     SERVE_YAML_FILE,
@@ -115,7 +115,7 @@ def test_empty_list_emits_cudagraph_mode_none():
 
 # ---------------------------------------------------------------------------- what the engine hands the emitter
 def _serve_settings(speculative=None, **serving):
-    from tuner.workload import parse_workload
+    from tuner.workload.spec import parse_workload
 
     spec = {"name": "w", "model": {"preset": "llama-3.1-8b"},
             "serving": {"max_num_seqs": 32, "num_speculative_tokens": 3, **serving},

@@ -12,9 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/handmade_profiles.py
 from handmade_profiles import MIB, handmade_workload  # noqa: E402
 
-from tuner.costmodel import CostModel  # noqa: E402
-from tuner.profile_table import ProfileRow, write_profile  # noqa: E402
-from tuner.vllm.memory import (  # noqa: E402
+from tuner.engines.vllm.memory import (  # noqa: E402
     GraphCost,
     KvRule,
     estimate_bytes,
@@ -22,6 +20,8 @@ from tuner.vllm.memory import (  # noqa: E402
     estimate_v2_bytes,
     pool_bytes,
 )
+from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.profile.table import ProfileRow, write_profile  # noqa: E402
 
 
 def two_mode_profile(tmp_path: Path, workload, widths=range(1, 9)) -> Path:

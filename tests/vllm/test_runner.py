@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from tuner.vllm.defaults import default_capture_sizes
-from tuner.vllm.runner import (
+from tuner.engines.vllm.defaults import default_capture_sizes
+from tuner.engines.vllm.runner import (
     effective_cudagraph_mode,
     resolve_model_runner,
     runs_as,
     v1_rewrite_applies,
     v1_rewritten_sizes,
 )
-from tuner.workload import load_workload
+from tuner.workload.spec import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

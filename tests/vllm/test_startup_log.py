@@ -1,4 +1,4 @@
-"""Reading vLLM 0.33's start-up log (`tuner.vllm.startup_log`): logs written from vLLM's own format strings
+"""Reading vLLM 0.33's start-up log (`tuner.engines.vllm.startup_log`): logs written from vLLM's own format strings
 (tests/vllm_startup_logs.py quotes each with its file and line) with hand-made numbers, for the V1 and V2 runners, one
 and two workers, vLLM's prefixes (process tags, VLLM_LOGGING_PREFIX, colour), and the logs it refuses. When the vLLM
 0.33.0 wheel is at hand, every quoted format string is checked against the wheel's source at the quoted line."""
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import tuner.vllm.log_lines as fx
-from tuner.vllm import log_writer
-from tuner.vllm.log_writer import GIB, VllmWorker, startup_log
-from tuner.vllm.startup_log import LogError, parse_startup_log, read_log
+import tuner.engines.vllm.log_lines as fx
+from tuner.engines.vllm import log_writer
+from tuner.engines.vllm.log_writer import GIB, VllmWorker, startup_log
+from tuner.engines.vllm.startup_log import LogError, parse_startup_log, read_log
 
 SIZES = [1, 2, 4, 8, 16, 17, 24, 32, 34, 512, 544, 2176]
 # Hand-made figures (not measurements): worker 0 and worker 1 of a TP 2 deployment differ a little, as ranks do.

@@ -4,13 +4,13 @@ wheel on CPU; tests/vllm/test_vllm_oracle.py re-derives every one of them from v
 
 from __future__ import annotations
 
-from tuner.vllm.defaults import default_capture_sizes
-from tuner.vllm.dispatch import Dispatch
-from tuner.vllm.drafter import drafter_graphs, drafter_passes
-from tuner.vllm.memory import MIB, GraphCost, estimate_v1_bytes, estimate_v2_bytes
-from tuner.engine import Engine
-from tuner.engines import engine_of
-from tuner.workload import ServingConfig
+from tuner.engines.vllm.defaults import default_capture_sizes
+from tuner.engines.vllm.dispatch import Dispatch
+from tuner.engines.vllm.drafter import drafter_graphs, drafter_passes
+from tuner.engines.vllm.memory import MIB, GraphCost, estimate_v1_bytes, estimate_v2_bytes
+from tuner.engines.engine import Engine
+from tuner.engines.registry import engine_of
+from tuner.workload.spec import ServingConfig
 
 
 def test_case5_v1_samples_full_on_top_of_the_piecewise_graphs_in_one_profiling_pool():

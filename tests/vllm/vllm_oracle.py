@@ -537,8 +537,8 @@ class Capture:
 
 class SimulatedPool:
     """Device memory as graph captures take it: a graph captured into an empty pool costs its standalone footprint,
-    every later one its delta (cgtune's model of the shared pool, tuner/vllm/memory.py, fed the same costs on both
-    sides). What the oracle compares is therefore which graphs vLLM's code captures, in which order, and how its
+    every later one its delta (cgtune's model of the shared pool, tuner/engines/vllm/memory.py, fed the same costs on
+    both sides). What the oracle compares is therefore which graphs vLLM's code captures, in which order, and how its
     profiling routines sample and extrapolate them."""
 
     TOTAL_BYTES = 1 << 44

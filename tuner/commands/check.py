@@ -13,7 +13,7 @@ from tuner.cli import Command, UsageError
 from tuner.commands.common import non_negative_float
 
 if TYPE_CHECKING:  # the library loads when the command runs, not when the CLI is built
-    from tuner.check import CheckResult
+    from tuner.check.predictions import CheckResult
 
 __all__ = ["CheckCommand"]
 
@@ -64,15 +64,16 @@ class CheckCommand(Command):
         p.add_argument("--force", action="store_true", help="replace an existing --calibrate pair")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.check import CheckError, check_run, write_calibration
-        from tuner.vllm.startup_log import LogError, parse_startup_log, read_log
+        import tuner
+        from tuner.check.predictions import CheckError, write_calibration
+        from tuner.engines.vllm.startup_log import LogError
 
         if not args.run_dir.is_dir():
             raise UsageError(f"run_dir: {str(args.run_dir)!r} is not a directory")
         self._check_calibrate_path(args)
         try:
-            source, text = read_log(args.vllm_log, sys.stdin.buffer.read() if args.vllm_log == "-" else None)
-            result = check_run(args.run_dir, parse_startup_log(text, source))
+            result = tuner.check_log(args.run_dir, args.vllm_log,
+                                     data=sys.stdin.buffer.read() if args.vllm_log == "-" else None)
         except (LogError, CheckError) as exc:
             raise UsageError(str(exc)) from None
         calibration = None
@@ -131,7 +132,7 @@ class CheckCommand(Command):
                 print(f"{'':<27} per worker: "
                       + ", ".join(f"{t}: {_figure(q.unit, v, row)}" for t, v in q.workers.items()))
         print()
-        from tuner.validate import MEMORY_GOAL
+        from tuner.validate.validation import MEMORY_GOAL
 
         print(f"error = vLLM's figure / cgtune's prediction - 1; rounding: what the log line's last digit (and vLLM's "
               f"whole KV blocks) cannot resolve; tolerance: {MEMORY_GOAL:.0%} for graph memory (cgtune's validation "

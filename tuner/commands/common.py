@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from tuner.cli import UsageError
-from tuner.vllm.defaults import InvalidScheduleError, validate_schedule
-from tuner.workload import Workload, WorkloadError, load_workload
+from tuner.engines.vllm.defaults import InvalidScheduleError, validate_schedule
+from tuner.workload.spec import Workload, WorkloadError, load_workload
 
 __all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int", "positive_int",
            "schedule_json", "storage_url"]
@@ -48,7 +48,7 @@ def non_negative_float(text: str) -> float:
 
 def capability(text: str) -> tuple[int, int]:
     """argparse type: compute capability written `major.minor` (9.0, 10.0)."""
-    from tuner.serving import parse_capability
+    from tuner.engines.serving import parse_capability
 
     try:
         return parse_capability(text)

@@ -7,9 +7,9 @@ import argparse
 
 from tuner.cli import Command, UsageError
 from tuner.commands.common import capability, load_workload_arg, non_negative_int, positive_int, schedule_json
-from tuner.engines import engine_of
-from tuner.serving import ServingConfig
-from tuner.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES, dense_speculative_schedule
+from tuner.engines.registry import engine_of
+from tuner.engines.serving import ServingConfig
+from tuner.engines.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES, dense_speculative_schedule
 
 _FLAGS = (
     "max_num_seqs", "num_speculative_tokens", "max_num_batched_tokens", "gpu_capability", "performance_mode",
@@ -63,7 +63,7 @@ class DefaultsCommand(Command):
                             "the shares)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.report import words_of
+        from tuner.report.run import words_of
 
         given = [f for f in _FLAGS if getattr(args, f) is not None]
         workload = None

@@ -31,7 +31,7 @@ class ExampleCommand(Command):
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        from tuner.example import EXAMPLE_PROFILE, EXAMPLE_WORKLOAD
+        from tuner.check.example import EXAMPLE_PROFILE, EXAMPLE_WORKLOAD
 
         p.add_argument("--out", type=Path, default=Path("runs/example"), metavar="DIR",
                        help="the run directory to write (default runs/example)")
@@ -45,8 +45,8 @@ class ExampleCommand(Command):
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.example import LOG_HEADER, LOG_NAME, MADE_UP_ERRORS, predicted_log
-        from tuner.profile_table import atomic_write_text
+        from tuner.check.example import LOG_HEADER, LOG_NAME, MADE_UP_ERRORS, predicted_log
+        from tuner.profile.table import atomic_write_text
 
         for flag, path in (("--workload", Path(args.workload)), ("--profile", args.profile),
                            ("--profile", args.profile.with_suffix(".json"))):

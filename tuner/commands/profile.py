@@ -270,7 +270,7 @@ class ProfileCommand(Command):
         kernels = meta.get("eager_kernels_per_layer")
         print(f"{compiled} | vLLM non-KV memory {_mib(meta.get('non_kv_cache_bytes'))} MiB | eager step "
               f"{'-' if kernels is None else f'{kernels:g}'} CUDA kernels per layer (vLLM's Llama layer: about 10-12)")
-        from tuner.host_cost import host_line
+        from tuner.profile.host_cost import host_line
 
         host = host_line(meta)
         if host:
@@ -383,7 +383,7 @@ def _widths_done(csv_path: Path, workload: object, plan: object = None) -> tuple
     """Widths an earlier run of this workload finished in `csv_path`, the target's and the drafter's (empty if
     none or unreadable)."""
     from tuner.measure.profile import SWEEP_MODES
-    from tuner.profile_table import ProfileError, read_profile
+    from tuner.profile.table import ProfileError, read_profile
 
     try:
         profile = read_profile(csv_path)
@@ -415,7 +415,7 @@ def _drafter_plan(workload: object, widths: list[int], *, explicit: bool, max_wi
 
 def _interrupted(args: argparse.Namespace, name: str, requested: int) -> str:
     """The one line Ctrl-C leaves: what the table kept and the command that resumes it."""
-    from tuner.profile_table import ProfileError, read_profile
+    from tuner.profile.table import ProfileError, read_profile
 
     csv_path = args.out / f"{name}.csv"
     resume = _command_line(args, resume=True)

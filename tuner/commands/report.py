@@ -11,8 +11,8 @@ from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir
 
 if TYPE_CHECKING:
-    from tuner.costmodel import CostModel
-    from tuner.search import SearchResult
+    from tuner.model.costmodel import CostModel
+    from tuner.search.study import SearchResult
 
 __all__ = ["ReportCommand"]
 
@@ -22,7 +22,8 @@ class ReportCommand(Command):
     description = (
         "Rebuild the cost model from the run directory's own copies (profile.csv/.json, workload.yaml),\n"
         "re-evaluate the lists in search.json, and write report.md, plots/*.png, summary.json and the vLLM\n"
-        "files again. Needs no GPU and runs no search.\n\n"
+        "files again: report.md and summary.json come out byte-identical (they name the command and profile\n"
+        "that made the run). Needs no GPU and runs no search.\n\n"
         "examples:\n"
         "  cgtune report runs/dflash\n"
         "  cgtune report runs/dflash --csv runs/dflash/widths.csv"
@@ -42,9 +43,9 @@ class ReportCommand(Command):
                             "capability or compile setting (a note in the report; recorded for later re-renders)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.costmodel import ModelError
-        from tuner.report import load_run, run_conflict, words_of, write_run
-        from tuner.workload import WorkloadError
+        from tuner.model.costmodel import ModelError
+        from tuner.report.run import load_run, recorded_origin, run_conflict, words_of, write_run
+        from tuner.workload.spec import WorkloadError
 
         if not args.run_dir.is_dir():
             raise UsageError(f"run_dir: {str(args.run_dir)!r} is not a directory")
@@ -59,9 +60,12 @@ class ReportCommand(Command):
         check_out_dir(args.run_dir, "run_dir")  # a folder this user may not write in: one line, before any work
         if args.csv not in (None, "-"):
             check_out_dir(Path(args.csv), "--csv", directory=False)
+        # The run says what made it: the command and the profile its summary records (a forced re-render of mixed
+        # files is a new rendering of its copies, and says so).
+        command, profile = recorded_origin(args.run_dir) if conflict is None else (None, None)
         try:
-            written = write_run(args.run_dir, model, search, command=f"cgtune report {args.run_dir}",
-                                copy_inputs=False)
+            written = write_run(args.run_dir, model, search, command=command or f"cgtune report {args.run_dir}",
+                                copy_inputs=False, profile_name=profile)
         except OSError as exc:  # staged, then moved: nothing is half-written when the folder refuses a file
             raise UsageError(f"run_dir: {str(args.run_dir)!r} cannot be written: {exc.strerror or exc}") from None
         out = sys.stderr if args.csv == "-" else sys.stdout  # stdout then carries the table alone
@@ -74,10 +78,10 @@ class ReportCommand(Command):
 
     @staticmethod
     def _write_csv(args: argparse.Namespace, model: CostModel, search: SearchResult) -> None:
-        from tuner.compare import comparison
-        from tuner.decision import shipping
-        from tuner.profile_table import atomic_write_text, read_profile
-        from tuner.width_table import width_table
+        from tuner.profile.table import atomic_write_text, read_profile
+        from tuner.report.compare import comparison
+        from tuner.report.decision import shipping
+        from tuner.report.width_table import width_table
 
         frame = width_table(model, read_profile(args.run_dir / "profile.csv"), comparison(model, search),
                             shipping(model, search).evaluation.capture_sizes)

@@ -12,9 +12,9 @@ from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir, load_workload_arg, positive_int, storage_url
 
 if TYPE_CHECKING:
-    from tuner.costmodel import CostModel
-    from tuner.search import SearchInterrupted, SearchResult
-    from tuner.workload import Workload
+    from tuner.model.costmodel import CostModel
+    from tuner.search.study import SearchInterrupted, SearchResult
+    from tuner.workload.spec import Workload
 
 __all__ = ["NOISY_LIMIT", "SearchCommand", "add_search_arguments", "choose_compact", "command_line",
            "model_from_args", "prepare_run_dir", "resume_line", "search_and_write", "seconds", "share"]
@@ -97,7 +97,7 @@ def model_from_args(profile_csv: Path, workload: Workload, args: argparse.Namesp
     --allow-outliers and --off-peak-weight; a profile whose decision widths are too often noisy is refused (one line)
     unless --allow-noisy.
     Raises ModelError (or UsageError) before anything is written."""
-    from tuner.costmodel import CostModel
+    from tuner.model.costmodel import CostModel
 
     model = CostModel.from_files(profile_csv, workload, allow_mismatch=getattr(args, "allow_mismatch", False),
                                  allow_outliers=getattr(args, "allow_outliers", False),
@@ -162,7 +162,7 @@ def prepare_run_dir(out: Path, workload: Workload, profile_csv: Path | None, *, 
                     clear: bool = True) -> None:
     """Refuse (one line) a DIR that holds another workload's or profile's run, or with --force clear it (unless
     `clear` is False: a check ahead of work that must come first)."""
-    from tuner.report import clear_run, run_conflict
+    from tuner.report.run import clear_run, run_conflict
 
     conflict = run_conflict(out, workload, profile_csv)
     if conflict is None:
@@ -190,9 +190,9 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     """Fit, search, write the run directory and print a short summary; bad input raises before anything is
     written. `own_profile`: the profile is DIR's own sweep (`tune` without --profile), so a run in DIR on another
     profile of the same workload is this workload's earlier run, not a conflict."""
-    from tuner.costmodel import ModelError
-    from tuner.report import write_run
-    from tuner.search import SearchConfig, SearchError, SearchInterrupted, exact_solve, run_search
+    import tuner
+    from tuner.model.costmodel import ModelError
+    from tuner.search.study import SearchError, SearchInterrupted, exact_solve
 
     workload = load_workload_arg(workload_path)
     _check_out(args.out)
@@ -203,19 +203,18 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     except (ModelError, SearchError) as exc:
         raise UsageError(str(exc)) from None
     prepare_run_dir(args.out, workload, None if own_profile else profile_csv, force=getattr(args, "force", False))
-    config = SearchConfig(n_trials=args.trials, storage=args.storage, objective=args.objective, seed=args.seed,
-                          memory_buckets=args.memory_buckets, exact_seconds=args.exact_seconds,
-                          progress=not args.no_progress)
     log.info("searching %d candidate widths for %s (%s)", len(model.candidates), workload.name, profile_csv)
     name = "tune" if command.startswith("cgtune tune") else "search"
     try:
-        result = run_search(model, config, run_dir=args.out, exact=exact)
+        result = tuner.search_capture_lists(
+            model, trials=args.trials, seed=args.seed, objective=args.objective, storage=args.storage,
+            run_dir=args.out, tolerance=getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
+            exact_seconds=args.exact_seconds, progress=not args.no_progress, exact=exact)
     except SearchInterrupted as exc:
         raise _interrupted(exc, name, args) from None
-    choose_compact(model, result, args)
     result.ship = args.ship
     try:
-        written = write_run(args.out, model, result, command=command, plots=report, report=report)
+        written = tuner.write_run(args.out, model, result, command=command, report=report)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(
             f"interrupted while writing {args.out}/: study {result.study_name} in {result.storage} is complete "
@@ -228,7 +227,7 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
 def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namespace) -> None:
     """Choose the search's compact list at --tolerance within --exact-seconds (kept on the result, recorded in
     search.json)."""
-    from tuner.search import compact_of
+    from tuner.search.study import compact_of
 
     compact_of(model, result, getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
                seconds=getattr(args, "exact_seconds", None))
@@ -239,10 +238,10 @@ def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, repo
     the report is."""
     import json
 
-    from tuner.compact import counted_bytes
-    from tuner.search import compact_of
-    from tuner.decision import compact_proof, counted_name
-    from tuner.report_text import GIB
+    from tuner.search.compact import counted_bytes
+    from tuner.search.study import compact_of
+    from tuner.report.decision import compact_proof, counted_name
+    from tuner.report.text import GIB
 
     choice = compact_of(model, result)
     c, t = choice.evaluation, result.chosen
@@ -274,10 +273,10 @@ def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, repo
 
 def _print_summary(result: SearchResult, written: list[Path], out: Path, model: CostModel, *,
                    report: bool = True) -> None:
-    """What a search chose, in a few lines, in the engine's words (`tuner.report.words_of`): the list, its latency
+    """What a search chose, in a few lines, in the engine's words (`tuner.report.run.words_of`): the list, its latency
     and memory against the engine's default, the study, the files written, the engine's command line, the compact
     list, the saving's interval and (`report` False) the command that writes report.md."""
-    from tuner.report import words_of
+    from tuner.report.run import words_of
 
     gap = result.gap
     exact = "the exact optimum" if result.exact.exact_memory else "the exact solver's list, not proven optimal"
@@ -292,7 +291,7 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path, model: 
           f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed{pruned}, {n.get('run_now', 0)} run now)")
     names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
     print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
-    from tuner.decision import alternative_name, shipping
+    from tuner.report.decision import alternative_name, shipping
 
     ship = shipping(model, result)
     files = model.engine.files

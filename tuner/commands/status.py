@@ -20,11 +20,11 @@ SHIP_RULE = ("decided when `cgtune search`/`tune` writes the run directory: the 
 
 def shipped(url: str, study: str) -> dict[str, Any] | None:
     """What the run directory beside an SQLite study (`cgtune search`'s default storage, DIR/study.db) ships: the
-    list's source, graphs and why it, not the study's best (`tuner.decision.ship_reason`); None when the storage is
-    no SQLite file with a summary.json of this study beside it."""
+    list's source, graphs and why it, not the study's best (`tuner.report.decision.ship_reason`); None when the storage
+    is no SQLite file with a summary.json of this study beside it."""
     from sqlalchemy.engine import make_url
 
-    from tuner.decision import ship_reason
+    from tuner.report.decision import ship_reason
 
     try:
         parsed = make_url(url)
@@ -78,8 +78,8 @@ class StatusCommand(Command):
         p.add_argument("--json", action="store_true", help="print JSON instead of lines")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.fleet import FleetError, resolve_storage, study_status
-        from tuner.storage_url import display_url, sqlite_file
+        from tuner.search.fleet import FleetError, resolve_storage, study_status
+        from tuner.search.storage_url import display_url, sqlite_file
 
         if args.run_dir is not None:
             if args.storage is not None:

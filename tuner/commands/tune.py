@@ -11,7 +11,7 @@ from pathlib import Path
 from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir, load_workload_arg, non_negative_int, positive_int
 from tuner.commands.search import add_search_arguments, command_line, prepare_run_dir, resume_line, search_and_write
-from tuner.workload import Workload
+from tuner.workload.spec import Workload
 
 __all__ = ["TuneCommand", "gpu_available"]
 
@@ -79,7 +79,7 @@ class TuneCommand(Command):
         workload = load_workload_arg(args.workload)
         check_out_dir(args.out)
         if args.validate is not None:
-            from tuner.validate import ValidationError, require_cuda
+            from tuner.validate.validation import ValidationError, require_cuda
 
             try:
                 require_cuda()  # before any search work: a failed command leaves nothing behind
@@ -87,7 +87,7 @@ class TuneCommand(Command):
                 raise UsageError(f"--validate: {exc}") from None
         fleet_url = None
         if args.workers is not None:
-            from tuner.fleet import FleetError, resolve_storage
+            from tuner.search.fleet import FleetError, resolve_storage
 
             try:
                 fleet_url = resolve_storage(args.storage)
@@ -121,9 +121,9 @@ class TuneCommand(Command):
     @staticmethod
     def _validate(args: argparse.Namespace, fleet_url: str | None) -> int:
         """Measure the K best candidates on the GPU and re-emit the run directory for the measured winner."""
-        from tuner.report import load_run, write_run
-        from tuner.storage_url import engine_url
-        from tuner.validate import validate_candidates
+        from tuner.report.run import load_run, write_run
+        from tuner.search.storage_url import engine_url
+        from tuner.validate.validation import validate_candidates
 
         command = command_line("tune", args) + f" --validate {args.validate}"
         model, search = load_run(args.out)
@@ -148,11 +148,11 @@ class TuneCommand(Command):
         run: `done`; `pending` when workers elsewhere still have to run it; `failed` when a local worker failed
         and left it unfinished."""
         from tuner.commands.search import _check_out, _print_summary, choose_compact, model_from_args
-        from tuner.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
-        from tuner.costmodel import ModelError
-        from tuner.report import write_run
-        from tuner.search import SearchError, exact_solve
-        from tuner.storage_url import display_url
+        from tuner.search.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
+        from tuner.model.costmodel import ModelError
+        from tuner.report.run import write_run
+        from tuner.search.study import SearchError, exact_solve
+        from tuner.search.storage_url import display_url
 
         workload = load_workload_arg(args.workload)
         _check_out(args.out)
@@ -204,7 +204,7 @@ class TuneCommand(Command):
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         from tuner.measure.profile import candidate_widths, profile_workload, thin_widths
-        from tuner.vllm.defaults import capture_ceiling
+        from tuner.engines.vllm.defaults import capture_ceiling
 
         widths = candidate_widths(workload)
         if args.max_widths is not None:
@@ -231,7 +231,7 @@ class TuneCommand(Command):
 
 def _measured(csv_path: Path) -> str:
     """How much of an interrupted sweep its table kept (it is written after every width)."""
-    from tuner.profile_table import ProfileError, read_profile
+    from tuner.profile.table import ProfileError, read_profile
 
     try:
         widths = {r.num_tokens for r in read_profile(csv_path).rows if r.status != "unsupported"}

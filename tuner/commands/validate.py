@@ -51,7 +51,7 @@ class ValidateCommand(Command):
                             "`cgtune report --allow-mismatch` does, unless its search already recorded it)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.validate import ValidationError, exact_run, require_cuda, validate_run
+        from tuner.validate.validation import ValidationError, exact_run, require_cuda, validate_run
 
         run = args.run_dir
         if (args.workload is None) != (args.profile is None):
@@ -102,9 +102,9 @@ class ValidateCommand(Command):
 def _record_allow_mismatch(run: Path) -> None:
     """Re-render RUN_DIR with allow_mismatch recorded in its summary.json (as `cgtune report --allow-mismatch`), so
     validation, which loads the run as recorded, uses the profile; nothing to do when its search recorded it."""
-    from tuner.costmodel import ModelError
-    from tuner.report import load_run, recorded_model_settings, write_run
-    from tuner.workload import WorkloadError
+    from tuner.model.costmodel import ModelError
+    from tuner.report.run import load_run, recorded_model_settings, write_run
+    from tuner.workload.spec import WorkloadError
 
     if recorded_model_settings(run).get("allow_mismatch"):
         return

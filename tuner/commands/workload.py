@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir, load_workload_arg
-from tuner.traffic import (
+from tuner.workload.spec import Workload
+from tuner.workload.traffic import (
     ITERATION_TOKENS,
     TrafficError,
     buckets_json,
@@ -25,8 +26,7 @@ from tuner.traffic import (
     spread_histogram,
     write_workload,
 )
-from tuner.traffic.metrics import TokenHistogram
-from tuner.workload import Workload
+from tuner.workload.traffic.metrics import TokenHistogram
 
 __all__ = ["WorkloadCommand"]
 

@@ -17,7 +17,7 @@ from torch.nn.attention.bias import causal_lower_right
 from tuner.shapes import ModelShape
 
 if TYPE_CHECKING:
-    from tuner.workload import Workload
+    from tuner.workload.spec import Workload
 
 __all__ = ["DTYPES", "DecodeModel", "ShardShape", "attention_kernel", "build_model", "memory_asked_bytes",
            "out_of_memory_building"]

@@ -1,5 +1,5 @@
 """The speculative drafter a profile sweep measures beside the target: its widths and graph modes by vLLM 0.33's
-rules (`tuner.vllm.drafter`), its stand-in decoder, and where its graphs enter the one shared pool."""
+rules (`tuner.engines.vllm.drafter`), its stand-in decoder, and where its graphs enter the one shared pool."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner import candidates as _candidates
-from tuner.measure.decoder import DecodeModel, build_model
-from tuner.shapes import ModelShape
-from tuner.vllm.drafter import (
+from tuner.engines.vllm.drafter import (
     DrafterGraph,
     drafter_graphs_apart,
     drafter_kv_layers,
     drafter_shares,
     sweep_capture_sequence,
 )
-from tuner.workload import Workload
+from tuner.measure.decoder import DecodeModel, build_model
+from tuner.shapes import ModelShape
+from tuner.workload import candidates as _candidates
+from tuner.workload.spec import Workload
 
 __all__ = ["DRAFTER_NOTE", "DrafterPlan", "build_drafter", "drafter_plan", "pool_sequence"]
 
@@ -92,8 +92,8 @@ def drafter_plan(workload: Workload, sweep_widths: Sequence[int], *, widths: Seq
     plus, for methods whose later passes run N tokens (EAGLE/EAGLE3/MTP and draft_model with K >= 2, not drafting
     in parallel), the candidate widths those pad to (V2: <= max_num_seqs; V1: the rewritten list's members up to
     the one max_num_seqs pads to).
-    `widths` replaces them. Graph modes: those `tuner.vllm.drafter.drafter_graphs` gives over the candidate list for
-    the workload's runner and cudagraph mode (V2 DFlash FULL, V2 EAGLE PIECEWISE and FULL, V1 PIECEWISE, V2
+    `widths` replaces them. Graph modes: those `tuner.engines.vllm.drafter.drafter_graphs` gives over the candidate list
+    for the workload's runner and cudagraph mode (V2 DFlash FULL, V2 EAGLE PIECEWISE and FULL, V1 PIECEWISE, V2
     draft_model none)."""
     spec = workload.speculative
     if spec is None or spec.drafter is None or spec.method is None:
@@ -136,7 +136,7 @@ def build_drafter(workload: Workload, plan: DrafterPlan, target: DecodeModel, ma
 def pool_sequence(runner: str, target_widths: Sequence[int], target_modes: Sequence[str],
                   drafter_widths: Sequence[int] = (), drafter_modes: Sequence[str] = ()) -> list[tuple[str, str, int]]:
     """`(owner, mode, width)` (modes lower-case, owner `target` or `drafter`) in the order a sweep captures them
-    into its one shared pool: `tuner.vllm.drafter.capture_sequence` for the runner. V2: every target graph
+    into its one shared pool: `tuner.engines.vllm.drafter.capture_sequence` for the runner. V2: every target graph
     (PIECEWISE then FULL, largest first), then the drafter's in its modes' order, largest first. V1: each drafter
     graph right after the target's PIECEWISE graph of its width; a width only the drafter has gets a place-holder
     target capture there for the rule to place it, dropped from the result (its graph lands where vLLM would put it

@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 
-from tuner import candidates as _candidates
-from tuner.host_cost import host_bound_widths
 from tuner.measure import graphs as _graphs
 from tuner.measure import piecewise as _piecewise
 from tuner.measure import sweep_plan as _plan
@@ -33,8 +31,10 @@ from tuner.measure.memory import (
     snapshot,
 )
 from tuner.measure.timing import Clock, CudaEventClock, HostClock, Measurement, WallClock, measure
-from tuner.profile_table import MODES, ProfileError, ProfileRow, read_profile, write_metadata, write_profile
-from tuner.workload import Workload
+from tuner.profile.host_cost import host_bound_widths
+from tuner.profile.table import MODES, ProfileError, ProfileRow, read_profile, write_metadata, write_profile
+from tuner.workload import candidates as _candidates
+from tuner.workload.spec import Workload
 
 __all__ = [
     "ASSUMED_CAPTURE_S",
@@ -78,7 +78,7 @@ _NO_CUDA = "CUDA graphs need a CUDA device"
 
 # --------------------------------------------------------------------------- candidates
 def candidate_widths(workload: Workload, *, stride_tokens: int = 128) -> list[int]:
-    """The sweep's widths: `tuner.candidates.candidate_widths` with a 128-token stride above the ceiling,
+    """The sweep's widths: `tuner.workload.candidates.candidate_widths` with a 128-token stride above the ceiling,
     coarser than vLLM's 16 so a sweep of an 8B model fits minutes; decode widths are all kept."""
     return _candidates.candidate_widths(workload.serving, stride_tokens=stride_tokens)
 
@@ -450,7 +450,7 @@ def profile_workload(
     meta.update(_activation_peaks(runner, workload, max(requested)))
     if dev.type == "cuda":
         meta["free_memory_bytes"] = runner.memory().free_bytes
-        # Where SGLang's KV budget starts: free memory with CUDA up, before any weights (tuner.sglang.memory).
+        # Where SGLang's KV budget starts: free memory with CUDA up, before any weights (tuner.engines.sglang.memory).
         meta["pre_load_free_bytes"] = baseline.free_bytes
 
     rows: dict[int, list[ProfileRow]] = dict(done)
@@ -965,7 +965,8 @@ class _Sweep:
         rows = []
         eager = None if self._blocked("eager", w) else self._timed("eager", w, lambda: runner.eager(w))
         if eager is not None and runner.host_clock is not None:
-            # The host's share of the same step, beside it: whether the eager step is host-bound (tuner.host_cost).
+            # The host's share of the same step, beside it: whether the eager step is host-bound
+            # (tuner.profile.host_cost).
             o = self.options
             ok, host, _ = _attempt(runner, lambda: measure(lambda: runner.eager(w), runner.host_clock, warmup_ms=0,
                                                            rep_ms=0, min_reps=o.min_reps, max_reps=o.min_reps))

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tuner.workload import Workload
+    from tuner.workload.spec import Workload
 
 __all__ = ["fit_to_seconds", "interpolate", "key_widths", "measure_seconds", "priority_order", "spread_order"]
 
@@ -18,7 +18,7 @@ def key_widths(workload: Workload) -> tuple[list[int], list[int]]:
     """(the widths no thinning drops, in priority order: the smallest step, the widest decode batch, the capture
     ceiling and the default list's largest size; the decode widths of the workload's own request counts). Widths
     here need not be candidates: callers keep those that are."""
-    from tuner.vllm.defaults import capture_ceiling
+    from tuner.engines.vllm.defaults import capture_ceiling
 
     s = workload.serving
     widest_decode = min(s.max_num_batched_tokens, s.decode_query_len * s.max_num_seqs)

@@ -1,7 +1,8 @@
 """Measuring through vLLM itself: its engine built in this process, its own runner timing each width's step in each
 mode, its own capture order, pool and KV-cache spec (`sweep`); the private vLLM names that relies on, held to the
 versions it was written for (`api`); what cgtune adds inside vLLM's worker (`hooks`, `worker`). May import
-tuner.measure, tuner.workload and tuner.vllm's log reader; vLLM itself only inside functions (it is optional)."""
+tuner.measure, tuner.workload.spec and tuner.engines.vllm's log reader; vLLM itself only inside functions (it is
+optional)."""
 
 from tuner.measure.vllm_engine.api import (
     ADAPTER_VERSIONS,

@@ -7,7 +7,7 @@ import importlib.util
 
 from tuner.measure.vllm_engine import api
 from tuner.measure.vllm_engine.engine import unsupported_reason
-from tuner.workload import Workload
+from tuner.workload.spec import Workload
 
 __all__ = ["BACKENDS", "BackendError", "choose_backend"]
 

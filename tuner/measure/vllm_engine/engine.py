@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuner.workload import Workload
+from tuner.workload.spec import Workload
 
 __all__ = ["StartupLines", "engine_args", "engine_environment", "environment", "model_source", "scratch_dir",
            "unsupported_reason"]
@@ -38,7 +38,7 @@ def model_source(workload: Workload, scratch: Path) -> tuple[str, str]:
     """(the model directory vLLM loads, how cgtune made it): the workload's config.json (`model.config`, or a local
     `model.name` directory's), else the one its preset or shape fields describe, written under `scratch`. vLLM builds it
     with dummy weights, offline: a step's cost depends on the architecture and shapes, not on the weights' values."""
-    from tuner.model_config import config_for_shape
+    from tuner.workload.model_config import config_for_shape
 
     m = workload.model
     if m.config is not None:
@@ -90,7 +90,8 @@ def engine_environment(workload: Workload, device: str, scratch: Path) -> dict[s
 
 
 class StartupLines(logging.Handler):
-    """vLLM's log records while its engine builds (in this process), kept as lines for `tuner.vllm.startup_log`."""
+    """vLLM's log records while its engine builds (in this process), kept as lines for
+    `tuner.engines.vllm.startup_log`."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)

@@ -26,8 +26,8 @@ from tuner.measure.profile import (
 )
 from tuner.measure.vllm_engine import api, engine
 from tuner.measure.vllm_engine import worker as _worker
-from tuner.profile_table import MODES, ProfileRow, write_metadata, write_profile
-from tuner.workload import Workload
+from tuner.profile.table import MODES, ProfileRow, write_metadata, write_profile
+from tuner.workload.spec import Workload
 
 __all__ = ["CPU_GRAPHS", "pool_timings", "profile_through_vllm", "rows_for_width"]
 
@@ -114,7 +114,7 @@ def _largest(per_rank: Iterable[dict[tuple[str, int], int | None]]) -> dict[tupl
 def _startup_figures(lines: list[str]) -> dict[str, Any]:
     """What vLLM's own start-up log said: its KV tokens, the graph-memory estimate and the pool it measured, and its
     non-KV memory (requested - available KV - estimate), in its printed units; {} when no start-up line was read."""
-    from tuner.vllm.startup_log import GIB, LogError, parse_startup_log
+    from tuner.engines.vllm.startup_log import GIB, LogError, parse_startup_log
 
     try:
         log_ = parse_startup_log("\n".join(lines), "vLLM's start-up log")

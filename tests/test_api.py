@@ -1,0 +1,94 @@
+"""The Python API (`import tuner`, docs/api.md) used as a user scripts it: a workload, its engine's default list,
+a profile, a search, a run written and read back, and a start-up log held to it."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import tuner
+from tuner.check.example import EXAMPLE_PROFILE, EXAMPLE_WORKLOAD, predicted_log
+from tuner.profile.table import ProfileError
+from tuner.workload.spec import WorkloadError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_default_list_is_vllms_grid_for_the_baseline_workload() -> None:
+    # By hand from vLLM's _set_cudagraph_sizes: q = 1, max_num_seqs 256, so M = min(256 * 1 * 2, 512) = 512;
+    # [1, 2, 4] + range(8, 256, 8) + range(256, 513, 16) and the uniform decode size 256 (max_num_seqs <= M).
+    workload = tuner.load_workload(ROOT / "workloads/baseline-llama-3.1-8b.yaml")
+    expected = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+    assert tuner.default_capture_sizes(workload) == expected
+
+
+def test_the_default_list_of_an_sglang_workload_is_its_request_grid_in_tokens() -> None:
+    # SGLang 0.5.23's speculative default batch sizes start 1..8, 10, 12 (its finer speculative grid); in token
+    # widths each is a request count times the decode step's query length, the last the engine's widest default.
+    workload = tuner.load_workload(ROOT / "workloads/sglang-eagle-llama-3.1-8b.yaml")
+    sizes = tuner.default_capture_sizes(workload)
+    q = workload.engine.decode_query_len
+    assert q > 1 and all(s % q == 0 for s in sizes)
+    assert workload.engine.in_engine_unit(sizes)[:10] == [*range(1, 9), 10, 12]
+    assert sizes[-1] == workload.engine.defaults().max_size
+
+
+def test_bad_input_raises_the_stages_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="is not a file"):
+        tuner.load_workload(tmp_path / "missing.yaml")
+    with pytest.raises(ProfileError, match="profile CSV not found"):
+        tuner.read_profile(tmp_path / "missing.csv")
+
+
+def test_a_search_written_and_read_back_and_checked_against_a_log(tmp_path: Path) -> None:
+    workload = tuner.load_workload(ROOT / EXAMPLE_WORKLOAD)
+    profile = tuner.read_profile(ROOT / EXAMPLE_PROFILE)
+    assert profile.metadata["device"] == "synthetic" and profile.rows
+    model = tuner.cost_model(workload, ROOT / EXAMPLE_PROFILE)
+    default = model.evaluate(tuner.default_capture_sizes(workload))
+
+    result = tuner.search_capture_lists(model, trials=30, seed=3, exact_seconds=20)
+    # The list found fits, is no slower than the engine's default, and the exact solver's proven bound holds it.
+    assert result.chosen.feasible
+    assert result.chosen.expected_step_ms <= default.expected_step_ms
+    assert result.exact.lower_bound_ms <= result.chosen.expected_step_ms + 1e-9
+    assert result.compact is not None and result.compact.tolerance == 0.01
+    assert result.compact.evaluation.expected_step_ms <= result.chosen.expected_step_ms * 1.01 + 1e-9
+
+    run = tmp_path / "run"
+    written = tuner.write_run(run, model, result, command="api test")
+    assert {p.name for p in written} >= {"report.md", "summary.json", "compilation_config.json"}
+    summary = json.loads((run / "summary.json").read_text())
+    assert tuple(summary["tuned"]["capture_sizes"]) == result.chosen.capture_sizes
+
+    model_again, result_again = tuner.load_run(run)
+    assert result_again.chosen.capture_sizes == result.chosen.capture_sizes
+    assert model_again.evaluate(result.chosen.capture_sizes).expected_step_ms == result.chosen.expected_step_ms
+
+    # A start-up log written from the run's own predictions with a KV cache 3% smaller: the check finds that 3%
+    # (to vLLM's 16-token blocks) and the pool as predicted, to the 0.01 GiB vLLM logs it in.
+    log = run / "vllm.log"
+    log.write_text(predicted_log(run, kv_error=-0.03, pool_error=0.0))
+    checked = tuner.check_log(run, log)
+    figures = checked.as_dict()["quantities"]
+    assert figures["kv_available_bytes"]["error_pct"] == pytest.approx(-3.0, abs=0.2)
+    pool = figures["graph_pool_bytes"]
+    assert abs(pool["logged"] - pool["predicted"]) <= pool["log_resolution"] and pool["within"]
+    same = tuner.check_log(run, "stdin", data=log.read_bytes())
+    assert same.as_dict()["quantities"] == figures
+
+
+def test_every_api_name_is_documented_and_none_is_a_stage_name() -> None:
+    # A name equal to a subpackage would be replaced by the subpackage once any module imports it.
+    stages = {m.name for m in pkgutil.iter_modules(tuner.__path__)}
+    assert not set(tuner.__all__) & stages
+    doc = (ROOT / "docs/api.md").read_text()
+    for name in tuner.__all__:
+        assert callable(getattr(tuner, name)) or name == "__version__"
+        if name != "__version__":
+            assert getattr(tuner, name).__doc__, name
+        assert re.search(rf"^#+ `?{re.escape(name)}\b", doc, re.M), f"docs/api.md has no section for {name}"

@@ -1,0 +1,209 @@
+"""Write a capture list as the files vLLM consumes: a `--compilation-config` JSON, a `vllm serve --config` YAML and
+the flag line, the last two with every serving, speculative and environment setting the tuning assumed, the list
+checked against vLLM's own capture-size rules first."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tuner.engines.vllm.defaults import default_capture_sizes
+
+__all__ = [
+    "COMPILATION_CONFIG_FILE",
+    "FLAGS_FILE",
+    "NEEDS_DRAFT_CHECKPOINT",
+    "SERVE_YAML_FILE",
+    "EmitError",
+    "Provenance",
+    "ServeSettings",
+    "compilation_config",
+    "env_prefix",
+    "flag_args",
+    "flag_line",
+    "render_files",
+    "serve_config",
+    "validate_capture_sizes",
+    "write_files",
+]
+
+NEEDS_DRAFT_CHECKPOINT = ("eagle", "eagle3", "dflash", "draft_model", "custom_class")
+"""Methods vLLM refuses without `speculative-config.model` (`SpeculativeConfig.__post_init__`: "num_speculative_tokens
+was provided but without speculative model"); mtp and dspark default to the target, the model-free methods to their
+own name."""
+
+COMPILATION_CONFIG_FILE = "compilation_config.json"
+SERVE_YAML_FILE = "vllm-serve.yaml"
+FLAGS_FILE = "vllm-flags.txt"
+
+
+class EmitError(ValueError):
+    """A capture list vLLM would change or reject; the message names the rule."""
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an emitted list came from (written as comments where the format allows)."""
+
+    cgtune_version: str
+    """cgtune version that made the files."""
+    profile: str
+    """Profile CSV the cost model was fitted from."""
+    device: str
+    """GPU the profile was measured on."""
+    workload: str
+    """Workload name and content hash."""
+    created_at: str
+    """UTC timestamp."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Further lines (source of the list, expected latency ...)."""
+
+    def lines(self) -> list[str]:
+        base = [
+            f"made by cgtune {self.cgtune_version} on {self.created_at}",
+            f"profile: {self.profile} (device: {self.device})",
+            f"workload: {self.workload}",
+        ]
+        return base + [f"{k}: {v}" for k, v in self.extra.items()]
+
+
+def validate_capture_sizes(
+    sizes: Sequence[int], *, max_num_seqs: int, num_speculative_tokens: int, max_num_batched_tokens: int,
+    cudagraph_mode: str = "FULL_AND_PIECEWISE",
+) -> list[int]:
+    """The list as vLLM 0.33 would keep it, or EmitError when vLLM would drop, reorder or reject anything."""
+    values = [int(s) for s in sizes]
+    if not values:
+        raise EmitError("cudagraph_capture_sizes: empty (vLLM needs at least one size; emit cudagraph_mode NONE "
+                        "instead)")
+    if any(s < 1 for s in values):
+        raise EmitError(f"cudagraph_capture_sizes: {values} holds a size < 1")
+    if values != sorted(set(values)):
+        raise EmitError(f"cudagraph_capture_sizes: {values} must be sorted and unique")
+    if values[-1] > max_num_batched_tokens:
+        raise EmitError(f"cudagraph_capture_sizes: {values[-1]} > max_num_batched_tokens={max_num_batched_tokens} "
+                        f"(vLLM would drop it)")
+    kept = default_capture_sizes(
+        max_num_seqs, num_speculative_tokens, max_num_batched_tokens, cudagraph_mode=cudagraph_mode,
+        cudagraph_capture_sizes=values, max_cudagraph_capture_size=values[-1],
+    )
+    if kept.sizes != values or kept.max_size != values[-1]:
+        raise EmitError(f"cudagraph_capture_sizes: vLLM would keep {kept.sizes} (max {kept.max_size}), not {values}")
+    return values
+
+
+def compilation_config(sizes: Sequence[int], cudagraph_mode: str) -> dict[str, object]:
+    """The `--compilation-config` mapping: mode, sorted unique sizes and the consistent max."""
+    values = sorted({int(s) for s in sizes})
+    if not values or cudagraph_mode == "NONE":
+        return {"cudagraph_mode": "NONE"}
+    return {"cudagraph_mode": cudagraph_mode, "cudagraph_capture_sizes": values,
+            "max_cudagraph_capture_size": values[-1]}
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything besides the compilation config that a `vllm serve` must be given to run what was tuned: the
+    serving flags, the speculative config and the environment."""
+
+    model: str
+    """The served checkpoint (or a placeholder vLLM refuses, `tuner.engines.engine.placeholder`)."""
+    dtype: str
+    """--dtype: the dtype the profile measured."""
+    tensor_parallel_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    enforce_eager: bool = False
+    speculative_config: dict[str, object] | None = None
+    """--speculative-config (method, num_speculative_tokens, model, ...); None without speculation."""
+    environment: tuple[tuple[str, str, str], ...] = ()
+    """`(variable, value, why)` that must be set in vLLM's environment."""
+    notes: tuple[str, ...] = ()
+    """What the user must still put in (a placeholder's meaning), as comment lines."""
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return int(self.speculative_config["num_speculative_tokens"]) if self.speculative_config else 0
+
+
+def env_prefix(environment: Sequence[tuple[str, str, str]]) -> str:
+    """`VAR=value ` for each `(variable, value, why)`, to put before `vllm serve` ('' without any)."""
+    return "".join(f"{name}={shlex.quote(value)} " for name, value, _ in environment)
+
+
+def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> dict[str, object]:
+    """The `vllm serve --config` mapping (keys are CLI flag names, in the order a reader checks them)."""
+    s = settings
+    return {
+        "model": s.model,
+        "dtype": s.dtype,
+        "tensor-parallel-size": s.tensor_parallel_size,
+        "max-model-len": s.max_model_len,
+        "max-num-seqs": s.max_num_seqs,
+        "max-num-batched-tokens": s.max_num_batched_tokens,
+        "gpu-memory-utilization": s.gpu_memory_utilization,
+        **({"enforce-eager": True} if s.enforce_eager else {}),
+        **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
+        "compilation-config": compilation_config(sizes, cudagraph_mode),
+    }
+
+
+def flag_args(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> list[str]:
+    """The same settings as `vllm serve MODEL` arguments (the model stays positional: not among them)."""
+    args: list[str] = []
+    for key, value in serve_config(sizes, settings, cudagraph_mode).items():
+        if key == "model":
+            continue
+        if value is True:
+            args.append(f"--{key}")
+        else:
+            args += [f"--{key}", json.dumps(value, separators=(", ", ": ")) if isinstance(value, dict) else str(value)]
+    return args
+
+
+def flag_line(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> str:
+    """`--max-num-seqs N ... --compilation-config '{...}'`, shell-quoted, to append to `vllm serve MODEL`."""
+    return shlex.join(flag_args(sizes, settings, cudagraph_mode))
+
+
+def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mode: str,
+                 provenance: Provenance) -> dict[str, str]:
+    """File name -> text for the three files; validates the list first (EmitError). The YAML and the flag file carry
+    every setting the tuning assumed, the environment it needs and what a placeholder stands for, as comments."""
+    values = sorted({int(s) for s in sizes})
+    if values and cudagraph_mode != "NONE":
+        validate_capture_sizes(values, max_num_seqs=settings.max_num_seqs,
+                               num_speculative_tokens=settings.num_speculative_tokens,
+                               max_num_batched_tokens=settings.max_num_batched_tokens, cudagraph_mode=cudagraph_mode)
+    cc = compilation_config(values, cudagraph_mode)
+    # JSON has no comments and vLLM rejects unknown keys, so provenance lives in the other two files.
+    cc_text = json.dumps(cc, indent=2) + "\n"
+    comments = "".join(f"# {line}\n" for line in provenance.lines())
+    comments += "".join(f"# environment: {name}={value} must be set: {why}\n" for name, value, why in
+                        settings.environment)
+    comments += "".join(f"# {note}\n" for note in settings.notes)
+    env = env_prefix(settings.environment)
+    serve_text = (comments + f"# usage: {env}vllm serve --config {SERVE_YAML_FILE}\n"
+                  + yaml.safe_dump(serve_config(values, settings, cudagraph_mode), sort_keys=False,
+                                   default_flow_style=None, width=100))
+    flags_text = (comments + f"# usage: {env}vllm serve {shlex.quote(settings.model)} <the line below>\n"
+                  + flag_line(values, settings, cudagraph_mode) + "\n")
+    return {COMPILATION_CONFIG_FILE: cc_text, SERVE_YAML_FILE: serve_text, FLAGS_FILE: flags_text}
+
+
+def write_files(out_dir: Path, files: dict[str, str]) -> list[Path]:
+    """Write rendered files atomically."""
+    from tuner.profile.table import atomic_write_text
+
+    paths = []
+    for name, text in files.items():
+        atomic_write_text(out_dir / name, text)
+        paths.append(out_dir / name)
+    return paths

@@ -1,0 +1,261 @@
+"""How sure the decision is and what it could cost less: the compact alternative to the tuned list, the bootstrap
+interval of what the tuned list saves, and each list's capture time, as summary.json fields and the report's lines
+(rendered for every engine alike: they ask the cost model, not the engine's name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tuner.model.capture_time import predicted_capture_s
+from tuner.report.text import mem_text
+from tuner.search.compact import RECOMMEND_SAVING, counted_bytes
+from tuner.search.exact_program import memory_axis
+from tuner.search.saving_interval import SavingInterval, saving_interval
+from tuner.search.study import SearchConfig, compact_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from tuner.model.costmodel import CostModel, Evaluation
+    from tuner.search.compact import CompactChoice
+    from tuner.search.study import SearchResult
+
+__all__ = ["Shipping", "alternative_name", "capture_cell", "capture_s", "compact_proof", "counted_name",
+           "decision_lines", "interval_of", "no_graphs_lines", "ship_reason", "shipping", "summary_fields"]
+
+STUDY_TOLERANCE = SearchConfig.tolerance
+"""The study's best ships when within this share of the exact optimum."""
+
+
+def counted_name(model: CostModel) -> str:
+    """What `tuner.search.compact.counted_bytes` is, in the report's words."""
+    return "vLLM estimate" if memory_axis(model) == "estimate" else "real pool"
+
+
+def compact_proof(model: CostModel, choice: CompactChoice) -> str:
+    """What is proven of the compact choice, in a clause ("" when it is what brute force would give)."""
+    if choice.proven:
+        return ""
+    counted = counted_bytes(model, choice.evaluation)
+    parts = []
+    if choice.floor_bytes >= counted:
+        parts.append("proven the least memory within the tolerance")
+    elif choice.floor_bytes > 0:
+        parts.append(f"not proven the least: proven, no list within the tolerance counts less than "
+                     f"{mem_text(model, choice.floor_bytes)} ({1 - choice.floor_bytes / counted:.1%} below it)")
+    else:
+        parts.append("not proven the least: the exact solver proved no floor below it")
+    if not choice.fastest_proven:
+        parts.append("the fastest list is the best found, not proven optimal (see Search)")
+    if choice.stopped_early:
+        parts.append("the time budget (`--exact-seconds`) ran out")
+    return "; ".join(parts)
+
+
+def interval_of(model: CostModel, table: dict[str, Evaluation]) -> SavingInterval:
+    """The bootstrap interval of (default - tuned) expected step (`tuner.search.saving_interval`)."""
+    return saving_interval(model, table["default"].capture_sizes, table["tuned"].capture_sizes)
+
+
+def capture_s(model: CostModel, e: Evaluation) -> float | None:
+    """Seconds the engine takes to capture the list's graphs (`tuner.model.capture_time`; None when the profile records
+    no capture time)."""
+    return predicted_capture_s(model, e.runs_as)
+
+
+def capture_cell(model: CostModel, e: Evaluation) -> str:
+    """A list's predicted capture time for a table cell ("?" when the profile records none)."""
+    s = capture_s(model, e)
+    return "?" if s is None else f"{s:.1f}"
+
+
+def summary_fields(model: CostModel, search: SearchResult, table: dict[str, Evaluation],
+                   interval: SavingInterval) -> dict[str, Any]:
+    """summary.json: the `tolerance` and the compact choice's facts, the saving's interval `saving_interval_ms` with
+    how it was drawn, and the expected step with no graphs at all (the drafter's passes included)."""
+    choice = compact_of(model, search)
+    t = table["tuned"]
+    return {
+        "tolerance": choice.tolerance,
+        "compact_choice": {"memory_counted": "vllm_graph_estimate_bytes" if memory_axis(model) == "estimate"
+                           else "graph_memory_bytes", "fastest_ms": choice.fastest_ms, "limit_ms": choice.limit_ms,
+                           "saved_share": choice.saved_share(model, t), "recommended": choice.recommended(model, t),
+                           "proven": choice.proven, "floor_bytes": choice.floor_bytes,
+                           "fastest_proven": choice.fastest_proven, "stopped_early": choice.stopped_early,
+                           "solves": choice.solves},
+        "saving_interval_ms": [interval.low_ms, interval.high_ms],
+        "saving_interval": interval.as_dict(),
+        "no_graphs_step_ms": model.evaluate(()).expected_step_ms,
+        "shipped": shipped_fields(model, search),
+    }
+
+
+def shipped_fields(model: CostModel, search: SearchResult) -> dict[str, Any]:
+    """summary.json's `shipped`: the list the deployment files carry, why, the policy, and where the other list's
+    files are."""
+    ship = shipping(model, search)
+    files = model.engine.files
+    return {"list": ship.name, "capture_sizes": list(ship.evaluation.capture_sizes), "policy": search.ship,
+            "why": ship.why, "files": list(files),
+            "other": None if ship.other is None else {
+                "list": ship.other[0], "capture_sizes": list(ship.other[1].capture_sizes),
+                "files": [alternative_name(f, ship.other[0]) for f in files]}}
+
+
+def _seconds(s: float | None) -> str:
+    return "? s (no capture_s in the profile)" if s is None else f"{s:.1f} s"
+
+
+def decision_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation],
+                   interval: SavingInterval) -> list[str]:
+    """The report's lines after the decision: how sure the saving is, and the compact list beside the tuned one."""
+    return ["", *_interval_lines(model, interval), "", *_compact_lines(model, search, table)]
+
+
+def _interval_lines(model: CostModel, iv: SavingInterval) -> list[str]:
+    default = model.engine.list_label("default")
+    drawn = (f"{iv.replicates} replicates, seed {iv.seed}, the cost model refitted on the profile with each timed "
+             f"reading re-drawn: {iv.from_samples} from their raw samples, {iv.from_iqr} from their IQR (a normal of "
+             f"sigma IQR/1.349, median of {iv.iqr_samples}), {iv.fixed} without spread")
+    if not iv.replicates:
+        drawn = (f"no timed reading of the profile has any spread: its {iv.fixed} readings kept no samples and an IQR "
+                 f"of 0, or samples all alike; so the interval is the point")
+    line = (f"How sure: the tuned list saves {iv.point_ms:+.4f} ms per step against the {default} list; "
+            f"{iv.level:.0%} bootstrap interval **[{iv.low_ms:+.4f}, {iv.high_ms:+.4f}] ms** ({drawn}).")
+    if iv.includes_zero:
+        line += (" **The interval includes 0: within the profile's timing spread the tuned list may save nothing "
+                 "against the default.**")
+    return [line]
+
+
+def _compact_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> list[str]:
+    choice = compact_of(model, search)
+    c, t = table["compact"], table["tuned"]
+    what = counted_name(model)
+    head = (f"Compact list (the least {what} whose expected step is within {choice.tolerance:.1%} of the fastest "
+            f"list's {choice.fastest_ms:.4f} ms, `--tolerance {choice.tolerance:g}`)")
+    proof = compact_proof(model, choice)
+    if proof:
+        head += f" ({proof})"
+    if c.capture_sizes == t.capture_sizes:
+        return [f"{head}: the tuned list itself; no list within the tolerance "
+                f"{'was found that counts' if proof else 'counts'} less {what}."]
+    share = choice.saved_share(model, t)
+    slower = c.expected_step_ms / t.expected_step_ms - 1 if t.expected_step_ms > 0 else 0.0
+    lines = [
+        f"{head}: {len(c.capture_sizes)} graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}: "
+        f"`{list(c.capture_sizes)}`",
+        "",
+        f"| | graphs | expected step (ms) | {what} | real pool | KV cache | capture |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, e in (("tuned", t), ("compact", c)):
+        lines.append(f"| {name} | {len(e.capture_sizes)} | {e.expected_step_ms:.4f} "
+                     f"| {mem_text(model, counted_bytes(model, e))} | {mem_text(model, e.graph_memory_bytes)} "
+                     f"| {mem_text(model, e.kv_available_bytes)} | {_seconds(capture_s(model, e))} |")
+    lines.append("")
+    if choice.recommended(model, t):
+        lines.append(f"**Recommended: the compact list.** It saves {share:.0%} of the tuned list's {what} (at least "
+                     f"{RECOMMEND_SAVING:.0%}) for {slower:+.2%} of expected step.")
+    else:
+        lines.append(f"It saves {share:.0%} of the tuned list's {what}, less than {RECOMMEND_SAVING:.0%}: the tuned "
+                     f"list stays the recommendation.")
+    ship = shipping(model, search)
+    files = model.engine.files
+    lines.append(f"**Shipped: the {'compact' if ship.name == 'compact' else 'tuned (fastest)'} list** "
+                 f"({ship.why}), in {', '.join(f'`{f}`' for f in files)}"
+                 + (f"; the {ship.other[0]} list's files stand beside them: "
+                    f"{', '.join(f'`{alternative_name(f, ship.other[0])}`' for f in files)}" if ship.other else "")
+                 + " (`--ship fastest|compact|auto`).")
+    return lines
+
+
+def no_graphs_lines(model: CostModel) -> list[str]:
+    """The expected step with no graphs at all, the drafter's passes included (the empty list under the model)."""
+    e = model.evaluate(())
+    drafter = (f" ({e.expected_step_ms - e.drafter_step_ms:.4f} ms target + {e.drafter_step_ms:.4f} ms drafter)"
+               if e.drafter_step_ms else "")
+    return [f"No graphs at all: {e.expected_step_ms:.4f} ms per step{drafter}."]
+
+
+@dataclass(frozen=True)
+class Shipping:
+    """The list a run's deployment files carry, and the other one, whose files stand beside them."""
+
+    name: str
+    """`compact` or `fastest` (the tuned list)."""
+    evaluation: Evaluation
+    why: str
+    """Why this one, in a sentence (the files' comments, the report, summary.json)."""
+    other: tuple[str, Evaluation] | None
+    """The list not shipped (its files take the suffix `.<name>`), None when both are the same list."""
+
+
+def shipping(model: CostModel, search: SearchResult) -> Shipping:
+    """Which list ships under `search.ship`: `auto` ships the compact list when it is recommended (it saves at least
+    RECOMMEND_SAVING of the fastest list's counted memory within the tolerance), else the fastest; a list measured
+    fastest on the GPU (`cgtune tune --validate`) ships as measured."""
+    choice = compact_of(model, search)
+    c, t = choice.evaluation, search.chosen
+    if c.capture_sizes == t.capture_sizes:
+        return Shipping("fastest", t, "the fastest list is also the compact one", None)
+    what = counted_name(model)
+    share = choice.saved_share(model, t)
+    slower = c.expected_step_ms / t.expected_step_ms - 1 if t.expected_step_ms > 0 else 0.0
+    saving = f"the compact list saves {share:.0%} of the fastest list's {what} for {slower:+.2%} of expected step"
+    if search.source == "gpu-validated":
+        return Shipping("fastest", t, "measured fastest on the GPU (`cgtune tune --validate`)", ("compact", c))
+    if search.ship == "compact":
+        return Shipping("compact", c, f"--ship compact: {saving}", ("fastest", t))
+    if search.ship == "fastest":
+        return Shipping("fastest", t, f"--ship fastest ({saving})", ("compact", c))
+    if choice.recommended(model, t):
+        return Shipping("compact", c, f"recommended (--ship auto): {saving}, at least {RECOMMEND_SAVING:.0%}",
+                        ("fastest", t))
+    return Shipping("fastest", t, f"--ship auto: {saving}, less than the {RECOMMEND_SAVING:.0%} that would "
+                                  f"recommend it", ("compact", c))
+
+
+def alternative_name(filename: str, list_name: str) -> str:
+    """The file of the list not shipped: `vllm-serve.yaml` -> `vllm-serve.fastest.yaml`."""
+    stem, dot, ext = filename.rpartition(".")
+    return f"{stem}.{list_name}.{ext}" if dot else f"{filename}.{list_name}"
+
+
+def shipped_line(model: CostModel, search: SearchResult, run_dir: Path, count: Callable[[tuple[int, ...]], str]
+                 ) -> str:
+    """The list the run's files carry and the other list's files, in one line; `count` words a list in the engine's
+    unit ("147 graphs, max 2176")."""
+    ship = shipping(model, search)
+    first = model.engine.files[0]
+    fastest = f"fastest ({search.source})"
+    line = (f"shipped: the {fastest if ship.name == 'fastest' else ship.name} list "
+            f"({count(ship.evaluation.capture_sizes)}) in {run_dir / first}")
+    if ship.other is not None:
+        name, other = ship.other
+        line += (f"; the {fastest if name == 'fastest' else name} list ({count(other.capture_sizes)}) in "
+                 f"{run_dir / alternative_name(first, name)}")
+    return line
+
+
+def ship_reason(source: str, gap: float | None, exact_proven: bool) -> str | None:
+    """Why the tuned list is the study's best or the exact solver's list (`SearchResult.source`, the study's best
+    over the exact solver's list minus 1, and whether that list is the proven optimum); None for the other
+    sources."""
+    if source == "study" and gap is not None:
+        if gap < 0:  # only where the exact solver's answer is not proven optimal (its time budget ran out)
+            return (f"The optuna study's best is {-gap:.2%} faster than the exact solver's list, which is not proven "
+                    f"optimal (see Search).")
+        what = "the exact optimum" if exact_proven else "the exact solver's list"
+        return f"The optuna study's best is within {gap:.2%} of {what}."
+    if source != "exact":
+        return None
+    if gap is None:
+        why = "no study trial was feasible."
+    elif gap > STUDY_TOLERANCE:
+        why = f"the study's best was not within {STUDY_TOLERANCE:.0%} of it ({gap:.2%} slower)."
+    else:
+        why = f"it is at least as fast as the study's best ({gap:.2%} apart) with no more graph memory."
+    return "**The exact solver's answer is used**: " + why

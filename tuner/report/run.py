@@ -1,0 +1,629 @@
+"""Render a search into report.md, PNG plots and summary.json: the tuned list beside vLLM's default and the other
+comparison lists (evaluated in `tuner.report.compare`), under vLLM's memory rule (its graph-memory estimate, the real
+pool, the KV cache it sizes), with what the tuned list changes and what it risks."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner import __version__
+from tuner.engines.engine import Engine
+from tuner.engines.registry import ENGINE_FILES
+from tuner.model.costmodel import MODEL_SETTINGS, CostModel, Evaluation, crossover_width
+from tuner.profile.host_cost import host_line
+from tuner.report import decision
+from tuner.report.compare import (
+    comparison,
+    kv_tokens,
+    max_concurrency,
+    off_peak,
+    sglang_sizes,
+    what_changed,
+    widest_sizes,
+)
+from tuner.report.plots import PLOTS, log_axis, profile_provenance, render_plots
+from tuner.report.text import sizes_text
+from tuner.search.saving_interval import SavingInterval
+from tuner.search.study import SearchResult
+from tuner.workload.spec import Workload
+
+__all__ = [
+    "PLOTS",
+    "RUN_FILES",
+    "RunIdentity",
+    "SUMMARY_KEYS",
+    "clear_run",
+    "comparison",
+    "load_run",
+    "log_axis",
+    "profile_provenance",
+    "recorded_model_settings",
+    "recorded_origin",
+    "render_markdown",
+    "render_plots",
+    "run_conflict",
+    "run_identity",
+    "sglang_sizes",
+    "summary",
+    "summary_json",
+    "widest_sizes",
+    "words_of",
+    "write_run",
+]
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+SUMMARY_KEYS = ("default", "tuned", "compact", "exact", "widest", "ideal")
+"""Lists summary.json always holds, each with its latency, vLLM's graph-memory estimate, the real pool, the KV cache
+vLLM sizes (bytes, tokens, max concurrency), the capture headroom, the list that runs, and `feasible`."""
+VLLM_TYPICAL_KERNELS_PER_LAYER = "10-12"
+"""Fused kernels one Llama decoder layer of vLLM launches eagerly (issue 11)."""
+_NOISY_NOTE = "flagged noisy: IQR/median of the timing above 5%"
+
+
+def words_of(engine: Engine) -> Any:
+    """The module that words a run's report, summary and console lines for the engine's unit and rules
+    (`Engine.report_words`: `tuner.report.vllm_words`, `tuner.report.request_words`), each asking the engine for its own
+    words."""
+    return importlib.import_module(engine.report_words)
+
+
+# ---------------------------------------------------------------------------------------------- figures
+def _meta(model: CostModel, profile_name: str | None = None) -> dict[str, Any]:
+    """The run's provenance; `profile_name`: the profile the run was searched on, where the model now reads a copy
+    (a re-render reads the run's own profile.csv)."""
+    meta = model.profile.metadata
+    return {
+        "device_name": meta.get("device_name"),
+        "profile": profile_name or (str(model.profile.path) if model.profile.path else None),
+        "profile_command": meta.get("command"),
+        "profile_created_at": meta.get("created_at"),
+        "workload": {"name": model.workload.name, "hash": model.workload.content_hash},
+    }
+
+
+def _noise(model: CostModel) -> dict[str, Any]:
+    decision = model.decision_widths()
+    flagged = sorted(set(model.noisy_widths) & set(decision))
+    return {"count": len(flagged), "decision_widths": len(decision), "share": model.noisy_share,
+            "widths": flagged, "flagged_in_profile": len(model.noisy_widths)}
+
+
+def _figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
+    """summary.json's figures of one list: every engine's, then the engine's own (the list in its unit)."""
+    return {**_list_figures(model, e), **words_of(model.engine).figures(model, e)}
+
+
+def _list_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
+    return {
+        "capture_sizes": list(e.capture_sizes),
+        "runs_as": list(e.runs_as),
+        "expected_step_ms": e.expected_step_ms,
+        "per_token_ms": e.per_token_ms,
+        "num_graphs": len(e.capture_sizes),
+        "capture_s": decision.capture_s(model, e),
+        "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
+        "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
+        "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
+        "graph_memory_bytes": e.graph_memory_bytes,
+        "kv_available_bytes": e.kv_available_bytes,
+        "kv_tokens": kv_tokens(model, e),
+        "max_concurrency": max_concurrency(model, e),
+        "kv_margin_bytes": e.kv_margin_bytes,
+        "capture_headroom_bytes": e.capture_headroom_bytes,
+        "drafter_step_ms": e.drafter_step_ms,
+        "drafter_graph_bytes": e.drafter_graph_bytes,
+        "starts": e.starts,
+        "capture_fits": e.capture_fits,
+        "feasible": e.feasible,
+        "why_infeasible": e.why_infeasible,
+    }
+
+
+def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
+            interval: SavingInterval | None = None, command: str = "",
+            profile_name: str | None = None) -> dict[str, Any]:
+    """summary.json: each list's figures (`_figures`), vLLM's memory rule, what changed, off-peak figures, noise, the
+    model settings, the compact choice and the saving's interval (`tuner.report.decision`; `interval`: computed
+    already), plus provenance."""
+    b = model.budget
+    d, t = table["default"], table["tuned"]
+    meta = model.profile.metadata
+    changed = what_changed(model, d, t)
+    peak = off_peak(model, d, t)
+    out: dict[str, Any] = {name: _figures(model, e) for name, e in table.items()}
+    out.update({
+        "required_kv_bytes": b.required_kv_bytes,
+        "capture_sizes": list(search.chosen.capture_sizes),
+        "runs_as": list(search.chosen.runs_as),
+        "source": search.source,
+        "engine": model.serving.engine,
+        "model_runner": model.runner,
+        "model_runner_requested": model.serving.model_runner,
+        "runner_reason": model.engine.runner_reason,
+        "cudagraph_mode": model.cudagraph_mode,
+        "total_memory_bytes": b.total_memory_bytes,
+        "requested_bytes": b.requested_bytes,
+        "non_kv_cache_bytes": b.non_kv_cache_bytes,
+        "estimate_cudagraph_memory": b.estimate_enabled,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "max_model_len": model.serving.max_model_len,
+        # The engine's own fields: vLLM's estimate, log lines and gpu_memory_utilization; another engine's block.
+        **words_of(model.engine).summary_block(model, table),
+        "what_changed": {
+            "added": list(changed.added), "removed": list(changed.removed), "default_max": changed.default_max,
+            "above_default_max": [{"num_tokens": c.num_tokens, "vllm_graph_estimate_bytes": c.estimate_bytes,
+                                   "graph_memory_bytes": c.real_bytes, "saved_ms": c.saved_ms}
+                                  for c in changed.above_max],
+        },
+        "off_peak": {"default_step_ms": peak.default_step_ms, "tuned_step_ms": peak.tuned_step_ms,
+                     "tuned_slower": peak.tuned_slower, "one_request_width": peak.one_request_width,
+                     "default_pads_to": peak.default_pads_to, "tuned_pads_to": peak.tuned_pads_to},
+        "noisy_widths": _noise(model),
+        "outliers": [vars(o) | {"dropped": not model.allow_outliers} for o in model.outliers],
+        "cost_model": model.settings(),
+        "eager_step_ms": model.eager_step_ms(),
+        "crossover_width": crossover_width(model.profile),
+        "profile_measured": profile_provenance(model)[0],
+        "compiled": meta.get("compiled"),
+        "compile_s": meta.get("compile_s"),
+        "eager_kernels_per_layer": meta.get("eager_kernels_per_layer"),
+        "study": {"name": search.study_name, "storage": search.storage, "objective": search.objective,
+                  **search.trials, "gap_to_exact": search.gap},
+        "exact_memory_unit_bytes": search.exact.memory_unit_bytes,
+        "exact_memory": search.exact.exact_memory,
+        "exact_resource": search.exact.resource,
+        "exact_lower_bound_ms": search.exact.lower_bound_ms,
+        "exact_gap_bound": search.exact.gap,
+        "exact_stopped_early": search.exact.stopped_early,
+        "exact_unproven": list(search.exact.unproven),
+        "notes": list(search.notes),
+        "cgtune_version": __version__,
+        "command": command or None,
+        **decision.summary_fields(model, search, table, interval or decision.interval_of(model, table)),
+        **_meta(model, profile_name),
+    })
+    return out
+
+
+def recorded_model_settings(run_dir: str | Path) -> dict[str, Any]:
+    """The CostModel settings a run directory's summary.json records (`cost_model`; {} when it records none)."""
+    try:
+        recorded = json.loads((Path(run_dir) / "summary.json").read_text()).get("cost_model")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {k: recorded[k] for k in MODEL_SETTINGS if isinstance(recorded, dict) and k in recorded}
+
+
+def recorded_origin(run_dir: str | Path) -> tuple[str | None, str | None]:
+    """(the command that made the run, the profile it was searched on) as its summary.json records them; None where
+    it records none (a run older than the field, or no summary)."""
+    try:
+        data = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    command, profile = data.get("command"), data.get("profile")
+    return (command if isinstance(command, str) else None), (profile if isinstance(profile, str) else None)
+
+
+# ---------------------------------------------------------------------------------------------- markdown
+def _provenance_lines(model: CostModel, profile_name: str | None = None) -> list[str]:
+    meta = _meta(model, profile_name)
+    measured, origin = profile_provenance(model)
+    made = f"made by `{meta['profile_command']}`" if meta["profile_command"] else "command not recorded"
+    if meta["profile_created_at"]:
+        made += f" at {meta['profile_created_at']}"
+    device = (f"**{meta['device_name']}**" if measured else
+              f"**none: synthetic/hand-made profile, not a measurement** (device_name: {meta['device_name']!r})")
+    md = model.profile.metadata
+    compiled = md.get("compiled")
+    if compiled is True:
+        compile_s = md.get("compile_s")
+        step = "compiled with torch.compile, as vLLM runs it" + (
+            f" (compiling took {compile_s:.1f} s, once per sweep)" if isinstance(compile_s, int | float) else "")
+    elif compiled is False:
+        step = "plain eager PyTorch, not compiled (vLLM's -O0 / enforce_eager)"
+    else:
+        step = "compile setting not recorded"
+    kernels = md.get("eager_kernels_per_layer")
+    kernels_text = (f"{kernels:g} CUDA kernels per layer in one eager step" if isinstance(kernels, int | float)
+                    else "CUDA kernels per layer not recorded")
+    s = model.serving
+    host = host_line(md)
+    return [
+        f"- device: {device}; profile `{meta['profile']}` ({made})",
+        f"- eager baseline: {step}; {kernels_text} (vLLM's Llama layer: about {VLLM_TYPICAL_KERNELS_PER_LAYER} "
+        f"fused kernels)" + (f"; {host}" if host else ""),
+        f"- workload: `{model.workload.name}` (hash {model.workload.content_hash}), q = {model.q}, "
+        f"{model.engine.field_name('max_num_seqs')} {s.max_num_seqs}, "
+        f"{model.engine.field_name('max_model_len')} {s.max_model_len}",
+        words_of(model.engine).provenance_line(model),
+    ]
+
+
+def _noise_line(model: CostModel) -> str:
+    n = _noise(model)
+    if not n["decision_widths"]:
+        return "- timing noise: no decision widths"
+    line = (f"- timing noise: {n['count']} of the {n['decision_widths']} widths the decision rests on "
+            f"({n['share']:.0%}) are {_NOISY_NOTE}")
+    if n["count"]:
+        line += f" ({sizes_text(n['widths'], 12)})"
+    if n["share"] > 0.25:
+        line += "; **more than a quarter: treat the choice with care (searched with --allow-noisy)**"
+    return line
+
+
+def _source_lines(search: SearchResult) -> list[str]:
+    """How the tuned list was found: the study's best within 1% of the exact optimum, or the exact answer, and why."""
+    why = decision.ship_reason(search.source, search.gap, search.exact.exact_memory)
+    return [why] if why else []
+
+
+def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+    d, t = table["default"], table["tuned"]
+    p = off_peak(model, d, t)
+    change = p.tuned_step_ms / p.default_step_ms - 1 if p.default_step_ms > 0 else 0.0
+    lines = [
+        "## Off-peak traffic",
+        "",
+        f"Under off-peak decode traffic alone (uniform over 1..{model.serving.max_num_seqs} requests, "
+        f"{model.engine.field_name('max_num_seqs')}), the expected "
+        f"step is {p.tuned_step_ms:.4f} ms with the tuned list vs {p.default_step_ms:.4f} ms with "
+        f"{model.engine.default_name} "
+        f"({change:+.1%}).",
+    ]
+
+    def pads(x: int | None) -> str:
+        return "runs eager" if x is None else f"replays the {x}-token graph"
+
+    if p.tuned_slower:
+        padding = ("" if p.tuned_pads_to == p.default_pads_to else
+                   f" A one-request decode step ({p.one_request_width} token{'s' if p.one_request_width > 1 else ''}) "
+                   f"{pads(p.tuned_pads_to)} under the tuned "
+                   f"list and {pads(p.default_pads_to)} under the default.")
+        lines += ["", f"**Warning: the tuned list is slower than {model.engine.default_name} off-peak.**"
+                      f"{padding} "
+                      f"`cgtune tune --off-peak-weight W` mixes a share W of this traffic into the objective, to buy "
+                      f"robustness explicitly."]
+    weight = model.off_peak_weight
+    lines += ["", f"This search weighed {weight:.0%} off-peak traffic into its objective (`--off-peak-weight "
+                  f"{weight:g}`)." if weight else "This search weighed the workload's traffic alone "
+                  "(`--off-peak-weight 0`).", ""]
+    return lines
+
+
+def _exact_line(search: SearchResult) -> str:
+    ex = search.exact
+    axis = "vLLM's graph-memory estimate" if ex.resource == "estimate" else "the real graph pool"
+    unit = f"{ex.memory_unit_bytes:,} B" + (f" ({ex.memory_unit_bytes / MIB:.3f} MiB)"
+                                            if ex.memory_unit_bytes >= MIB // 16 else "")
+    if ex.exact_memory:
+        how = "every memory figure is a whole number of units, so its answer is the proven optimum"
+    else:
+        how = ex.caveat("its answer")
+    return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
+
+
+def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
+                    command: str = "", plots_dir: str = "plots", interval: SavingInterval | None = None,
+                    profile_name: str | None = None) -> str:
+    """report.md text (`interval`: the saving's interval, computed already; `profile_name`: as `_meta`)."""
+    words = words_of(model.engine)
+    # How the list was found, how sure its saving is and the compact list beside it: every engine's words alike.
+    how_found = _source_lines(search) + decision.decision_lines(model, search, table,
+                                                                interval or decision.interval_of(model, table))
+    lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model, profile_name),
+             *words.memory_rule_lines(model, table), _noise_line(model),
+             f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""), "", "## Decision", "",
+             *words.decision_lines(model, table, search.source, how_found), ""]
+    cross = crossover_width(model.profile)
+    lines += [
+        "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
+                         f"work of a step hides its CPU launch cost)." if cross is not None else
+                         "a FULL graph saves at least 2% of the eager step at every measured width."),
+        "",
+        *words.what_changed_lines(model, table),
+        *_off_peak_lines(model, table),
+        *words.side_by_side_lines(model, table),
+        "## Search",
+        "",
+        (f"- study `{search.study_name}` in `{search.storage}` (objective {search.objective}): "
+         + ", ".join(f"{k} {v}" for k, v in search.trials.items()) if search.trials else
+         "- no optuna study: the exact solver's answer is the tuned list"),
+        _exact_line(search),
+        "",
+        "## Lists",
+        "",
+    ]
+    lines += words.list_lines(model, table)
+    # The exact solver's caveat is stated once, in the Search section; the search's own note says it again.
+    notes = [n for n in search.notes if not n.startswith("the exact solver's answer fits both memory conditions")]
+    if notes:
+        lines += ["", "## Assumptions and notes", ""] + [f"- {n}" for n in notes]
+    _, origin = profile_provenance(model)
+    lines += ["", "## Plots", "", f"Profile numbers in every plot: {origin}.", ""]
+    captions = ["Eager vs graph latency by width (tuned widths marked)",
+                "Graph memory by width (tuned widths marked)",
+                "Step widths: decode steps zoomed, mixed steps on their own axis",
+                "Latency vs graph memory (Pareto front)"]
+    lines += [f"![{c}]({plots_dir}/{p})" for c, p in zip(captions, PLOTS)]
+    lines += ["", words.files_line(model), ""]
+    return "\n".join(lines)
+
+
+def summary_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- run directory
+RUN_FILES = ("profile.csv", "profile.json", "workload.yaml", "search.json", "summary.json", "report.md")
+"""Files a run directory holds besides the vLLM files and plots/ (and study.db with the default storage)."""
+
+
+def _run_outputs() -> tuple[str, ...]:
+    """Files every write_run renders again (report.md only with report=True; only its own engine's list files, of
+    every engine registered, and the other list's beside them): one left from an earlier run is stale."""
+    lists = [name for files in ENGINE_FILES.values() for name in files]
+    others = [decision.alternative_name(name, which) for name in lists for which in ("fastest", "compact")]
+    return (*lists, *others, "search.json", "summary.json", "report.md")
+
+
+def _with_list(provenance: Any, name: str, why: str, e: Evaluation) -> Any:
+    """The files' provenance with which list they carry and why."""
+    import dataclasses
+
+    label = "compact list" if name == "compact" else "fastest (tuned) list"
+    return dataclasses.replace(provenance, extra={
+        "list": f"the {label}, {len(e.capture_sizes)} graphs: {why}",
+        **provenance.extra, "expected_step_ms": f"{e.expected_step_ms:.4f} under the cgtune cost model"})
+
+
+def _copy_inputs(staging: Path, model: CostModel) -> None:
+    """Copy the profile and workload in, so `cgtune report RUN_DIR` re-renders without the originals."""
+    import shutil
+
+    src = model.profile.path
+    assert src is not None
+    if src.resolve() == (staging.parent / "profile.csv").resolve():
+        return  # re-rendering a run directory from its own copies
+    shutil.copyfile(src, staging / "profile.csv")
+    shutil.copyfile(src.with_suffix(".json"), staging / "profile.json")
+    wl = model.workload
+    if wl.path is not None and wl.path.is_file():
+        shutil.copyfile(wl.path, staging / "workload.yaml")
+        trace = (wl.spec.get("traffic") or {}).get("trace")
+        if isinstance(trace, str) and not Path(trace).is_absolute() and ".." not in Path(trace).parts:
+            (staging / trace).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(wl.path.parent / trace, staging / trace)
+    else:
+        import yaml
+
+        (staging / "workload.yaml").write_text(yaml.safe_dump(wl.spec, sort_keys=False))
+
+
+def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, command: str = "",
+              plots: bool = True, report: bool = True, copy_inputs: bool = True,
+              profile_name: str | None = None) -> list[Path]:
+    """Write every output file of a run: rendered in a staging folder inside run_dir, then moved into place,
+    so an error or interruption never leaves a half-written report beside a finished one. `command`: the command
+    that made the run; `profile_name`: the profile it was searched on, where the model reads a copy (`cgtune
+    report` passes both as the run's summary.json records them, so a re-render says what the run said)."""
+    import datetime
+    import os
+    import shutil
+    import tempfile
+
+    from tuner.engines.vllm.emit import Provenance
+
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".cgtune-staging-", dir=run))
+    try:
+        if copy_inputs:
+            _copy_inputs(staging, model)
+        table = comparison(model, search)
+        interval = decision.interval_of(model, table)  # drawn once: summary.json and report.md both show it
+        data = summary(model, search, table, interval=interval, command=command, profile_name=profile_name)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        provenance = Provenance(
+            __version__, data["profile"] or "?", str(data["device_name"]),
+            f"{model.workload.name} ({model.workload.content_hash})", now,
+            {"source": search.source, "expected_step_ms": f"{search.chosen.expected_step_ms:.4f} "
+             f"({model.engine.list_label('default')} {search.default.expected_step_ms:.4f}) under the cgtune cost "
+             f"model"},
+        )
+        # The engine's own files, its list in its own unit (EmitError: one line): the shipped list's under the engine's
+        # names, the other list's beside them under names that say which it is.
+        ship = decision.shipping(model, search)
+        files = model.engine.render_files(ship.evaluation.capture_sizes, model.workload.deployment,
+                                          cudagraph_mode=model.cudagraph_mode,
+                                          provenance=_with_list(provenance, ship.name, ship.why, ship.evaluation))
+        if ship.other is not None:
+            other_name, other = ship.other
+            alt = model.engine.render_files(other.capture_sizes, model.workload.deployment,
+                                            cudagraph_mode=model.cudagraph_mode,
+                                            provenance=_with_list(provenance, other_name,
+                                                                  f"not shipped; the {ship.name} list is ({ship.why})",
+                                                                  other))
+            renamed = {name: decision.alternative_name(name, other_name) for name in alt}
+            for name, text in alt.items():
+                # The files name each other (`usage: vllm serve --config vllm-serve.yaml`): point them at their own set.
+                for standard, own in renamed.items():
+                    text = text.replace(standard, own)
+                files[renamed[name]] = text
+        files["search.json"] = json.dumps(search.to_dict(), indent=2) + "\n"
+        files["summary.json"] = summary_json(data)
+        validation: dict[str, Any] | None = None
+        if report:
+            files["report.md"] = render_markdown(model, search, table, command=command, interval=interval,
+                                                 profile_name=profile_name)
+            from tuner.report.validation import section_for_run  # keeps `cgtune validate`'s section on re-render
+
+            if section := section_for_run(run, search.chosen.capture_sizes):
+                files["report.md"] += "\n" + section
+                validation = json.loads((run / "validation.json").read_text())
+        for name, text in files.items():
+            (staging / name).write_text(text)
+        if plots:
+            render_plots(model, search, table, staging / "plots")
+        if validation is not None:  # the kept section shows this plot: render it with the rest, not left over
+            from tuner.report.validation import PLOT, render_plot
+
+            (staging / "plots").mkdir(exist_ok=True)
+            render_plot(validation, staging / "plots" / PLOT)
+        written = []
+        for path in sorted(staging.rglob("*")):
+            if path.is_file():
+                target = run / path.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+                written.append(target)
+        _remove_stale(run, written)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale(run: Path, written: list[Path]) -> list[Path]:
+    """Remove the outputs an earlier run left that this one did not write (report.md after a `search`, a plot this
+    run does not draw), so every output in the directory describes the same run."""
+    keep = set(written)
+    stale = [run / name for name in _run_outputs() if (run / name).is_file() and run / name not in keep]
+    plots = run / "plots"
+    if plots.is_dir():
+        stale += [p for p in sorted(plots.glob("*.png")) if p not in keep]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        log.info("removed outputs of an earlier run: %s", ", ".join(str(p.relative_to(run)) for p in stale))
+    if plots.is_dir() and not any(plots.iterdir()):
+        plots.rmdir()
+    return stale
+
+
+# ---------------------------------------------------------------------------------------------- run identity
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which workload and profile the files of a run directory describe."""
+
+    workload: str
+    """Workload name."""
+    workload_hash: str | None
+    """Its content hash (None when the directory does not say)."""
+    profile: str
+    """The profile the run was searched on: its original path, or the copy's name."""
+    profile_hash: str | None
+    """`tuner.search.study.profile_hash` of the profile CSV + JSON (None when unknown, or not measured yet)."""
+
+    def describe(self) -> str:
+        return (f"workload {self.workload} (hash {self.workload_hash or '?'}) on profile {self.profile}"
+                + (f" (hash {self.profile_hash})" if self.profile_hash else ""))
+
+
+def run_identity(run_dir: str | Path) -> RunIdentity | None:
+    """The run a directory holds (from its summary.json, workload and profile copies), None when it holds none; a
+    `study.db` or `profile-sweep/` alone is no run."""
+    from tuner.search.study import profile_hash
+
+    run = Path(run_dir)
+    if not run.is_dir() or not any((run / n).is_file() for n in (*RUN_FILES, *_run_outputs())):
+        return None
+    name: str = "?"
+    whash: str | None = None
+    profile = "profile.csv"
+    try:
+        data = json.loads((run / "summary.json").read_text())
+        name, whash = str(data["workload"]["name"]), str(data["workload"]["hash"])
+        profile = str(data.get("profile") or profile)
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            from tuner.workload.spec import load_workload
+
+            wl = load_workload(run / "workload.yaml")
+            name, whash = wl.name, wl.content_hash
+        except ValueError:  # no readable workload copy either: an unknown run, which no new run matches
+            pass
+    phash = profile_hash(run / "profile.csv") if (run / "profile.csv").is_file() else None
+    return RunIdentity(name, whash, profile, phash)
+
+
+def run_conflict(run_dir: str | Path, workload: Workload, profile_csv: str | Path | None) -> str | None:
+    """None when run_dir is empty or holds this workload's run on this profile (profile_csv None: not measured
+    yet, so only the workload is compared); else one line naming what it holds and what this run is."""
+    from tuner.search.study import profile_hash
+
+    held = run_identity(run_dir)
+    if held is None:
+        return None
+    phash = profile_hash(profile_csv) if profile_csv is not None and Path(profile_csv).is_file() else None
+    same_workload = held.workload_hash is not None and held.workload_hash == workload.content_hash
+    same_profile = phash is None or (held.profile_hash is not None and held.profile_hash == phash)
+    if same_workload and same_profile:
+        return None
+    new = RunIdentity(workload.name, workload.content_hash, str(profile_csv) if profile_csv else "(to be measured)",
+                      phash)
+    return f"{run_dir} holds the run of {held.describe()}, not of {new.describe()}"
+
+
+def clear_run(run_dir: str | Path, *, keep: tuple[str | Path, ...] = ()) -> list[Path]:
+    """Remove what cgtune wrote into a run directory (outputs, input copies with the trace a workload copy names,
+    validation.json, plots/, the default study.db), keeping profile-sweep/ (measurements, named by workload), any
+    file cgtune does not write and the files in `keep` (the new run's own inputs, when they sit there); returns
+    what was removed."""
+    import shutil
+
+    run = Path(run_dir)
+    kept = {Path(k).resolve() for k in keep}
+    names = [*_run_outputs(), *RUN_FILES, "validation.json", "study.db", "study.db-wal", "study.db-shm",
+             "study.db.cgtune-claim.lock"]
+    try:
+        import yaml
+
+        trace = ((yaml.safe_load((run / "workload.yaml").read_text()) or {}).get("traffic") or {}).get("trace")
+        if isinstance(trace, str) and not Path(trace).is_absolute() and ".." not in Path(trace).parts:
+            names.append(trace)  # as _copy_inputs copies it
+    except (OSError, ValueError, AttributeError):
+        pass
+    removed = []
+    for name in dict.fromkeys(names):
+        path = run / name
+        if (path.is_file() or path.is_symlink()) and path.resolve() not in kept:
+            path.unlink()
+            removed.append(path)
+    for path in [run / "plots", *run.glob(".cgtune-staging-*")]:
+        if path.is_dir():
+            shutil.rmtree(path)
+            removed.append(path)
+    return removed
+
+
+def load_run(run_dir: str | Path, *, allow_mismatch: bool | None = None) -> tuple[CostModel, SearchResult]:
+    """The cost model and search of a run directory (from its copied profile and workload), under the model
+    settings its summary.json records (`recorded_model_settings`); `allow_mismatch` overrides the recorded one."""
+    from tuner.model.costmodel import ModelError
+    from tuner.workload.spec import load_workload
+
+    run = Path(run_dir)
+    for name in ("profile.csv", "workload.yaml", "search.json"):
+        if not (run / name).is_file():
+            raise ModelError(f"{run}: no {name} (not a cgtune search or tune output directory)")
+    workload = load_workload(run / "workload.yaml")
+    settings = recorded_model_settings(run)
+    if allow_mismatch is not None:
+        settings["allow_mismatch"] = allow_mismatch
+    model = CostModel.from_files(run / "profile.csv", workload, **settings)
+    try:
+        data = json.loads((run / "search.json").read_text())
+        search = SearchResult.from_dict(data, model)
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ModelError(f"{run / 'search.json'}: unreadable ({type(exc).__name__}: {exc})") from None
+    return model, search

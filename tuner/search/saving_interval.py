@@ -1,0 +1,161 @@
+"""How sure the saving is: a seeded bootstrap interval of the expected step latency the tuned list saves against
+vLLM's default (default - tuned), from the profile's own timing samples.
+
+Each replicate re-draws every timed reading of the profile (each width's eager, graph, LM-head and drafter latency),
+refits the cost model on it and takes the difference again; the interval is the replicates' central percentiles. A
+reading is re-drawn as the median of a resample, with replacement, of its raw samples (the metadata's
+`measurements`), moved by how far that median lies from the sample median, so a replicate without spread is the
+reading itself. A reading whose samples were not kept but whose IQR was is re-drawn as the median of n draws from a
+normal distribution of that IQR around it (sigma = IQR / 1.349, the normal's IQR), n being the median sample count of
+the profile's readings that kept theirs (else its `timing.min_reps`, else 5): the same median's spread, assumed
+normal. A reading with neither stays fixed."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tuner.model.costmodel import CostModel
+from tuner.profile.table import Profile, ProfileRow
+from tuner.workload.spec import Step, Workload
+
+__all__ = ["LEVEL", "REPLICATES", "SEED", "SavingInterval", "saving_interval"]
+
+LEVEL = 0.95
+"""Central share of the replicates the interval spans."""
+REPLICATES = 500
+"""Bootstrap replicates, each refitting the cost model once (about 8 ms on the DFlash test's GPU-scale synthetic
+profile on a 2-core machine, so 4 s); the ends' Monte Carlo error is about 6% of the interval's half-width."""
+SEED = 0
+"""The replicates' seed: the same profile and lists give the same interval."""
+_NORMAL_IQR_SIGMAS = 1.349
+"""A normal distribution's IQR in standard deviations (2 x 0.6745)."""
+_DEFAULT_REPS = 5
+"""`cgtune profile`'s least repetitions per reading, where a profile says nothing of its sample counts."""
+_DRAFTER = "drafter_"
+
+
+@dataclass(frozen=True)
+class SavingInterval:
+    """The interval of (default - tuned) expected step latency, and what it was drawn from."""
+
+    point_ms: float
+    """The saving on the profile as measured."""
+    low_ms: float
+    """Lower end of the interval."""
+    high_ms: float
+    """Upper end."""
+    level: float
+    """Share of the replicates between the ends."""
+    replicates: int
+    """Replicates drawn (0 when no reading has any spread: every replicate would be the point)."""
+    seed: int
+    """The replicates' seed."""
+    from_samples: int
+    """Readings re-drawn from their raw samples."""
+    from_iqr: int
+    """Readings re-drawn from their IQR (no samples kept)."""
+    fixed: int
+    """Readings with no spread to draw from (samples all alike, or an IQR of 0 and no samples)."""
+    iqr_samples: int
+    """n of the normal draws behind an IQR-only reading."""
+
+    @property
+    def includes_zero(self) -> bool:
+        """The interval reaches 0: the profile's spread cannot tell the lists apart."""
+        return self.low_ms <= 0.0 <= self.high_ms
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"point_ms": self.point_ms, "level": self.level, "replicates": self.replicates, "seed": self.seed,
+                "includes_zero": self.includes_zero, "readings_from_samples": self.from_samples,
+                "readings_from_iqr": self.from_iqr, "readings_fixed": self.fixed,
+                "iqr_normal_samples": self.iqr_samples}
+
+
+class _StepsOnce:
+    """The workload with its step distribution computed once: a replicate refits the profile, never the traffic
+    (the steps are most of a refit's time)."""
+
+    def __init__(self, workload: Workload) -> None:
+        self._workload = workload
+        self._steps = workload.steps()
+
+    def steps(self) -> list[Step]:
+        return list(self._steps)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._workload, name)
+
+
+def _samples(metadata: dict[str, Any], row: ProfileRow) -> list[float]:
+    """A reading's raw samples (ms) from the profile metadata's `measurements` (the drafter's under `drafter`)."""
+    if row.mode.startswith(_DRAFTER):
+        metadata = metadata.get("drafter") or {}
+    detail = ((metadata.get("measurements") or {}).get(str(row.num_tokens)) or {}).get(row.mode.removeprefix(_DRAFTER))
+    raw = detail.get("samples_ms") if isinstance(detail, dict) else None
+    if not isinstance(raw, list):
+        return []
+    return [float(x) for x in raw if isinstance(x, int | float) and not isinstance(x, bool) and np.isfinite(x)]
+
+
+def _redraws(profile: Profile, replicates: int, rng: np.random.Generator
+             ) -> tuple[dict[int, np.ndarray], tuple[int, int, int, int]]:
+    """Row index -> the reading's `replicates` re-drawn latencies (rows with spread only), and the counts (from
+    samples, from IQR, fixed, n of an IQR draw)."""
+    md = profile.metadata
+    timed = [(i, r) for i, r in enumerate(profile.rows) if r.status == "ok" and r.latency_ms is not None]
+    samples = {i: _samples(md, r) for i, r in timed}
+    counts = [len(s) for s in samples.values() if s]
+    reps = (md.get("timing") or {}).get("min_reps")
+    n_iqr = int(statistics.median(counts)) if counts else int(reps) if isinstance(reps, int) and reps > 0 \
+        else _DEFAULT_REPS
+    out: dict[int, np.ndarray] = {}
+    from_samples = from_iqr = 0
+    for i, r in timed:
+        s = np.array(samples[i])
+        if len(s) and np.ptp(s) > 0:
+            medians = np.median(s[rng.integers(0, len(s), size=(replicates, len(s)))], axis=1)
+            out[i] = r.latency_ms + medians - np.median(s)
+            from_samples += 1
+        elif not len(s) and r.latency_iqr_ms:
+            sigma = r.latency_iqr_ms / _NORMAL_IQR_SIGMAS
+            out[i] = r.latency_ms + np.median(rng.normal(0.0, sigma, size=(replicates, n_iqr)), axis=1)
+            from_iqr += 1
+    return out, (from_samples, from_iqr, len(timed) - from_samples - from_iqr, n_iqr)
+
+
+def saving_interval(model: CostModel, default_sizes: Sequence[int], tuned_sizes: Sequence[int], *,
+                    replicates: int = REPLICATES, seed: int = SEED, level: float = LEVEL) -> SavingInterval:
+    """The seeded bootstrap interval of (default - tuned) expected step latency (see the module docstring)."""
+    point = model.expected_step_ms(default_sizes) - model.expected_step_ms(tuned_sizes)
+    rng = np.random.default_rng(seed)
+    redrawn, (from_samples, from_iqr, fixed, n_iqr) = _redraws(model.profile, replicates, rng)
+    if not redrawn:
+        return SavingInterval(point, point, point, level, 0, seed, from_samples, from_iqr, fixed, n_iqr)
+    workload = _StepsOnce(model.workload)
+    settings = model.settings()
+    # The refit needs no raw samples: without them it does not scan every width's readings again for noise flags.
+    metadata = {k: v for k, v in model.profile.metadata.items() if k != "measurements"}
+    if isinstance(metadata.get("drafter"), dict):
+        metadata["drafter"] = {k: v for k, v in metadata["drafter"].items() if k != "measurements"}
+    rows = list(model.profile.rows)
+    # Each re-drawn row rebuilt from its fields, the latency put in (dataclasses.replace costs 4x as much per row).
+    parts = [(i, (r.num_tokens, r.mode, r.status), (r.latency_iqr_ms, r.capture_delta_bytes, r.standalone_bytes,
+                                                    r.capture_s), redrawn[i].tolist())
+             for i, r in enumerate(model.profile.rows) if i in redrawn]
+    savings = np.empty(replicates)
+    for k in range(replicates):
+        for i, head, tail, values in parts:
+            # No latency is below 0, though a wide IQR's normal draw can be.
+            rows[i] = ProfileRow(*head, max(values[k], 1e-9), *tail)
+        refit = CostModel(Profile(list(rows), metadata, model.profile.path), workload,  # type: ignore[arg-type]
+                          **settings)  # type: ignore[arg-type]
+        savings[k] = refit.expected_step_ms(default_sizes) - refit.expected_step_ms(tuned_sizes)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(savings, [tail, 100 - tail])
+    return SavingInterval(point, float(low), float(high), level, replicates, seed, from_samples, from_iqr, fixed,
+                          n_iqr)
