@@ -208,6 +208,8 @@ def test_empty_or_non_mapping_file_says_so(tmp_path):
     (",1", "line 3: num_tokens='' must be an integer"),
     ("9000,1", r"line 3: num_tokens=9000 must be in 1..max_num_batched_tokens=8192"),
     ("0,1", r"line 3: num_tokens=0 must be in 1..max_num_batched_tokens=8192"),
+    ("12,13", r"line 3: num_reqs=13 must be in 1..min\(num_tokens=12, max_num_seqs=\d+\)"),
+    ("600,0", r"line 3: num_reqs=0 must be in 1..min\(num_tokens=600, max_num_seqs=\d+\)"),
 ])
 def test_a_bad_trace_value_names_its_column_and_value(tmp_path, row, message):
     (tmp_path / "steps.csv").write_text(f"num_tokens,num_reqs\n8,2\n{row}\n")

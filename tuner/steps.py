@@ -81,8 +81,9 @@ class Traffic:
     """Mean tokens already in each request's KV cache during decode (attention cost)."""
     widths: Distribution | None = None
     """Observed step widths (tokens per step), e.g. from vLLM's iteration-tokens histogram."""
-    trace: tuple[tuple[int, bool], ...] = ()
-    """Per-step `(num_tokens, uniform_decode)` rows from a CSV trace."""
+    trace: tuple[tuple[int, bool, int | None], ...] = ()
+    """Per-step `(num_tokens, uniform_decode, num_reqs)` rows from a CSV trace (num_reqs None where the trace leaves
+    it empty)."""
     source_note: str = ""
     """How the traffic was obtained and what was assumed (free text)."""
 
@@ -100,16 +101,17 @@ def step_distribution(traffic: Traffic, query_lens: Sequence[int]) -> list[Step]
     by_width = decode_steps_by_width(query_lens)
     probs: dict[Step, float] = {}
 
-    def add(width: int, uniform: bool, p: float) -> None:
-        """A decode step carries its requests and query length (a dynamic schedule's tier), read off its width."""
+    def add(width: int, uniform: bool, p: float, reqs: int | None = None) -> None:
+        """A decode step carries its requests and query length (a dynamic schedule's tier), read off its width; a
+        mixed step the requests its trace row names (the drafter's passes run at that many), else None."""
         if p > 0:
-            n, query_len = (by_width.get(width) if uniform else None) or (None, None)
+            n, query_len = (by_width.get(width) if uniform else None) or (reqs, None)
             kind = Step(width, uniform, 0.0, query_len, n)
             probs[kind] = probs.get(kind, 0.0) + p
 
     if t.trace:
-        for width, uniform in t.trace:
-            add(width, uniform, 1.0 / len(t.trace))
+        for width, uniform, reqs in t.trace:
+            add(width, uniform, 1.0 / len(t.trace), reqs)
     elif t.widths is not None:
         # A width histogram does not say which steps were pure decode; assume the widths of a decode step of
         # max_num_seqs requests or fewer were (vLLM's metric has no such label).

@@ -145,7 +145,7 @@ def test_from_trace_references_the_csv_relative_to_the_workload(tmp_path: Path,
     spec = yaml.safe_load(out.read_text())
     assert spec["traffic"]["trace"] == "logs/steps.csv"
     workload = load_workload(out)
-    assert workload.traffic.trace == ((1700, True), (2176, True), (900, False), (17, True))
+    assert workload.traffic.trace == ((1700, True, 100), (2176, True, 128), (900, False, None), (17, True, None))
 
     # --out into folders that do not exist yet: created, as every command's --out; the trace path follows.
     nested = tmp_path / "new" / "deeper" / "traced.yaml"

@@ -305,7 +305,7 @@ def _vllm_base(path: str, flag: str) -> Workload:
 
 
 def _decode_share(workload: Workload) -> float:
-    return sum(1 for _, uniform in workload.traffic.trace if uniform) / len(workload.traffic.trace)
+    return sum(1 for _, uniform, _ in workload.traffic.trace if uniform) / len(workload.traffic.trace)
 
 
 def _wrap(lines: list[str], width: int = 108) -> list[str]:

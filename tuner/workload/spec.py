@@ -399,14 +399,15 @@ def _parse_distribution(r: FieldReader, upper: int, upper_name: str) -> Distribu
     return Distribution("histogram", counts=tuple(sorted(pairs)))
 
 
-def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[int, bool], ...]:
-    """Per-step CSV: `num_tokens`, optional `num_reqs` and `is_uniform_decode` (true/false/1/0)."""
+def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[int, bool, int | None], ...]:
+    """Per-step CSV: `num_tokens`, optional `num_reqs` and `is_uniform_decode` (true/false/1/0); rows of `(num_tokens,
+    uniform_decode, num_reqs or None)`."""
     if not path.is_file():
         raise WorkloadError(f"{where}: {str(path)!r} is not a file")
     engine = engine_of(serving)
     query_lens = engine.decode_query_lens()
     cap_name, budget_name = engine.field_name("max_num_seqs"), engine.field_name("max_num_batched_tokens")
-    rows: list[tuple[int, bool]] = []
+    rows: list[tuple[int, bool, int | None]] = []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         if not reader.fieldnames or "num_tokens" not in reader.fieldnames:
@@ -446,7 +447,10 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
                     what = (f"num_tokens={tokens} is not num_reqs={reqs} x q={query_lens[reqs]} = "
                             f"{reqs * query_lens[reqs]}")
                 raise WorkloadError(f"{at}: is_uniform_decode={flag} but {what}: not a uniform decode step")
-            rows.append((tokens, flag in ("true", "1") if flag else decode))
+            if reqs is not None and not 1 <= reqs <= min(tokens, serving.max_num_seqs):
+                raise WorkloadError(f"{at}: num_reqs={reqs} must be in 1..min(num_tokens={tokens}, "
+                                    f"{cap_name}={serving.max_num_seqs})")
+            rows.append((tokens, flag in ("true", "1") if flag else decode, reqs))
     if not rows:
         raise WorkloadError(f"{where}: {path.name} has no steps")
     return tuple(rows)
