@@ -8,6 +8,8 @@
 #        {sglang,trtllm}_{memory,dispatch,defaults,capture}; ALL: every one of them
 #   SAMPLE=N     mutants drawn per module, seeded (default 100; 0: every mutant)
 #   SEED=K       seed of the draw (default 0)
+#   ONLY=FILE    run only the mutants FILE names (one per line: a previous run's survivors, to re-judge them after
+#                tests were added), instead of a draw
 #   BUDGET_S=S   wall seconds per module, mutmut's clean run included (default 2400); the mutants checked by then
 #                are scored, the rest stay "not checked"
 #   OUT=DIR      per-module work trees and reports (default ${TMPDIR:-/tmp}/cgtune-mutation)
@@ -28,6 +30,9 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-${TMPDIR:-/tmp}/cgtune-mutation}
 SAMPLE=${SAMPLE:-100}
 SEED=${SEED:-0}
+ONLY=${ONLY:-}
+[ -z "$ONLY" ] || [ -f "$ONLY" ] || { echo "mutation.sh: ONLY=$ONLY is not a file" >&2; exit 2; }
+[ -z "$ONLY" ] || ONLY=$(cd "$(dirname "$ONLY")" && pwd)/$(basename "$ONLY")
 BUDGET_S=${BUDGET_S:-2400}
 for var in SAMPLE SEED BUDGET_S; do
   [[ ${!var} =~ ^[0-9]+$ ]] || { echo "mutation.sh: $var=${!var} must be a whole number" >&2; exit 2; }
@@ -45,12 +50,16 @@ FILE[costmodel]=tuner/model/costmodel.py; GLOBS[costmodel]='tuner.model.costmode
 # The cost model's tests: its own file, its drafter side, vLLM's memory cases and the other engines' rules through it
 # (not the solver's brute-force cases, which exact's run covers).
 TESTS[costmodel]='tests/test_costmodel.py tests/test_drafter_cost.py tests/vllm/test_memory.py tests/test_engines.py
-tests/test_outliers.py tests/test_costmodel_dispatch.py
+tests/test_outliers.py tests/test_costmodel_dispatch.py tests/test_calibration.py tests/sglang/test_speculative.py
 -k not(brute_force or cases_are_not_trivial or every_process)'
 FILE[dispatch]=tuner/engines/vllm/dispatch.py; GLOBS[dispatch]='tuner.engines.vllm.dispatch.*'
-TESTS[dispatch]='tests/vllm/test_dispatch.py'
+# vLLM's dispatch and memory rules against their own cases, vLLM 0.33's own code (the oracle, where vLLM is
+# installed) and the cost model that applies them.
+TESTS[dispatch]='tests/vllm/test_dispatch.py tests/vllm/test_vllm_oracle.py tests/test_costmodel_dispatch.py
+tests/vllm/test_drafter.py tests/vllm/test_runner.py'
 FILE[memory]=tuner/engines/vllm/memory.py; GLOBS[memory]='tuner.engines.vllm.memory.*'
-TESTS[memory]='tests/vllm/test_memory.py'
+TESTS[memory]='tests/vllm/test_memory.py tests/vllm/test_vllm_oracle.py tests/test_costmodel.py tests/test_validate.py
+-k not(gpu_box or torch_backend or cpu_eager or build_backend)'
 # The other engines' rulebooks, each against its own tests and the cross-engine cases through the cost model and
 # the solver (their binding cases).
 for eng in sglang trtllm; do
@@ -105,12 +114,14 @@ EOF
   mutmut run --max-children 1 "none.none" > generate.log 2>&1 || true
   mutmut results --all true 2>/dev/null | sed 's/^ *//; s/:.*//' > all.txt
   [ -s all.txt ] || { tail -20 generate.log; return 1; }
-  python3 - all.txt "${GLOBS[$name]}" "$SAMPLE" "$SEED" <<'EOF'
+  python3 - all.txt "${GLOBS[$name]}" "$SAMPLE" "$SEED" "$ONLY" <<'EOF'
 import fnmatch, random, sys
 names = [n for n in open(sys.argv[1]).read().split() if n]
-globs, sample, seed = sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+globs, sample, seed, only = sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 names = sorted(n for n in names if any(fnmatch.fnmatchcase(n, g) for g in globs))
 open("matched.txt", "w").write("".join(f"{n}\n" for n in names))
+if only:
+    names, sample = sorted(set(names) & set(open(only).read().split())), 0
 random.Random(seed).shuffle(names)
 open("sample.txt", "w").write("".join(f"{n}\n" for n in sorted(names if sample <= 0 else names[:sample])))
 EOF

@@ -180,6 +180,50 @@ def test_profile_from_another_model_shape_is_an_error(tmp_path):
         CostModel.from_files(path, wl)
 
 
+def test_a_float_shape_field_matches_within_float_rounding_and_not_beyond(tmp_path):
+    # rope_theta as JSON wrote it back (a last-digit difference) is the same model; a tenth off is another.
+    wl = handmade_workload()
+    theta = wl.model.shape.rope_theta
+    close = handmade_profile(tmp_path / "close", wl, [1, 2], shape_override={"rope_theta": theta * (1 + 1e-12)})
+    assert CostModel.from_files(close, wl).profile.metadata["model"]["shape"]["rope_theta"] != theta
+    far = handmade_profile(tmp_path / "far", wl, [1, 2], shape_override={"rope_theta": theta * 1.1})
+    with pytest.raises(ModelError, match=r"another model shape \(model.shape.rope_theta="):
+        CostModel.from_files(far, wl)
+
+
+def test_check_profile_matches_refuses_another_step_unless_allowed(tmp_path):
+    # Called as a library function, the check refuses by default and names the workload field to change.
+    from tuner.model.costmodel import check_profile_matches
+    from tuner.profile.table import read_profile
+
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2])
+    _set_meta(path, context_len=wl.traffic.mean_context_len + 1)
+    profile = read_profile(path)
+    with pytest.raises(ModelError, match=r"^hand.csv: measured with context_len=.*\(traffic.mean_context_len\); "
+                                         r"pass --allow-mismatch"):
+        check_profile_matches(profile, wl)
+    notes = check_profile_matches(profile, wl, allow_mismatch=True)
+    assert any(n.startswith("allowed mismatch: hand.csv: measured with context_len=") for n in notes)
+
+
+@pytest.mark.parametrize("graphs, why", [("CUDA graphs need a CUDA device", "CUDA graphs need a CUDA device"),
+                                         (None, "a CPU profile?")])
+def test_a_profile_without_graph_rows_is_refused_for_a_graph_workload_saying_why(tmp_path, graphs, why):
+    # A CPU profile has eager rows only; searching graphs on it is refused in one line that says why there are none
+    # (the profile's own words where it records them) and what to do instead.
+    from tuner.profile.table import read_profile, write_profile
+
+    wl = handmade_workload()
+    p = read_profile(handmade_profile(tmp_path / "src", wl, [1, 2, 4]))
+    meta = {**p.metadata, "device": "cpu", **({"graphs": graphs} if graphs else {})}
+    path = write_profile(tmp_path, "cpu", [r for r in p.rows if r.mode == "eager"], meta)
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, wl)
+    assert str(err.value) == (f"cpu.csv: no full rows with status ok (no graph was measured; {why}); profile on a GPU, "
+                              f"or search a workload with serving.enforce_eager: true")
+
+
 def test_profile_from_another_dtype_is_named_with_its_file_and_value(tmp_path):
     wl = handmade_workload()  # float32
     path = handmade_profile(tmp_path, wl, [1, 2])
@@ -397,3 +441,115 @@ def test_noisy_share_counts_the_widths_the_decision_rests_on(tmp_path):
     # The widest step's eager width counts even where its graph ran out of memory (no candidate there).
     oom = CostModel.from_files(handmade_profile(tmp_path / "oom", wl, [1, 2, 4, 8, 16], oom=(8,)), wl)
     assert oom.candidates == [1, 2, 4, 16] and oom.decision_widths() == [1, 2, 4, 8, 16]
+
+
+# ---------------------------------------------------------------------------------------------- rules by hand
+# Each of these was a mutant of costmodel.py the suite let through (scripts/mutation.sh, issue 33).
+def _rows_with(path, mode: str, width: int, **changes):
+    """The profile at `path` with the `mode` row at `width` replaced (dataclasses.replace), written beside it."""
+    import dataclasses
+
+    from tuner.profile.table import read_profile, write_profile
+
+    p = read_profile(path)
+    rows = [dataclasses.replace(r, **changes) if (r.mode, r.num_tokens) == (mode, width) else r for r in p.rows]
+    return write_profile(path.parent / "edited", "edited", rows, p.metadata)
+
+
+def test_a_capture_that_failed_or_ran_out_of_memory_keeps_its_width_out_with_the_reason(tmp_path):
+    wl = handmade_workload()
+    base = handmade_profile(tmp_path, wl, [1, 2, 4, 8], piecewise_ms=lambda w: 0.8 + 0.01 * w)
+    failed = CostModel.from_files(_rows_with(base, "full", 4, status="error", latency_ms=None,
+                                             capture_delta_bytes=None, standalone_bytes=None), wl)
+    e = failed.evaluate((2, 4))
+    assert not e.feasible and e.why_infeasible == ("the capture of width 4 failed while profiling (the profile's "
+                                                   "capture_errors)")
+    assert failed.evaluate((2, 8)).feasible
+    # A PIECEWISE capture that ran out of memory keeps its width out as a FULL one does.
+    oom = CostModel.from_files(_rows_with(base, "piecewise", 8, status="oom", latency_ms=None,
+                                          capture_delta_bytes=None, standalone_bytes=None), wl)
+    assert oom.oom_widths == [8]
+    assert oom.evaluate((4, 8)).why_infeasible == "width 8 ran out of memory while the profile captured it"
+
+
+def test_the_ideal_list_is_every_width_up_to_the_widest_step(tmp_path):
+    m = model_for(tmp_path)
+    top = max(st.num_tokens for st in m.steps)
+    assert m.ideal().capture_sizes == tuple(range(1, top + 1))
+
+
+def test_without_piecewise_rows_a_mixed_graph_step_costs_eager_or_full_as_asked(tmp_path):
+    wl = handmade_workload()
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8], eager_ms=lambda w: 1.0 + 0.01 * w,
+                            full_ms=lambda w: 0.5 + 0.01 * w)
+    eager = CostModel.from_files(path, wl)
+    full = CostModel.from_files(path, wl, piecewise_fallback="full")
+    assert eager.graph_latency_ms(4, "PIECEWISE") == pytest.approx(1.04)
+    assert full.graph_latency_ms(4, "PIECEWISE") == pytest.approx(0.54)
+
+
+def test_the_off_peak_step_is_the_mean_over_one_to_max_num_seqs_requests_by_hand(tmp_path):
+    # q = 1, no list: every off-peak decode step of n = 1..8 requests runs eager at 1 + 0.01 n ms: mean 1.045 ms;
+    # with (8,) every one pads to 8 and replays it at 0.5 + 0.08 ms.
+    m = model_for(tmp_path)
+    assert m.off_peak_step_ms(()) == pytest.approx(1.045)
+    assert m.off_peak_step_ms((8,)) == pytest.approx(0.58)
+
+
+def test_an_evaluation_as_a_dict_names_its_figures_as_summary_json_does(tmp_path):
+    e = model_for(tmp_path).evaluate((2, 8))
+    d = e.as_dict()
+    assert d == {"capture_sizes": [2, 8], "runs_as": list(e.runs_as), "expected_step_ms": e.expected_step_ms,
+                 "per_token_ms": e.per_token_ms, "graph_memory_bytes": e.graph_memory_bytes,
+                 "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
+                 "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
+                 "drafter_step_ms": e.drafter_step_ms, "drafter_graph_bytes": e.drafter_graph_bytes,
+                 "kv_available_bytes": e.kv_available_bytes, "kv_margin_gib": e.kv_margin_gib,
+                 "capture_headroom_bytes": e.capture_headroom_bytes, "feasible": e.feasible,
+                 "reason": e.why_infeasible}
+
+
+@pytest.mark.parametrize("logits", [True, False])
+@pytest.mark.parametrize("mode", ["FULL_AND_PIECEWISE", "NONE"])
+def test_the_note_on_missing_logits_rows_appears_only_where_graphs_pad(tmp_path, logits, mode):
+    wl = handmade_workload(cudagraph_mode=mode)
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8], logits_ms=(lambda w: 0.01 * w) if logits else None)
+    noted = any(n.startswith("no logits rows in hand.csv") for n in CostModel.from_files(path, wl).notes)
+    assert noted == (not logits and mode != "NONE")
+
+
+@pytest.mark.parametrize("mode, column, hint", [("full", "standalone_bytes", " (profiled with --no-standalone?)"),
+                                                ("full", "capture_delta_bytes", ""),
+                                                ("piecewise", "standalone_bytes", " (profiled with --no-standalone?)"),
+                                                ("piecewise", "capture_delta_bytes", "")])
+def test_a_graph_mode_without_a_usable_memory_column_is_refused_by_name(tmp_path, mode, column, hint):
+    import dataclasses
+
+    from tuner.profile.table import read_profile, write_profile
+
+    wl = handmade_workload()
+    p = read_profile(handmade_profile(tmp_path, wl, [1, 2, 4], piecewise_ms=lambda w: 0.8 + 0.01 * w))
+    rows = [dataclasses.replace(r, **{column: None}) if r.mode == mode else r for r in p.rows]
+    path = write_profile(tmp_path / "x", "x", rows, p.metadata)
+    with pytest.raises(ModelError) as err:
+        CostModel.from_files(path, wl)
+    assert str(err.value) == f"x.csv: no {mode} row has a usable {column}{hint}; the graph-memory model needs it"
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_a_dynamic_schedules_decode_steps_are_costed_at_their_own_query_length(tmp_path, runner):
+    # speculative_schedule [[1, 4, 3], [5, 8, 1]]: decode steps of 1..4 requests carry 4 tokens each, of 5..8
+    # requests 2. The vectorised expected step (the workload's steps, keyed once) equals the sum of each step costed
+    # alone with its own query length and requests, for lists that pad the tiers differently.
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
+                           speculative={"method": "ngram"}, speculative_schedule=[[1, 4, 3], [5, 8, 1]],
+                           model_runner=runner, traffic={"requests": {"kind": "uniform", "min": 1, "max": 8}})
+    m = CostModel.from_files(handmade_profile(tmp_path, wl, list(range(1, 33)), full_ms=lambda w: 0.2 + 0.01 * w,
+                                              piecewise_ms=lambda w: 0.7 + 0.01 * w), wl)
+    assert sorted({(st.num_reqs, st.query_len) for st in m.steps}) == [(n, 4) for n in range(1, 5)] + \
+        [(n, 2) for n in range(5, 9)]
+    for sizes in ((4, 8, 16), (2, 4, 10, 16), (8, 12, 16), ()):
+        runs = tuple(m.runs_as(sizes)) if sizes else ()
+        alone = sum(st.probability * m.step_latency_ms(st.num_tokens, st.uniform_decode, runs, query_len=st.query_len,
+                                                       num_reqs=st.num_reqs) for st in m.steps)
+        assert m.expected_step_ms(sizes) == pytest.approx(alone), sizes

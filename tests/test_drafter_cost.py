@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
-from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+from handmade_profiles import MIB, handmade_profile, handmade_spec, handmade_workload  # noqa: E402
 
 from tuner.model.costmodel import CostModel  # noqa: E402
 from tuner.engines.vllm.drafter import drafter_passes  # noqa: E402
@@ -31,12 +31,13 @@ def drafter_model(tmp_path, method, *, runner="v2", mode="FULL_AND_PIECEWISE", s
     return CostModel.from_files(path, wl)
 
 
-def by_rules(m: CostModel, sizes, num_tokens: int, uniform: bool) -> float:
+def by_rules(m: CostModel, sizes, num_tokens: int, uniform: bool, num_reqs: int | None = None) -> float:
     """The drafter's latency of one step, pass by pass from tuner.engines.vllm.drafter and the profile's drafter
-    rows."""
+    rows; `num_reqs`: the step's requests where known, else a decode step's T / q and a mixed step's
+    min(max_num_seqs, ceil(T / q))."""
     d = m.drafter
     runs = m.runs_as(sizes)
-    n = num_tokens // m.q if uniform else min(m.serving.max_num_seqs, -(-num_tokens // m.q))
+    n = num_reqs or (num_tokens // m.q if uniform else min(m.serving.max_num_seqs, -(-num_tokens // m.q)))
     dispatch = m.engine.dispatcher(runs).dispatch(num_tokens, uniform_decode=uniform)
     passes = drafter_passes(d.method, runner=m.runner, num_requests=n, num_tokens=num_tokens, uniform_decode=uniform,
                             capture_sizes=list(runs), cudagraph_mode=m.cudagraph_mode,
@@ -224,3 +225,65 @@ def test_the_expected_step_adds_the_drafters_passes_to_the_targets_step(tmp_path
     assert m.expected_drafter_ms(sizes) == pytest.approx(drafter)
     assert m.expected_step_ms(sizes) == pytest.approx(target + drafter)
     assert m.evaluate(sizes).expected_step_ms == pytest.approx(target + drafter)
+
+
+@pytest.mark.parametrize("method,runner", [("eagle", "v2"), ("eagle", "v1"), ("draft_model", "v2"), ("dflash", "v1")])
+def test_a_traced_mixed_step_drafts_for_the_requests_its_trace_names(tmp_path, method, runner):
+    # A 40-token prefill chunk of 2 requests drafts for 2: its passes are costed at N = 2 (by the rules), not at the
+    # min(max_num_seqs, ceil(40 / q)) = 8 assumed where the trace leaves num_reqs empty.
+    from tuner.workload.spec import parse_workload
+
+    (tmp_path / "steps.csv").write_text("num_tokens,num_reqs,is_uniform_decode\n40,2,false\n40,,false\n"
+                                        "36,1,false\n8,2,true\n")
+    spec = handmade_spec(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=48,
+                         traffic={"trace": "steps.csv"}, cudagraph_mode="FULL_AND_PIECEWISE", model_runner=runner,
+                         speculative={"method": method, "drafter": {"num_layers": 1}})
+    wl = parse_workload(spec, base_dir=tmp_path)
+    assert wl.traffic.trace == ((40, False, 2), (40, False, None), (36, False, 1), (8, True, 2))
+    path = handmade_profile(tmp_path, wl, list(range(1, 57)), drafter_piecewise_ms=lambda w: 0.2 + 0.002 * w)
+    m = CostModel.from_files(path, wl)
+    sizes = m.runs_as([4, 8, 16, 32])
+    steps = {(st.num_tokens, st.uniform_decode, st.num_reqs): st.probability for st in m.steps}
+    assert steps == {(40, False, 2): 0.25, (40, False, None): 0.25, (36, False, 1): 0.25, (8, True, 2): 0.25}
+    expected = sum(p * by_rules(m, sizes, t, u, n) for (t, u, n), p in steps.items())
+    assert m.expected_drafter_ms(sizes) == pytest.approx(expected)
+    # The requests matter: the same chunk at 2 requests and at the assumed 8 cost the drafter differently.
+    assert by_rules(m, sizes, 40, False, 2) != pytest.approx(by_rules(m, sizes, 40, False))
+    two = m.step_latency_ms(40, False, sizes, num_reqs=2) - m.step_latency_ms(40, False, sizes)
+    assert two == pytest.approx(by_rules(m, sizes, 40, False, 2) - by_rules(m, sizes, 40, False))
+
+
+def test_only_the_drafters_graphs_are_left_out_of_the_fit_without_them_and_only_infeasible_widths_count(tmp_path):
+    import math
+
+    # The worked case above, also with a 30 MiB estimate budget: (32,) does not fit even without the drafter's graphs
+    # (32 MiB of target graph alone), (24,) does. Added to (4,), each wider width is faster; 8 and 16 fit with the
+    # drafter's two 6 MiB graphs, so only the width that fits without them and not with them counts: 24 under 30 MiB
+    # (24 + 1 + 12 = 37 MiB with them, 25 without), 32 under 37 MiB (45 with them, 33 without).
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
+                           speculative={"method": "dflash", "drafter": {"num_layers": 2}})
+    for budget, fits_32, dropped in ((30 * MIB, False, [24]), (37 * MIB, True, [32])):
+        weights = math.ceil(1000 * MIB * 0.9) - 50 * MIB - wl.required_kv_bytes - budget - wl.drafter_weight_bytes()
+        path = handmade_profile(tmp_path / str(budget), wl, [4, 8, 16, 24, 32], weights_bytes=weights,
+                                standalone_bytes=lambda w: w * MIB, delta_bytes=lambda w: 0,
+                                drafter_delta_bytes=lambda w: 6 * MIB, eager_ms=lambda w: 2.0 + 0.01 * w)
+        m = CostModel.from_files(path, wl)
+        assert m.fits_without_drafter_graphs((32,)) is fits_32 and m.fits_without_drafter_graphs((24,))
+        assert m.dropped_for_drafter(m.evaluate((4,))) == dropped
+
+
+def test_a_profile_measured_without_the_drafter_adds_its_weights_to_the_non_kv_memory(tmp_path):
+    import json
+
+    wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
+                           speculative={"method": "dflash", "drafter": {"num_layers": 2}})
+    path = handmade_profile(tmp_path, wl, [4, 8, 16, 24, 32], weights_bytes=100 * MIB, activation_peak_bytes=50 * MIB)
+    without = CostModel.from_files(path, wl)
+    assert without.budget.non_kv_cache_bytes == 150 * MIB + wl.drafter_weight_bytes() > 150 * MIB
+    assert any(n.startswith("hand.csv was measured without the drafter: its weights") for n in without.notes)
+    meta = json.loads(path.with_suffix(".json").read_text())
+    meta["drafter"] = {"method": "dflash"}  # measured with it loaded: its weights are in the readings already
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    measured = CostModel.from_files(path, wl)
+    assert measured.budget.non_kv_cache_bytes == 150 * MIB
+    assert not any("measured without the drafter" in n for n in measured.notes)

@@ -215,3 +215,25 @@ def test_the_per_width_csv_flags_the_outlier_and_holds_the_profile_as_read(tmp_p
     assert row["outlier"] == "full latency_ms" and row["full_ms"] == 1e308  # as measured, flagged
     assert not row["in_tuned"] and not row["in_shipped"]
     assert (frame["outlier"] != "").sum() == 1
+
+
+def test_a_dropped_graph_reading_keeps_its_width_out_of_the_lists_and_an_eager_one_does_not(tmp_path):
+    # Six wild readings (five FULL, one eager) in a hand-made profile: the note lists the first five and says there
+    # are more; the FULL ones' widths are offered to no list, the eager one's width stays a candidate (its row is
+    # interpolated over, and its graph was measured sanely).
+    sys.path.insert(0, str(ROOT / "tests"))
+    from handmade_profiles import handmade_profile, handmade_workload
+
+    from tuner.model.costmodel import CostModel
+
+    wild_full, wild_eager = {4, 12, 20, 28, 36}, 16
+    wl = handmade_workload(max_num_seqs=40, max_num_batched_tokens=48)
+    path = handmade_profile(tmp_path, wl, list(range(1, 41)),
+                            full_ms=lambda w: 1e6 if w in wild_full else 0.5 + 0.01 * w,
+                            eager_ms=lambda w: 1e6 if w == wild_eager else 1.0 + 0.01 * w)
+    m = CostModel.from_files(path, wl)
+    assert len(m.outliers) == 6 and m.outlier_widths == sorted(wild_full)
+    assert not set(m.candidates) & wild_full and wild_eager in m.candidates
+    note = next(n for n in m.notes if "more than 10x off their neighbours" in n)
+    assert note.startswith("6 readings in hand.csv are more than 10x off their neighbours, kept out of the search")
+    assert note.count(" at its neighbours") == 5 and note.endswith("; ...")

@@ -174,3 +174,49 @@ def test_the_record_names_every_count_it_was_drawn_from(tmp_path):
                             "readings_fixed": 2 * len(WIDTHS) - 2, "iqr_normal_samples": 3}
     # The 90% interval's ends are the 5th and 95th percentiles of the replicates' savings, inside the samples' range.
     assert EAGER_8 - 0.1 - FULL_8 <= iv.low_ms < iv.point_ms < iv.high_ms <= EAGER_8 + 0.1 - FULL_8
+
+
+def test_non_numbers_and_non_finite_samples_are_not_drawn_from(tmp_path):
+    # A sample list as JSON may carry them (a hand-edited file, an older writer): NaN, inf and booleans are no
+    # readings. The samples left at full(8) lie in 1.2..1.4 ms, so every resample's saving lies in eager(8) minus
+    # that range: finite, and no `true` read as a 1.0 ms sample widens it.
+    m = model_with(tmp_path, samples={("full", 8): [1.2, 1.25, 1.3, 1.35, 1.4]})
+    meta_path = m.profile.path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta["measurements"]["8"]["full"]["samples_ms"] += [float("nan"), float("inf"), True, True, True]
+    meta_path.write_text(json.dumps(meta))
+    iv = interval(CostModel.from_files(m.profile.path, m.workload))
+    assert iv.from_samples == 1
+    assert EAGER_8 - 1.4 - 1e-9 <= iv.low_ms < iv.high_ms <= EAGER_8 - 1.2 + 1e-9
+
+
+def test_every_iqr_reading_is_counted_and_one_repetition_is_one_draw(tmp_path):
+    # Three readings with an IQR and no samples, a profile that timed each reading once: three drawn from the IQR,
+    # each as a single normal draw (min_reps 1), none fixed among them.
+    m = model_with(tmp_path, iqr={("eager", 8): 0.01, ("full", 8): 0.01, ("full", 4): 0.01})
+    meta_path = m.profile.path.with_suffix(".json")
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "timing": {"min_reps": 1}}))
+    iv = interval(CostModel.from_files(m.profile.path, m.workload))
+    assert (iv.from_iqr, iv.iqr_samples, iv.fixed) == (3, 1, 2 * len(WIDTHS) - 3)
+
+
+def test_a_profile_whose_every_reading_spreads_refits_with_its_memory_and_settings(tmp_path):
+    # Every row re-drawn: each refit keeps the rows' memory (the model needs it) and the search's settings. With an
+    # off-peak weight of 1 the saving is the off-peak one (decode steps of 1..8 requests, a list of (8,)): the
+    # interval brackets that point, not the workload's.
+    wl = handmade_workload(max_num_seqs=8, max_num_batched_tokens=16,
+                           traffic={"widths": {"kind": "histogram", "counts": {8: 1}}})
+    path = with_timing(handmade_profile(tmp_path, wl, WIDTHS, eager_ms=lambda w: 1.0 + 0.1 * w,
+                                        full_ms=lambda w: 0.5 + 0.1 * w),
+                       iqr={(mode, w): 0.002 for w in WIDTHS for mode in ("eager", "full")})
+    m = CostModel.from_files(path, wl, off_peak_weight=1.0)
+    iv = saving_interval(m, (), (8,), replicates=60)
+    assert iv.from_iqr == 2 * len(WIDTHS) and iv.fixed == 0
+    workload_point = EAGER_8 - FULL_8
+    assert abs(iv.point_ms - workload_point) > 0.05  # the settings matter here
+    assert iv.low_ms <= iv.point_ms <= iv.high_ms and iv.high_ms - iv.low_ms < 0.02
+
+
+def test_a_profile_with_no_spread_records_its_level(tmp_path):
+    iv = interval(model_with(tmp_path), level=0.8)
+    assert iv.replicates == 0 and iv.level == 0.8 and iv.as_dict()["level"] == 0.8
