@@ -250,8 +250,8 @@ def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, caps
 
 # ---------------------------------------------------------------------------------------------- re-render
 def test_report_re_renders_report_md_and_summary_json_byte_identical(inputs, tmp_path, capsys):
-    # A run re-rendered from its own files says the same, to the byte: the compact choice and the interval it records
-    # are read back, not drawn again; a decision that moved on re-render would show here.
+    # A run re-rendered from its own files says the same, to the byte: the compact choice is read back, the interval
+    # drawn again from its seed; a decision that moved on re-render (or a provenance line that did) would show here.
     wl, profile, _ = inputs
     out = tmp_path / "run"
     code, _, err = search(capsys, wl, profile, out, command="tune")
