@@ -153,3 +153,90 @@ def test_eagle_params(kwargs, expected):
 
 def test_standalone_auto_params_ignore_the_architecture():
     assert resolve_eagle_params("STANDALONE", model_arch="LlamaForCausalLM") == (3, 1, 4)
+
+
+# ---------------------------------------------------------------------------------------------- by hand (facts file)
+def test_the_alignment_multiplies_by_hand():
+    from tuner.engines.sglang.capture import batch_size_alignment as align
+
+    assert align() == 1 and align(gathered_buffer=True) == 1  # attn_tp_size 1: nothing to gather over
+    assert align(two_batch_overlap=True) == 2 and align(gathered_buffer=True, attn_tp_size=8) == 8
+    assert align(two_batch_overlap=True, gathered_buffer=True, attn_tp_size=4) == 8
+    assert align(attn_cp_size=3) == 3 and align(two_batch_overlap=True, attn_cp_size=2) == 2  # already divisible
+    assert align(two_batch_overlap=True, attn_cp_size=3) == 6 and align(attn_cp_size=3, is_hip=True) == 1
+    for name in ("attn_tp_size", "attn_cp_size"):
+        with pytest.raises(ValueError, match=rf"^{name}=0 must be >= 1$"):
+            align(**{name: 0})
+
+
+def test_the_request_pool_by_hand():
+    from tuner.engines.sglang.capture import request_pool_size as pool
+
+    assert pool(max_running_requests=48, attn_dp_size=2) == 24 and pool(max_running_requests=1) == 1
+    assert pool(max_running_requests=48, token_capacity=31) == 15  # half the KV capacity, in whole requests
+    # Unset: int(capacity / context x 512) clamped to 2048..4096, then at most half the capacity.
+    assert pool(max_running_requests=None, token_capacity=40960, context_len=8192) == 2560
+    assert pool(max_running_requests=None, token_capacity=10**6, context_len=8192) == 4096
+    assert pool(max_running_requests=None, token_capacity=3001, context_len=8192) == 1500
+    assert pool(max_running_requests=None, token_capacity=4096, context_len=1) == 2048
+    with pytest.raises(ValueError, match=r"^token_capacity=None, context_len=8192: both are needed"):
+        pool(max_running_requests=None, context_len=8192)
+    for kwargs, message in (({"max_running_requests": 0}, "max_running_requests=0 must be >= 1"),
+                            ({"max_running_requests": 4, "token_capacity": 0}, "token_capacity=0 must be >= 1"),
+                            ({"max_running_requests": 4, "attn_dp_size": 0}, "attn_dp_size=0 must be >= 1"),
+                            ({"max_running_requests": None, "token_capacity": 9, "context_len": 0},
+                             "context_len=0 must be >= 1")):
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            pool(**kwargs)
+
+
+def test_the_capture_filter_by_hand():
+    from tuner.engines.sglang.capture import captured_batch_sizes as captured
+
+    # Pool 10 rounded up to mul_base 4 is 12; the list goes above it, so 12 joins; bs x width 2 must be a multiple of
+    # 4 (even bs); two-batch overlap aligns bs alone (multiples of 4).
+    assert captured([1, 2, 3, 4, 6, 8, 12, 16], 10, mul_base=4, captured_req_width=2) == [2, 4, 6, 8, 12]
+    assert captured([1, 2, 3, 4, 6, 8, 12, 16], 10, mul_base=4, captured_req_width=2,
+                    two_batch_overlap=True) == [4, 8, 12]
+    assert captured([1, 2, 4], 1) == [1]
+    for args, kwargs, message in (([[]], {}, r"batch_sizes=\[\] must hold at least one size"),
+                                  ([[1], 0], {}, "pool_size=0 must be >= 1"),
+                                  ([[1], 4], {"mul_base": 0}, "mul_base=0, captured_req_width=1 must be >= 1"),
+                                  ([[1], 4], {"captured_req_width": 0}, "mul_base=1, captured_req_width=0 must be >= 1"),
+                                  ([[0, 4], 4], {}, r"batch_sizes=\[0, 4\]: nothing capturable")):
+        if not args[1:]:
+            args = [*args, 4]
+        with pytest.raises(ValueError, match=f"^{message}"):
+            captured(*args, **kwargs)
+
+
+def test_resolve_decode_graphs_from_flags_by_hand():
+    from tuner.engines.sglang.capture import resolve_decode_graphs as resolve
+
+    # The facts file's speculative list at max_bs 80 (29 sizes); EAGLE sets max_running_requests 48, so the pool is
+    # 48 and 48 joins the captured list; verify graphs hold 4 tokens per request.
+    g = resolve(gpu_memory_mib=None, cuda_graph_max_bs=80, speculative_algorithm="EAGLE",
+                speculative_num_draft_tokens=4)
+    assert g.requested_batch_sizes == [*range(1, 9), *range(10, 33, 2), 40, 44, 48, 52, 56, 60, 64, 72, 80]
+    assert (g.max_bs, g.max_running_requests, g.pool_size, g.tokens_per_request) == (80, 48, 48, 4)
+    assert g.batch_sizes == [*range(1, 9), *range(10, 33, 2), 40, 44, 48]
+    # A gathered attn_tp=8 layout (mul_base 8): even sizes only (bs x 4 a multiple of 8), as the facts file has it.
+    assert resolve(gpu_memory_mib=None, cuda_graph_max_bs=80, speculative_algorithm="EAGLE",
+                   speculative_num_draft_tokens=4, mul_base=8).batch_sizes == [*range(2, 33, 2), 40, 44, 48]
+    # Two-batch overlap aligns the batch size alone: multiples of 8 up to 48.
+    assert resolve(gpu_memory_mib=None, cuda_graph_max_bs=80, speculative_algorithm="EAGLE",
+                   speculative_num_draft_tokens=4, mul_base=8, two_batch_overlap=True).batch_sizes == \
+        [8, 16, 24, 32, 40, 48]
+    # The GPU-memory default reads the TP size (an H100 80 GB: 256 below tp 4, 512 from it); a pool from the KV
+    # capacity and DP size; padding off lists every size.
+    h100 = {"gpu_memory_mib": 81559, "max_running_requests": 1024}
+    assert resolve(**h100).max_bs == 256 and resolve(**h100, tp_size=4).max_bs == 512
+    kv = resolve(gpu_memory_mib=None, max_running_requests=64, attn_dp_size=2, token_capacity=40)
+    assert (kv.pool_size, kv.batch_sizes[-1]) == (20, 20)
+    unset = resolve(gpu_memory_mib=None, cuda_graph_max_bs=8, token_capacity=3001, context_len=8192)
+    assert unset.pool_size == 1500 and unset.batch_sizes == [1, 2, 4, 8]
+    assert resolve(gpu_memory_mib=None, max_running_requests=8, cuda_graph_max_bs=5,
+                   disable_padding=True).batch_sizes == [1, 2, 3, 4, 5]
+    assert resolve(gpu_memory_mib=None, max_running_requests=8, cuda_graph_bs=[3, 1]).requested_batch_sizes == [3, 1]
+    with pytest.raises(ValueError, match=r"^cuda_graph_bs_decode=\[0, 2\] must hold sizes >= 1$"):
+        resolve(gpu_memory_mib=None, max_running_requests=8, cuda_graph_bs=[0, 2])

@@ -88,3 +88,17 @@ def test_schedule_keys_merge_in_order_and_collapse_on_equal_sizes():
     assert merge_schedule_keys([4, 8], {1: 3, 2: 2}) == [1, 2, 4, 8]
     with pytest.raises(ValueError, match=r"^batch_sizes=\[\] must hold at least one size$"):
         merge_schedule_keys([], {1: 1})
+
+
+def test_a_schedule_key_after_one_the_list_holds_is_still_merged():
+    # The merge's equal branch moves both lists on by one: 64 is in the list and a key, 100 only a key.
+    assert merge_schedule_keys([1, 64, 128], {64: 3, 100: 2}) == [1, 64, 100, 128]
+    assert merge_schedule_keys([1, 64, 128], {1: 4, 64: 3, 128: 1}) == [1, 64, 128]
+
+
+def test_the_defaults_without_arguments_are_unpadded_up_to_128():
+    # TensorRT-LLM's field defaults: enable_padding False, max_batch_size 0 (then 128).
+    unpadded = list(range(1, 32)) + [32, 64, 128]
+    assert default_batch_sizes(300) == list(range(1, 32)) + [32, 64, 128, 256, 300]
+    assert resolve_cuda_graph_config() == (unpadded, 128)
+    assert resolve_cuda_graph_config(None) == resolve_cuda_graph_config(None, 0, enable_padding=False)
