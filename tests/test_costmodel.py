@@ -544,8 +544,11 @@ def test_a_dynamic_schedules_decode_steps_are_costed_at_their_own_query_length(t
     wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
                            speculative={"method": "ngram"}, speculative_schedule=[[1, 4, 3], [5, 8, 1]],
                            model_runner=runner, traffic={"requests": {"kind": "uniform", "min": 1, "max": 8}})
-    m = CostModel.from_files(handmade_profile(tmp_path, wl, list(range(1, 33)), full_ms=lambda w: 0.2 + 0.01 * w,
-                                              piecewise_ms=lambda w: 0.7 + 0.01 * w), wl)
+    path = handmade_profile(tmp_path, wl, list(range(1, 33)), full_ms=lambda w: 0.2 + 0.01 * w,
+                            piecewise_ms=lambda w: 0.7 + 0.01 * w)
+    m, off = CostModel.from_files(path, wl), CostModel.from_files(path, wl, off_peak_weight=1.0)
+    assert sorted({(st.num_reqs, st.query_len) for st in m.off_peak_steps}) == \
+        sorted({(st.num_reqs, st.query_len) for st in m.steps})
     assert sorted({(st.num_reqs, st.query_len) for st in m.steps}) == [(n, 4) for n in range(1, 5)] + \
         [(n, 2) for n in range(5, 9)]
     for sizes in ((4, 8, 16), (2, 4, 10, 16), (8, 12, 16), ()):
@@ -553,3 +556,6 @@ def test_a_dynamic_schedules_decode_steps_are_costed_at_their_own_query_length(t
         alone = sum(st.probability * m.step_latency_ms(st.num_tokens, st.uniform_decode, runs, query_len=st.query_len,
                                                        num_reqs=st.num_reqs) for st in m.steps)
         assert m.expected_step_ms(sizes) == pytest.approx(alone), sizes
+        # Off-peak traffic (decode steps of 1..8 requests, each at its tier's query length) through both paths: the
+        # one-step-at-a-time off-peak figure and the vectorised expected step of a search weighing off-peak alone.
+        assert off.expected_step_ms(sizes) == pytest.approx(m.off_peak_step_ms(sizes)), sizes
