@@ -113,3 +113,46 @@ def test_kv_rule():
     assert off.kv_available_bytes(50) == 401
     assert off.capture_headroom_bytes(50, 200) == 500 - 200
     assert math.isclose(off.utilization_for_kv(401, 50), 501 / 1001)
+
+
+# ---------------------------------------------------------------------------------------------- by hand
+def test_kv_capacity_and_the_start_minimum_in_whole_blocks_by_hand():
+    from tuner.engines.vllm.memory import kv_capacity, start_kv_bytes
+
+    # 100 bytes a token, 16-token blocks of 1600 bytes: 16,000 bytes are 10 blocks; a 40-token request takes
+    # cdiv(40, 16) = 3 blocks, so 10 / 3 = 3.33x concurrency and int(3.33 x 40) = 133 tokens, as vLLM logs them.
+    tokens, concurrency = kv_capacity(16_000, 100, 40)
+    assert concurrency == pytest.approx(10 / 3) and tokens == 133
+    assert kv_capacity(16_000 + 1599, 100, 40)[1] == pytest.approx(10 / 3)  # a part block holds nothing
+    assert kv_capacity(-5, 100, 40) == (0, 0.0)  # nothing available: no block
+    # vLLM starts only with one max_model_len request's whole blocks plus the null block: (3 + 1) x 1600.
+    assert start_kv_bytes(40, 100) == 6400 and start_kv_bytes(48, 100) == 6400 and start_kv_bytes(49, 100) == 8000
+
+
+def test_the_estimate_samples_each_runner_captures_by_hand():
+    from tuner.engines.vllm.memory import estimate_samples
+
+    graphs = [("PIECEWISE", 64), ("PIECEWISE", 32), ("PIECEWISE", 8), ("FULL", 48), ("FULL", 16), ("FULL", 4)]
+    # V2: every PIECEWISE graph and the two largest FULL graphs, in capture order, into one pool.
+    assert estimate_samples(graphs, "v2") == [[("PIECEWISE", 64), ("PIECEWISE", 32), ("PIECEWISE", 8),
+                                                ("FULL", 48), ("FULL", 16)]]
+    # V1: each mode's two largest, each mode into its own scratch pool.
+    assert estimate_samples(graphs, "v1") == [[("PIECEWISE", 64), ("PIECEWISE", 32)], [("FULL", 48), ("FULL", 16)]]
+    assert estimate_samples([("FULL", 8)], "v2") == [[("FULL", 8)]]
+
+
+def test_the_kv_rule_budget_headroom_and_available_by_hand():
+    from tuner.engines.vllm.memory import KvRule
+
+    mib = 1 << 20
+    rule = KvRule(total_memory_bytes=1000 * mib, gpu_memory_utilization=0.9, non_kv_cache_bytes=100 * mib,
+                  required_kv_bytes=300 * mib)
+    # requested = 900 MiB: 800 MiB beside the non-KV memory; an estimate of 50 MiB leaves 750 MiB of KV.
+    assert rule.kv_available_bytes(50 * mib, real_bytes=999 * mib, top=7) == 750 * mib
+    assert rule.graph_budget() == (500 * mib, "largest estimate that leaves the required KV")
+    # The real capture runs in the estimate plus the 100 MiB vLLM does not request: 150 - 120 = 30 MiB left.
+    assert rule.capture_headroom_bytes(50 * mib, 120 * mib) == 30 * mib
+    off = KvRule(total_memory_bytes=1000 * mib, gpu_memory_utilization=0.9, non_kv_cache_bytes=100 * mib,
+                 required_kv_bytes=300 * mib, estimate_enabled=False)
+    assert off.kv_available_bytes(50 * mib) == 800 * mib and off.capture_headroom_bytes(50 * mib, 120 * mib) == -20 * mib
+    assert off.graph_budget() == (100 * mib, "memory vLLM does not request")
