@@ -202,7 +202,8 @@ def test_the_capture_filter_by_hand():
     for args, kwargs, message in (([[]], {}, r"batch_sizes=\[\] must hold at least one size"),
                                   ([[1], 0], {}, "pool_size=0 must be >= 1"),
                                   ([[1], 4], {"mul_base": 0}, "mul_base=0, captured_req_width=1 must be >= 1"),
-                                  ([[1], 4], {"captured_req_width": 0}, "mul_base=1, captured_req_width=0 must be >= 1"),
+                                  ([[1], 4], {"captured_req_width": 0},
+                                   "mul_base=1, captured_req_width=0 must be >= 1"),
                                   ([[0, 4], 4], {}, r"batch_sizes=\[0, 4\]: nothing capturable")):
         if not args[1:]:
             args = [*args, 4]

@@ -154,5 +154,6 @@ def test_the_kv_rule_budget_headroom_and_available_by_hand():
     assert rule.capture_headroom_bytes(50 * mib, 120 * mib) == 30 * mib
     off = KvRule(total_memory_bytes=1000 * mib, gpu_memory_utilization=0.9, non_kv_cache_bytes=100 * mib,
                  required_kv_bytes=300 * mib, estimate_enabled=False)
-    assert off.kv_available_bytes(50 * mib) == 800 * mib and off.capture_headroom_bytes(50 * mib, 120 * mib) == -20 * mib
+    assert off.kv_available_bytes(50 * mib) == 800 * mib
+    assert off.capture_headroom_bytes(50 * mib, 120 * mib) == -20 * mib
     assert off.graph_budget() == (100 * mib, "memory vLLM does not request")
