@@ -559,3 +559,33 @@ def test_a_dynamic_schedules_decode_steps_are_costed_at_their_own_query_length(t
         # Off-peak traffic (decode steps of 1..8 requests, each at its tier's query length) through both paths: the
         # one-step-at-a-time off-peak figure and the vectorised expected step of a search weighing off-peak alone.
         assert off.expected_step_ms(sizes) == pytest.approx(m.off_peak_step_ms(sizes)), sizes
+
+
+def test_a_profile_read_without_its_path_is_named_profile_in_every_line(tmp_path):
+    # A Profile built in memory (a notebook, a refit) has no file: the model's notes and errors call it "profile".
+    from tuner.profile.table import Profile, read_profile
+
+    wl = handmade_workload()
+    p = read_profile(handmade_profile(tmp_path, wl, [1, 2, 4, 8]))
+    m = CostModel(Profile(p.rows, {k: v for k, v in p.metadata.items() if k != "weights_bytes"}, None), wl)
+    assert any(n.startswith("no logits rows in profile:") for n in m.notes)
+    assert any(n.startswith("weights_bytes missing in profile:") for n in m.notes)
+    other = {**p.metadata, "model": {**p.metadata["model"], "dtype": "bfloat16"}}
+    with pytest.raises(ModelError, match=r"^profile: measured with model.dtype='bfloat16'"):
+        CostModel(Profile(p.rows, other, None), wl)
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_mixed_steps_of_a_one_token_decode_workload_are_no_uniform_decode_steps(tmp_path, runner):
+    # q = 1: a decode step's requests carry 1 token each, and a mixed step's prompt chunks more; the vectorised step
+    # (keys built once) dispatches each mixed step as the scalar path does, never as a uniform decode step.
+    wl = handmade_workload(max_num_seqs=8, max_num_batched_tokens=32, model_runner=runner,
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.5,
+                                    "mixed_tokens": {"kind": "uniform", "min": 2, "max": 32}})
+    m = CostModel.from_files(handmade_profile(tmp_path, wl, list(range(1, 33)), full_ms=lambda w: 0.2 + 0.01 * w,
+                                              piecewise_ms=lambda w: 0.9 + 0.01 * w), wl)
+    assert any(not st.uniform_decode for st in m.steps)
+    for sizes in ((4, 8, 16, 32), (2, 8), (32,)):
+        alone = sum(st.probability * m.step_latency_ms(st.num_tokens, st.uniform_decode, sizes, query_len=st.query_len,
+                                                       num_reqs=st.num_reqs) for st in m.steps)
+        assert m.expected_step_ms(sizes) == pytest.approx(alone), sizes
