@@ -160,6 +160,7 @@ def test_the_alignment_multiplies_by_hand():
     from tuner.engines.sglang.capture import batch_size_alignment as align
 
     assert align() == 1 and align(gathered_buffer=True) == 1  # attn_tp_size 1: nothing to gather over
+    assert align(attn_tp_size=8) == 1  # no gathered buffer: the attention TP size does not align
     assert align(two_batch_overlap=True) == 2 and align(gathered_buffer=True, attn_tp_size=8) == 8
     assert align(two_batch_overlap=True, gathered_buffer=True, attn_tp_size=4) == 8
     assert align(attn_cp_size=3) == 3 and align(two_batch_overlap=True, attn_cp_size=2) == 2  # already divisible
@@ -233,7 +234,9 @@ def test_resolve_decode_graphs_from_flags_by_hand():
     h100 = {"gpu_memory_mib": 81559, "max_running_requests": 1024}
     assert resolve(**h100).max_bs == 256 and resolve(**h100, tp_size=4).max_bs == 512
     kv = resolve(gpu_memory_mib=None, max_running_requests=64, attn_dp_size=2, token_capacity=40)
-    assert (kv.pool_size, kv.batch_sizes[-1]) == (20, 20)
+    assert (kv.pool_size, kv.batch_sizes[-1]) == (20, 20)  # half the KV capacity binds
+    dp = resolve(gpu_memory_mib=None, max_running_requests=64, attn_dp_size=2, token_capacity=1000)
+    assert (dp.pool_size, dp.batch_sizes[-1]) == (32, 32)  # 64 requests over 2 DP ranks bind
     unset = resolve(gpu_memory_mib=None, cuda_graph_max_bs=8, token_capacity=3001, context_len=8192)
     assert unset.pool_size == 1500 and unset.batch_sizes == [1, 2, 4, 8]
     assert resolve(gpu_memory_mib=None, max_running_requests=8, cuda_graph_max_bs=5,

@@ -103,6 +103,10 @@ def test_resolve_cuda_graphs_applies_every_option_by_hand():
     # cuda_graph_config.max_batch_size generates the list when none is given (unpadded: 1..31, 32, 64, 128, ... max).
     gen = resolve_cuda_graphs(cuda_graph_max_batch_size=40)
     assert gen.config_batch_sizes == list(range(1, 33)) + [40] and gen.batch_sizes == gen.config_batch_sizes
+    padded = resolve_cuda_graphs(cuda_graph_max_batch_size=200, enable_padding=True)
+    assert padded.config_batch_sizes == [1, 2, 4, *range(8, 129, 8), 192, 200]
+    # The LLM's max_batch_size caps what the engine captures.
+    assert resolve_cuda_graphs(batch_sizes=[1, 8, 64, 128], max_batch_size=50).batch_sizes == [1, 8]
 
 
 @pytest.mark.parametrize("field, kwargs", [("max_batch_size", {"max_batch_size": 0}),
@@ -124,6 +128,7 @@ def test_the_filter_edges_one_request_and_a_fractional_cap():
     assert filter_cuda_graph_batch_sizes([1, 2, 3, 4], 8, 6, 7, True) == []
     # captured_batch_sizes' defaults: no draft tokens, no padding (a list above the cap stops without the cap).
     assert captured_batch_sizes([1, 2, 4, 8], max_batch_size=6) == [1, 2, 4]
+    assert captured_batch_sizes([1, 2, 4, 8], max_num_tokens=4) == [1, 2, 4]  # one token a request by default
     with pytest.raises(ValueError, match=r"^max_total_draft_tokens=-1 must be >= 0$"):
         captured_batch_sizes([1], max_total_draft_tokens=-1)
     with pytest.raises(ValueError, match=r"^tokens_per_request=0 must be >= 1$"):
