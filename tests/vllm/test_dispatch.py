@@ -118,3 +118,40 @@ def test_every_width_dispatches_to_a_size_at_least_as_wide():
                 assert result.eager
             else:
                 assert not result.eager and result.padded_size >= width
+
+
+# ---------------------------------------------------------------------------------------------- by hand (facts file)
+def test_a_v2_manager_captures_no_graph_with_cudagraph_mode_none_and_none_above_the_widest_decode_batch():
+    from tuner.engines.vllm.dispatch import manager_graphs
+
+    assert manager_graphs([1, 2, 4, 8], "NONE", [1], 8, 8) == []
+    # q = 4, 2 requests at most: FULL decode graphs at round_up(s, 4) up to 8 tokens only, though the list holds 64.
+    graphs = manager_graphs([4, 8, 16, 64], "FULL_AND_PIECEWISE", [4], 8, 2)
+    assert [(m, w) for m, w, _ in graphs if m == "FULL"] == [("FULL", 8), ("FULL", 4)]
+    assert [w for m, w, _ in graphs if m == "PIECEWISE"] == [64, 16, 8, 4]
+
+
+def test_v1_counts_a_step_uniform_only_at_q_and_v2_at_any_decode_query_length():
+    from tuner.engines.vllm.dispatch import uniform_token_count
+
+    assert uniform_token_count("v1", 4, 4, False) == 4  # a q-token prompt chunk counts in V1
+    assert uniform_token_count("v1", 4, 3, True) is None
+    assert uniform_token_count("v2", 4, 3, True) == 3 and uniform_token_count("v2", 4, 4, False) is None
+    v1 = Dispatcher([4, 8], decode_query_len=4, max_num_seqs=8, runner="v1")
+    v2 = Dispatcher([4, 8], decode_query_len=4, max_num_seqs=8, runner="v2")
+    assert v1.uniform_token_count(3, True) is None and v2.uniform_token_count(3, True) == 3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"runner": "v3"}, "runner='v3' must be v1 or v2"),
+    ({"decode_query_lens": [0, 4]}, r"decode_query_lens=\[0, 4\] must be non-empty, each within 1..q=4"),
+    ({"decode_query_lens": [2, 5]}, r"decode_query_lens=\[2, 5\] must be non-empty, each within 1..q=4"),
+    ({"decode_query_lens": []}, r"decode_query_lens=\[\] must be non-empty, each within 1..q=4"),
+    ({"runner": "v1", "decode_query_lens": [2, 4]},
+     r"decode_query_lens=\[2, 4\]: the V1 runner captures FULL decode graphs at q=4 only \(it runs dynamic "
+     r"schedules PIECEWISE\)"),
+])
+def test_the_dispatcher_refuses_what_the_runner_cannot_run_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        Dispatcher([4, 8], decode_query_len=4, max_num_seqs=8, **kwargs)
+    assert Dispatcher([4, 8], decode_query_len=4, max_num_seqs=8, runner="v2", decode_query_lens=[2, 4])
