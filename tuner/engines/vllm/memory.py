@@ -83,9 +83,8 @@ def estimate_v2_bytes(graphs: Sequence[GraphCost]) -> float:
     kept = [g for i, g in enumerate(graphs) if i not in skipped]
     if len(fulls) < 2:
         return pool_bytes(kept)
-    # The second FULL sample is the delta it added in the throwaway pool (never the pool's first graph).
-    second = graphs[fulls[1]]
-    sampled = second.standalone_bytes if kept[0] is second else second.delta_bytes
+    # The second FULL sample is the delta it added in the throwaway pool: the first FULL graph precedes it there.
+    sampled = graphs[fulls[1]].delta_bytes
     return pool_bytes(kept) - sampled + (len(fulls) - 1) * max(sampled, MIB)
 
 
