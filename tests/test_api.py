@@ -80,6 +80,20 @@ def test_a_search_written_and_read_back_and_checked_against_a_log(tmp_path: Path
     assert abs(pool["logged"] - pool["predicted"]) <= pool["log_resolution"] and pool["within"]
     same = tuner.check_log(run, "stdin", data=log.read_bytes())
     assert same.as_dict()["quantities"] == figures
+    # vLLM's estimate as the pool line states it, to its 0.01 GiB; a log cut before that line (V2 logs its estimate
+    # nowhere else) leaves the --gpu-memory-utilization hint: (current - equivalent) x device memory, each to 4
+    # decimals, so within 1e-4 x the device's memory.
+    estimate = figures["vllm_graph_estimate_bytes"]
+    assert estimate["source"] == "CUDA graph pool memory: ... (estimated)"
+    assert abs(estimate["logged"] - estimate["predicted"]) <= estimate["log_resolution"]
+    cut = run / "cut.log"
+    cut.write_text("".join(line for line in log.read_text().splitlines(keepends=True)
+                           if "CUDA graph pool memory" not in line))
+    hint = tuner.check_log(run, cut).as_dict()["quantities"]["vllm_graph_estimate_bytes"]
+    total = model.budget.total_memory_bytes
+    assert hint["source"] == "--gpu-memory-utilization hint (current - equivalent) x device memory"
+    assert hint["log_resolution"] == pytest.approx(1e-4 * total, rel=1e-3)
+    assert abs(hint["logged"] - hint["predicted"]) <= hint["log_resolution"]
 
 
 def test_every_api_name_is_documented_and_none_is_a_stage_name() -> None:
