@@ -97,6 +97,14 @@ def test_known_errors_put_into_a_log_of_the_runs_own_predictions_are_read_back_w
     q = data["quantities"]
     assert list(q) == ["vllm_graph_estimate_bytes", "kv_available_bytes", "kv_tokens", "max_concurrency",
                        "graph_pool_bytes", "capture_s", "non_kv_cache_bytes"]
+    # The JSON a script reads: every quantity's fields (one worker: no per-worker breakdown), the log's version.
+    for name, fields in q.items():
+        assert list(fields) == ["predicted", "logged", "error_pct", "within", "unit", "log_resolution",
+                                "tolerance_pct", "source"], name
+    assert [q[n]["unit"] for n in q] == ["bytes", "bytes", "tokens", "x", "bytes", "s", "bytes"]
+    assert q["kv_available_bytes"]["source"].startswith("Available KV cache memory")
+    assert list(data) == ["list_matches", "list", "capture_sizes", "runner", "runner_predicted", "vllm_version", "log",
+                          "workers", "quantities", "notes", "calibration"] and data["vllm_version"]
     half_gib = 0.005 * GIB  # vLLM prints GiB to 2 decimals
     # The errors put in come back to within what the log's rounding allows (in percent of the prediction).
     assert abs(q["kv_available_bytes"]["error_pct"] - (-2.0)) <= 100 * half_gib / p["kv"]
