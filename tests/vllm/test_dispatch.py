@@ -125,10 +125,12 @@ def test_a_v2_manager_captures_no_graph_with_cudagraph_mode_none_and_none_above_
     from tuner.engines.vllm.dispatch import manager_graphs
 
     assert manager_graphs([1, 2, 4, 8], "NONE", [1], 8, 8) == []
-    # q = 4, 2 requests at most: FULL decode graphs at round_up(s, 4) up to 8 tokens only, though the list holds 64.
-    graphs = manager_graphs([4, 8, 16, 64], "FULL_AND_PIECEWISE", [4], 8, 2)
-    assert [(m, w) for m, w, _ in graphs if m == "FULL"] == [("FULL", 8), ("FULL", 4)]
-    assert [w for m, w, _ in graphs if m == "PIECEWISE"] == [64, 16, 8, 4]
+    # q = 4, 2 requests at most: FULL decode graphs at round_up(s, 4) up to 8 tokens only, though the list holds 64;
+    # and with 8 requests allowed but a decode budget of 8 tokens (max_decode_tokens), the same: each cap binds alone.
+    for max_decode_tokens, max_num_seqs in ((8, 2), (8, 8), (64, 2)):
+        graphs = manager_graphs([4, 8, 16, 64], "FULL_AND_PIECEWISE", [4], max_decode_tokens, max_num_seqs)
+        assert [(m, w) for m, w, _ in graphs if m == "FULL"] == [("FULL", 8), ("FULL", 4)]
+        assert [w for m, w, _ in graphs if m == "PIECEWISE"] == [64, 16, 8, 4]
 
 
 def test_v1_counts_a_step_uniform_only_at_q_and_v2_at_any_decode_query_length():
