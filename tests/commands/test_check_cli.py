@@ -281,6 +281,15 @@ def test_calibrate_writes_a_profile_pair_that_replans_on_vllms_non_kv_and_real_p
     logged_pool = round(p["pool"] * 1.05 / GIB, 2) * GIB  # what the log printed
     assert block["graph_memory_scale"] == pytest.approx(logged_pool / p["pool"], rel=1e-9)
     assert meta["non_kv_cache_bytes"] == round(data["quantities"]["non_kv_cache_bytes"]["logged"])
+    # Where it came from, for whoever reads the pair later: the log, the list vLLM ran, the command, both pools.
+    assert block["log"] == str(log) and block["capture_sizes"] == p["sizes"]
+    assert block["command"].startswith("cgtune check ") and "--calibrate" in block["command"]
+    assert block["graph_pool_bytes"] == {"logged": round(logged_pool), "predicted": round(p["pool"])}
+    assert block["non_kv_cache_bytes_from_log"] is True
+    assert cal["non_kv_cache_bytes"] == meta["non_kv_cache_bytes"] and cal["graph_memory_scale"] == \
+        block["graph_memory_scale"]
+    assert sorted(cal["repredicted"]) == ["graph_pool_bytes", "kv_available_bytes", "non_kv_cache_bytes",
+                                          "vllm_graph_estimate_bytes"]
     # The same list under the calibrated profile: the real pool and the non-KV memory are now vLLM's.
     again = cal["repredicted"]
     assert again["graph_pool_bytes"]["predicted"] == pytest.approx(logged_pool, rel=1e-6)  # each row rounded to a byte
