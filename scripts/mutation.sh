@@ -18,11 +18,12 @@
 # module's rules: for the solver its brute-force cases under every engine, for the cost model its drafter and
 # memory-rule files too (see TESTS below).
 #
-# How long (measured on the project's 2-core machine, shared, one test process): the clean run takes 0.5-1 min per
-# module; a mutant then about 0.2 s for vllm/dispatch.py and vllm/memory.py, 0.5 s for costmodel.py, 1-1.5 s for
-# validate.py's decision and 4-5 s for exact.py (its brute-force cases). The default run (100 drawn per module, all
-# of dispatch.py's 98) took 12-13 min. A full run (SAMPLE=0) is 98 + 125 mutants of vLLM's dispatch and memory rules,
-# 1515 of exact.py, 1298 of costmodel.py and 787 of validate.py's decision: about 2 hours, most of it exact.py's.
+# How long (2026-12-01, the project's 2-core machine, shared with the test suite and CI, one test process): the clean
+# run takes 0.5-2 min per module; a mutant then about 1-2 s for the other engines' capture and defaults rules and the
+# interval, 10-30 s for vLLM's dispatch and memory rules (vLLM's own code, the oracle, joined their tests) and for the
+# cost model, 4-6 s for the solver's parts (brute-force cases) and up to a minute for `check` (its CLI runs), so a
+# 300-mutant draw of check, validate, compact or the solver outlasts the default budget. Module sizes: dispatch 227,
+# memory 179, costmodel 1344, exact 1515, exact_bounds 928, compact 353, check 720, validate 1150 (its decision).
 # Score = (killed + timeout) / checked; "no tests" and survivors count against it. Read a survivor with
 # `cd $OUT/<module> && mutmut show NAME`.
 set -euo pipefail
