@@ -23,7 +23,7 @@
 # interval, 10-30 s for vLLM's dispatch and memory rules (vLLM's own code, the oracle, joined their tests) and for the
 # cost model, 4-6 s for the solver's parts (brute-force cases) and up to a minute for `check` (its CLI runs), so a
 # 300-mutant draw of check, validate, compact or the solver outlasts the default budget. Module sizes: dispatch 227,
-# memory 179, costmodel 1344, exact 1515, exact_bounds 928, compact 353, check 720, validate 1150 (its decision).
+# memory 179, costmodel 1344, exact 1515, exact_bounds 928, compact 353, check 720, validate 772 (its decision).
 # Score = (killed + timeout) / checked; "no tests" and survivors count against it. Read a survivor with
 # `cd $OUT/<module> && mutmut show NAME`.
 set -euo pipefail
