@@ -192,24 +192,25 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
     return out
 
 
+def _recorded(run_dir: str | Path) -> dict[str, Any]:
+    """A run directory's summary.json as it stands ({} when there is none, or it is unreadable or no mapping)."""
+    try:
+        data = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def recorded_model_settings(run_dir: str | Path) -> dict[str, Any]:
     """The CostModel settings a run directory's summary.json records (`cost_model`; {} when it records none)."""
-    try:
-        recorded = json.loads((Path(run_dir) / "summary.json").read_text()).get("cost_model")
-    except (OSError, ValueError, AttributeError):
-        return {}
+    recorded = _recorded(run_dir).get("cost_model")
     return {k: recorded[k] for k in MODEL_SETTINGS if isinstance(recorded, dict) and k in recorded}
 
 
 def recorded_origin(run_dir: str | Path) -> tuple[str | None, str | None]:
     """(the command that made the run, the profile it was searched on) as its summary.json records them; None where
     it records none (a run older than the field, or no summary)."""
-    try:
-        data = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None, None
-    if not isinstance(data, dict):
-        return None, None
+    data = _recorded(run_dir)
     command, profile = data.get("command"), data.get("profile")
     return (command if isinstance(command, str) else None), (profile if isinstance(profile, str) else None)
 
@@ -540,11 +541,11 @@ def run_identity(run_dir: str | Path) -> RunIdentity | None:
     name: str = "?"
     whash: str | None = None
     profile = "profile.csv"
+    data = _recorded(run)
     try:
-        data = json.loads((run / "summary.json").read_text())
         name, whash = str(data["workload"]["name"]), str(data["workload"]["hash"])
         profile = str(data.get("profile") or profile)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         try:
             from tuner.workload.spec import load_workload
 
