@@ -179,7 +179,7 @@ def validation_seconds(run_dir: Path, start_s: float = 10.0) -> tuple[float, flo
     profile's largest measured capture_s of that mode plus one eager step of warm-up each, and per step of the
     trace 1.5x the mean of the lists' predicted step (host gaps and logits beyond the model's prediction)."""
     from tuner.profile.table import read_profile
-    from tuner.report.run import load_run
+    from tuner.decision.run_dir import load_run
 
     model, search = load_run(run_dir)
     profile = read_profile(run_dir / "profile.csv")

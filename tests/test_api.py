@@ -59,11 +59,18 @@ def test_a_search_written_and_read_back_and_checked_against_a_log(tmp_path: Path
     assert result.compact is not None and result.compact.tolerance == 0.01
     assert result.compact.evaluation.expected_step_ms <= result.chosen.expected_step_ms * 1.01 + 1e-9
 
+    # The decision record: the lists compared are the search's, and what it ships is what summary.json says.
+    decision = tuner.decide(model, result)
+    assert decision.tuned is result.chosen and decision.default.capture_sizes == default.capture_sizes
+    assert decision.table["compact"].capture_sizes == result.compact.evaluation.capture_sizes
+    assert decision.interval.point_ms == pytest.approx(default.expected_step_ms - result.chosen.expected_step_ms)
     run = tmp_path / "run"
-    written = tuner.write_run(run, model, result, command="api test")
+    written = tuner.write_run(run, model, decision, command="api test")
     assert {p.name for p in written} >= {"report.md", "summary.json", "compilation_config.json"}
     summary = json.loads((run / "summary.json").read_text())
     assert tuple(summary["tuned"]["capture_sizes"]) == result.chosen.capture_sizes
+    assert summary["shipped"]["list"] == decision.ship.name
+    assert summary["saving_interval_ms"] == [decision.interval.low_ms, decision.interval.high_ms]
 
     model_again, result_again = tuner.load_run(run)
     assert result_again.chosen.capture_sizes == result.chosen.capture_sizes

@@ -172,8 +172,8 @@ def test_the_report_says_the_drafters_graphs_were_the_reason(tmp_path):
     import math
 
     from tuner.search.exact import exact_solve
+    from tuner.decision.record import decide
     from tuner.report.run import render_markdown, summary
-    from tuner.report.compare import comparison
     from tuner.search.study import SearchResult
 
     wl = handmade_workload(num_speculative_tokens=3, max_num_seqs=8, max_num_batched_tokens=32,
@@ -185,12 +185,13 @@ def test_the_report_says_the_drafters_graphs_were_the_reason(tmp_path):
     m = CostModel.from_files(path, wl)
     exact = exact_solve(m)
     search = SearchResult(exact.best, "exact", exact, None, m.evaluate(m.default_sizes), "none", "none", "latency")
-    table = comparison(m, search)
-    text = render_markdown(m, search, table)
+    dec = decide(m, search)
+    table = dec.table
+    text = render_markdown(m, dec)
     assert "The drafter's graphs cost these widths**: adding 32" in text
     t = table["tuned"]
     assert f"its passes take {t.drafter_step_ms:.4f} ms" in text and t.drafter_step_ms > 0
-    data = summary(m, search, table)
+    data = summary(m, dec)
     # DFlash captures a FULL graph per decode window of the target's: 6 MiB each.
     windows = [w for mode, w in m.graphs(t.capture_sizes) if mode == "FULL"]
     assert data["tuned"]["drafter_graph_bytes"] == t.drafter_graph_bytes == 6 * MIB * len(windows)

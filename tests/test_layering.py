@@ -144,16 +144,16 @@ def test_the_layering_test_sees_an_upward_import(tmp_path: Path) -> None:
     # The reader is what the other tests rest on: an import written into a profile module, of the search, is found.
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from tuner.search.study import SearchResult\n"
-                     "    from tuner.report import decision\n")
-    assert imports_of(probe) == {"tuner.search.study", "tuner.report.decision"}
+                     "    from tuner.decision import record\n")
+    assert imports_of(probe) == {"tuner.search.study", "tuner.decision.record"}
 
 
 LAZY_FACES = sorted(m for m, p in MODULES.items() if p.name == "__init__.py" and "lazy_face" in p.read_text())
 
 
 def test_the_stage_packages_have_lazy_faces() -> None:
-    assert {m.split(".")[1] for m in LAZY_FACES} == {"profile", "engines", "workload", "model", "search", "report",
-                                                    "validate", "check"}
+    assert {m.split(".")[1] for m in LAZY_FACES} == {"profile", "engines", "workload", "model", "search", "decision",
+                                                    "report", "validate", "check"}
 
 
 @pytest.mark.parametrize("package", LAZY_FACES)
@@ -171,7 +171,7 @@ def test_a_face_names_what_its_modules_define_and_no_submodule(package: str) -> 
 
 
 def test_importing_tuner_or_a_face_loads_no_stage() -> None:
-    code = ("import sys, tuner, tuner.search, tuner.report, tuner.model, tuner.engines\n"
+    code = ("import sys, tuner, tuner.search, tuner.decision, tuner.report, tuner.model, tuner.engines\n"
             "loaded = sorted(m for m in sys.modules if m.startswith('tuner.') and m.count('.') > 1)\n"
             "print(loaded)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

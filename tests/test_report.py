@@ -21,13 +21,15 @@ from handmade_profiles import (  # noqa: E402
     write_handmade_inputs,
 )
 
-from tuner.report import compare  # noqa: E402
+from tuner.decision import compare  # noqa: E402
+from tuner.decision.compare import sglang_sizes, widest_sizes  # noqa: E402
+from tuner.decision.record import decide  # noqa: E402
+from tuner.decision.run_dir import load_run  # noqa: E402
 from tuner.search.compact import CompactChoice  # noqa: E402
 from tuner.search.exact import ExactResult, exact_solve  # noqa: E402
 from tuner.model.costmodel import GIB, CostModel  # noqa: E402
 from tuner.engines.registry import engine_of  # noqa: E402
-from tuner.report.run import (PLOTS, SUMMARY_KEYS, comparison, load_run, sglang_sizes, summary,  # noqa: E402
-                              widest_sizes)
+from tuner.report.run import PLOTS, SUMMARY_KEYS, summary  # noqa: E402
 from tuner.report.run import log_axis, profile_provenance, render_markdown, write_run  # noqa: E402
 from tuner.search.study import SearchConfig, SearchResult, run_search  # noqa: E402
 from tuner.workload.spec import load_workload, parse_workload  # noqa: E402
@@ -56,8 +58,7 @@ def test_sglang_row_is_sglangs_own_default_for_the_same_config():
     # Without speculation SGLang's plain grid: 1, 2, 4, 8, 12, 16, 24, ... (q = 1).
     plain = load_workload(ROOT / "workloads/baseline-llama-3.1-8b.yaml").serving
     assert sglang_sizes(plain, gpu_memory_mib=143771)[:7] == (1, 2, 4, 8, 12, 16, 24)
-    # They live beside the search (tuner.report.compare); the report imports them; the row reads the profile's device.
-    assert compare.sglang_sizes is sglang_sizes and compare.widest_sizes is widest_sizes
+    # They live with the decision (tuner.decision.compare), which the report renders; the row reads the device.
     assert compare.PEER_LISTS["sglang"] is compare.sglang_default_sizes
 
 
@@ -66,8 +67,9 @@ def test_summary_holds_the_issue_keys_and_files_render(tmp_path):
     path = handmade_profile(tmp_path / "p", wl, list(range(1, 33)), standalone_bytes=lambda w: 2 * w * MIB)
     model = CostModel.from_files(path, wl)
     result = run_search(model, SearchConfig(n_trials=8, progress=False), run_dir=tmp_path / "run")
-    table = comparison(model, result)
-    data = summary(model, result, table)
+    dec = decide(model, result)
+    table = dec.table
+    data = summary(model, dec)
     for key in SUMMARY_KEYS:
         e = table[key]
         assert data[key]["expected_step_ms"] == e.expected_step_ms
@@ -93,7 +95,7 @@ def test_summary_holds_the_issue_keys_and_files_render(tmp_path):
     assert data["capture_sizes"] == list(result.chosen.capture_sizes)
     assert table["ideal"].expected_step_ms <= table["tuned"].expected_step_ms
 
-    written = write_run(tmp_path / "run", model, result, command="pytest")
+    written = write_run(tmp_path / "run", model, dec, command="pytest")
     names = {p.relative_to(tmp_path / "run").as_posix() for p in written}
     assert {"report.md", "summary.json", "compilation_config.json", "vllm-serve.yaml", "vllm-flags.txt"} <= names
     assert {f"plots/{p}" for p in PLOTS} <= names
@@ -145,8 +147,8 @@ def hand_picked(model: CostModel, sizes) -> SearchResult:
 
 
 def render(model: CostModel, search: SearchResult) -> tuple[str, dict]:
-    table = comparison(model, search)
-    return render_markdown(model, search, table), summary(model, search, table)
+    dec = decide(model, search)
+    return render_markdown(model, dec), summary(model, dec)
 
 
 def test_what_changed_rows_are_each_added_width_with_and_without_it(ceiling):

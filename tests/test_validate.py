@@ -17,6 +17,7 @@ from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: 
 
 from tuner.cli import main  # noqa: E402
 from tuner.model.costmodel import GIB, CostModel  # noqa: E402
+from tuner.decision.record import decide  # noqa: E402
 from tuner.report.run import write_run  # noqa: E402
 from tuner.search.study import SearchResult, exact_solve  # noqa: E402
 from tuner.validate.validation import (  # noqa: E402
@@ -66,7 +67,7 @@ def _run_dir(tmp_path: Path, **profile_kwargs: object) -> tuple[Path, CostModel,
     model = _model(tmp_path, **profile_kwargs)
     search = _search(model)
     run = tmp_path / "run"
-    write_run(run, model, search, command="pytest", plots=False)
+    write_run(run, model, decide(model, search), command="pytest", plots=False)
     return run, model, search
 
 
@@ -678,10 +679,9 @@ def test_cpu_eager_replay_through_the_torch_backend(tmp_path, one_thread):
     assert record["measured_speedup_tuned_over_default"] == pytest.approx(2.0)
     assert any("no CUDA graphs here" in w for w in record["warnings"])
     # No fallback is emitted from a CPU run: nothing was measured that could overrule the search.
-    from tuner.report.decision import shipping
 
     assert json.loads((run / "compilation_config.json").read_text())["cudagraph_capture_sizes"] == \
-        list(shipping(model, search).evaluation.capture_sizes)
+        list(decide(model, search).ship.evaluation.capture_sizes)
 
 
 def test_build_backend_is_as_wide_as_every_graph_and_step_and_compiled_as_the_profile(tmp_path):
@@ -750,7 +750,7 @@ def test_tune_validate_records_gpu_trials_in_the_study_and_chooses_by_measuremen
     model = _model(tmp_path)
     run = tmp_path / "run"
     search = run_search(model, SearchConfig(n_trials=12, progress=False), run_dir=run)
-    write_run(run, model, search, command="pytest", plots=False)
+    write_run(run, model, decide(model, search), command="pytest", plots=False)
     model_only = len(optuna.load_study(study_name=search.study_name, storage=search.storage).trials)
     # Scripted device (not the model): vLLM's default 80 MiB and 0.3 + 0.01 ms per token, every other list 100 MiB and
     # 0.5 + 0.01: the default, slowest by prediction, is the measured winner.
@@ -1080,7 +1080,7 @@ def test_an_engine_runs_files_go_when_no_measured_list_fits(tmp_path):
     model = CostModel.from_files(handmade_profile(tmp_path / "profile", wl, list(range(1, 33)),
                                                   standalone_bytes=lambda w: 2 * w * MIB), wl)
     run = tmp_path / "run"
-    write_run(run, model, _search(model), command="pytest", plots=False)
+    write_run(run, model, decide(model, _search(model)), command="pytest", plots=False)
     assert all((run / name).is_file() for name in ENGINE_FILES["trtllm"])
     record = validate_run(run, num_steps=100, backend=ScriptedBackend(model, oom_above=0))
     assert record["emitted"] is None and "trtllm files were removed" in " ".join(record["notes"])

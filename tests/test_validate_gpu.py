@@ -17,6 +17,7 @@ from handmade_profiles import handmade_profile  # noqa: E402
 from tuner.cli import main  # noqa: E402
 from tuner.measure.decoder import build_model  # noqa: E402
 from tuner.model.costmodel import CostModel  # noqa: E402
+from tuner.decision.record import decide  # noqa: E402
 from tuner.report.run import write_run  # noqa: E402
 from tuner.search.study import SearchResult, exact_solve  # noqa: E402
 from tuner.validate.backend import TorchBackend  # noqa: E402
@@ -79,7 +80,7 @@ def test_cgtune_validate_on_a_run_directory(tmp_path, capsys) -> None:
                           default=model.evaluate(model.default_sizes), study_name="none", storage="none",
                           objective="latency", trials={}, pareto=exact.front, notes=[])
     run = tmp_path / "run"
-    write_run(run, model, search, command="pytest", plots=False)
+    write_run(run, model, decide(model, search), command="pytest", plots=False)
     assert main(["validate", str(run), "--steps", "500"]) == 0
     out = capsys.readouterr().out
     record = json.loads((run / "validation.json").read_text())

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tuner.check.predictions import CheckResult
+    from tuner.decision.record import Decision
     from tuner.model.costmodel import CostModel
     from tuner.profile.table import Profile
     from tuner.search.exact import ExactResult
@@ -34,6 +35,7 @@ __all__ = [
     "__version__",
     "check_log",
     "cost_model",
+    "decide",
     "default_capture_sizes",
     "load_run",
     "load_workload",
@@ -100,20 +102,33 @@ def search_capture_lists(model: CostModel, *, trials: int = 300, seed: int = 0, 
     return result
 
 
-def write_run(run_dir: str | Path, model: CostModel, result: SearchResult, *, command: str = "",
+def decide(model: CostModel, result: SearchResult) -> Decision:
+    """The decision record of a search (`tuner.decision.Decision`): every list compared under the model, the list
+    shipped (`result.ship`) and why, what the tuned list changes per width against the default, off-peak figures,
+    the bootstrap interval of the saving, the compact choice's and the exact solver's facts. `write_run` renders
+    it; `cgtune search` prints from the same record."""
+    from tuner.decision.record import decide as make
+
+    return make(model, result)
+
+
+def write_run(run_dir: str | Path, model: CostModel, outcome: SearchResult | Decision, *, command: str = "",
               report: bool = True) -> list[Path]:
     """Write the run directory (docs/commands.md): summary.json, search.json, the engine's deployment files,
     copies of the workload and profile, and (with `report`) report.md and plots/*.png; staged and moved in, so a
-    failure leaves nothing half-written. `command`: the command line the report names. Returns the files written."""
+    failure leaves nothing half-written. `outcome`: a search (decided here, `decide`) or its decision record;
+    `command`: the command line the report names. Returns the files written."""
+    from tuner.decision.record import Decision, decide as make
     from tuner.report.run import write_run as write
 
-    return write(run_dir, model, result, command=command, plots=report, report=report)
+    dec = outcome if isinstance(outcome, Decision) else make(model, outcome)
+    return write(run_dir, model, dec, command=command, plots=report, report=report)
 
 
 def load_run(run_dir: str | Path) -> tuple[CostModel, SearchResult]:
     """A run directory read back (`cgtune report` does this): the cost model rebuilt from its own copies of the
     workload and profile, and the search it recorded. Raises ModelError or WorkloadError naming the file."""
-    from tuner.report.run import load_run as load
+    from tuner.decision.run_dir import load_run as load
 
     return load(run_dir)
 

@@ -26,21 +26,18 @@ LAYERS: Mapping[str, tuple[str, ...]] = {
     "measure": ("profile", "engines", "workload"),  # everything that touches a device
     "model": ("profile", "engines", "workload"),  # the cost model: step latency, graph memory, KV cache of a list
     "search": ("profile", "engines", "workload", "model"),  # the study, the exact solver, the compact choice, fleet
-    "report": ("profile", "engines", "workload", "model", "search"),  # report.md, plots, summary.json, words
-    "validate": ("profile", "engines", "workload", "measure", "model", "search", "report"),  # the choice on the GPU
-    "check": ("profile", "engines", "workload", "model", "search", "report", "validate"),  # a run against vLLM's log
+    "decision": ("profile", "engines", "workload", "model", "search"),  # the decision record, the run directory
+    "report": ("profile", "engines", "workload", "model", "decision"),  # renders the record: report.md, plots, files
+    "validate": ("profile", "engines", "workload", "measure", "model", "search", "decision", "report"),  # on the GPU
+    "check": ("profile", "engines", "workload", "model", "search", "decision", "report", "validate"),  # vs vLLM's log
     "cli": (),  # the command line: registers each command by module name, imports none of them at the top
-    "commands": ("profile", "engines", "workload", "measure", "model", "search", "report", "validate", "check",
-                 "cli"),
+    "commands": ("profile", "engines", "workload", "measure", "model", "search", "decision", "report", "validate",
+                 "check", "cli"),
 }
 """Stage -> the stages it may import (besides the foundations and `tuner`'s `__version__`); the order is the layering,
 lowest first. A top-level module that is not a foundation (`cli`) is a layer of its own."""
 
-PENDING: Mapping[tuple[str, str], str] = {
-    ("report", "search"): "the report still decides while it renders (the comparison rows, what changed, off-peak "
-                          "figures, the compact list and the interval through search's types): issue #30's one "
-                          "decision record, made by search and rendered by report, removes this edge",
-}
+PENDING: Mapping[tuple[str, str], str] = {}
 """Edges LAYERS allows today that the layering is to lose, each with why it is still there; the layering test fails
 when one is no longer used, so an edge removed is removed here too."""
 

@@ -27,7 +27,7 @@ from tuner.check.example import run_predictions as predicted  # noqa: E402
 from tuner.engines.vllm.log_writer import GIB  # noqa: E402
 from tuner.model.capture_time import predicted_capture_s as predicted_capture_s_of  # noqa: E402
 from tuner.model.costmodel import CostModel  # noqa: E402
-from tuner.report.run import load_run  # noqa: E402
+from tuner.decision.run_dir import load_run  # noqa: E402
 from tuner.workload.spec import load_workload  # noqa: E402
 
 DFLASH = ROOT / "workloads" / "dflash-llama-3.1-8b.yaml"  # V2 runner, one GPU, DFlash K = 16

@@ -20,7 +20,7 @@ from handmade_profiles import gpu_scale_profile, handmade_profile, handmade_spec
 from tuner.cli import main  # noqa: E402
 from tuner.model.capture_time import predicted_capture_s  # noqa: E402
 from tuner.profile.table import read_profile  # noqa: E402
-from tuner.report.run import load_run  # noqa: E402
+from tuner.decision.run_dir import load_run  # noqa: E402
 from tuner.search.compact import choose_compact, counted_bytes  # noqa: E402
 from tuner.search.saving_interval import saving_interval  # noqa: E402
 from tuner.workload.spec import load_workload  # noqa: E402

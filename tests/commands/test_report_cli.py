@@ -230,6 +230,7 @@ def test_printed_summary_agrees_with_summary_json_on_estimate_pool_and_kv(inputs
 
 def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, capsys):
     from tuner.commands.search import _print_summary
+    from tuner.decision.record import decide
     from tuner.search.exact import ExactResult
     from tuner.model.costmodel import CostModel
     from tuner.search.study import SearchResult
@@ -241,7 +242,7 @@ def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, caps
     chosen, default = model.evaluate((1, 2, 4, 8, 16, 24)), model.evaluate(model.default_sizes)  # hand-picked
     result = SearchResult(chosen, "exact", ExactResult(chosen, [chosen], MIB, True, 0), None, default, "none",
                           "none", "latency", {}, [], [])
-    _print_summary(result, [], tmp_path, model)
+    _print_summary(decide(model, result), [], tmp_path, model)
     stdout = capsys.readouterr().out
     assert "tuned list (exact solver; see the notes in summary.json): 6 graphs, max 24" in stdout
     assert "it runs as another list: the V1 runner rewrites it to 5 graphs (multiples of q = 3): [3, 6, 9, 18, 24]" \
@@ -249,15 +250,34 @@ def test_printed_summary_says_when_the_tuned_list_runs_as_another(tmp_path, caps
 
 
 # ---------------------------------------------------------------------------------------------- re-render
-def test_report_re_renders_report_md_and_summary_json_byte_identical(inputs, tmp_path, capsys):
-    # A run re-rendered from its own files says the same, to the byte: the compact choice is read back, the interval
-    # drawn again from its seed; a decision that moved on re-render (or a provenance line that did) would show here.
+def test_report_re_renders_report_md_and_summary_json_byte_identical(inputs, tmp_path, capsys, monkeypatch):
+    # A run re-rendered from its own files says the same, to the byte, and decides nothing again: the decision is
+    # read from summary.json (no bootstrap, no compact solve, no per-width re-evaluation); a decision that moved on
+    # re-render (or a provenance line that did) would show here.
+    import tuner.decision.record as record
+
     wl, profile, _ = inputs
     out = tmp_path / "run"
     code, _, err = search(capsys, wl, profile, out, command="tune")
     assert code == 0, err
     first = {name: (out / name).read_bytes() for name in ("report.md", "summary.json", "search.json")}
-    code, _, err = run(capsys, "report", out)
+
+    def decided(*a, **k):
+        raise AssertionError("cgtune report decided again")
+
+    with monkeypatch.context() as m:
+        for name in ("decide", "saving_interval", "what_changed", "off_peak", "compact_of"):
+            m.setattr(record, name, decided)
+        code, _, err = run(capsys, "report", out)
     assert code == 0, err
     for name, data in first.items():
         assert (out / name).read_bytes() == data, f"{name} changed on re-render"
+
+    # A summary older than a field is decided anew (the interval drawn again from its seed), to the same bytes.
+    data = json.loads(first["summary.json"])
+    del data["off_peak"]
+    (out / "summary.json").write_text(json.dumps(data))
+    code, _, err = run(capsys, "report", out)
+    assert code == 0, err
+    for name, data in first.items():
+        assert (out / name).read_bytes() == data, f"{name} changed on a re-render that decided anew"

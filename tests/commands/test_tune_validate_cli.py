@@ -74,7 +74,7 @@ def test_validate_ships_the_measured_winner_and_keeps_it_out_of_the_model_rankin
                                                                                     scripted):
     import optuna
 
-    from tuner.report.run import load_run
+    from tuner.decision.run_dir import load_run
     from tuner.search.study import SearchConfig, run_search
     from tuner.validate.trace import sample_trace
 

@@ -96,7 +96,7 @@ def test_validation_seconds_come_from_the_profile_and_the_lists(tmp_path) -> Non
 
 def test_a_validation_killed_midway_still_reaches_the_summary(tmp_path) -> None:
     # The tiny model on this CPU; its second list's capture faults, as a device error would on the GPU.
-    from tuner.report.run import load_run
+    from tuner.decision.run_dir import load_run
     from tuner.validate.validation import build_backend, exact_run, lists_to_validate, validate_run
 
     run_dir = exact_run(ROOT / "workloads" / "tiny-cpu.yaml", _validate_profile(tmp_path / "p"),

@@ -16,8 +16,8 @@ from tuner.engines.vllm.emit import COMPILATION_CONFIG_FILE
 from tuner.engines.vllm.startup_log import GIB, GIB_RESOLUTION, StartupLog, WorkerFigures
 from tuner.model.capture_time import predicted_capture_s
 from tuner.model.costmodel import CostModel, Evaluation
-from tuner.report.compare import kv_tokens, max_concurrency
-from tuner.report.decision import alternative_name
+from tuner.decision.compare import kv_tokens, max_concurrency
+from tuner.decision.record import alternative_name
 from tuner.validate.validation import MEMORY_GOAL
 from tuner.workload.spec import Workload
 
@@ -309,7 +309,7 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
     """The run in `run_dir` (its emitted list, and its cost model rebuilt from its own copies as `cgtune report` does)
     held to the log; CheckError (one line) when the directory is no vLLM run, or the log is of another list or
     configuration, or ends before the figures. The log is judged before the cost model is built."""
-    from tuner.report.run import load_run
+    from tuner.decision.run_dir import load_run
     from tuner.workload.spec import load_workload
 
     try:

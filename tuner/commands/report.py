@@ -12,7 +12,7 @@ from tuner.commands.common import check_out_dir
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
-    from tuner.search.study import SearchResult
+    from tuner.decision.record import Decision
 
 __all__ = ["ReportCommand"]
 
@@ -44,7 +44,9 @@ class ReportCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from tuner.model.costmodel import ModelError
-        from tuner.report.run import load_run, recorded_origin, run_conflict, words_of, write_run
+        from tuner.decision.record import decide
+        from tuner.decision.run_dir import load_run, recorded_decision, recorded_origin, run_conflict
+        from tuner.report.run import words_of, write_run
         from tuner.workload.spec import WorkloadError
 
         if not args.run_dir.is_dir():
@@ -63,28 +65,30 @@ class ReportCommand(Command):
         # The run says what made it: the command and the profile its summary records (a forced re-render of mixed
         # files is a new rendering of its copies, and says so).
         command, profile = recorded_origin(args.run_dir) if conflict is None else (None, None)
+        # Rendered from the decision the run recorded (nothing solved or bootstrapped again); decided anew only for
+        # mixed files, other model settings (--allow-mismatch) or a summary older than a field.
+        recorded = recorded_decision(args.run_dir, model, search) if conflict is None else None
+        dec = recorded or decide(model, search)
         try:
-            written = write_run(args.run_dir, model, search, command=command or f"cgtune report {args.run_dir}",
+            written = write_run(args.run_dir, model, dec, command=command or f"cgtune report {args.run_dir}",
                                 copy_inputs=False, profile_name=profile)
         except OSError as exc:  # staged, then moved: nothing is half-written when the folder refuses a file
             raise UsageError(f"run_dir: {str(args.run_dir)!r} cannot be written: {exc.strerror or exc}") from None
         out = sys.stderr if args.csv == "-" else sys.stdout  # stdout then carries the table alone
         print(f"wrote {len(written)} files into {args.run_dir}/: report.md, summary.json, plots/, "
               f"{model.engine.label} files", file=out)
-        print(words_of(model.engine).files_shipped_line(model, search, args.run_dir), file=out)
+        print(words_of(model.engine).files_shipped_line(model, dec, args.run_dir), file=out)
         if args.csv is not None:
-            self._write_csv(args, model, search)
+            self._write_csv(args, model, dec)
         return 0
 
     @staticmethod
-    def _write_csv(args: argparse.Namespace, model: CostModel, search: SearchResult) -> None:
+    def _write_csv(args: argparse.Namespace, model: CostModel, dec: Decision) -> None:
         from tuner.profile.table import atomic_write_text, read_profile
-        from tuner.report.compare import comparison
-        from tuner.report.decision import shipping
         from tuner.report.width_table import width_table
 
-        frame = width_table(model, read_profile(args.run_dir / "profile.csv"), comparison(model, search),
-                            shipping(model, search).evaluation.capture_sizes)
+        frame = width_table(model, read_profile(args.run_dir / "profile.csv"), dec.table,
+                            dec.ship.evaluation.capture_sizes)
         text = frame.to_csv(index=False)
         if args.csv == "-":
             sys.stdout.write(text)

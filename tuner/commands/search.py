@@ -13,6 +13,7 @@ from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
+    from tuner.decision.record import Decision
     from tuner.search.study import SearchInterrupted, SearchResult
     from tuner.workload.spec import Workload
 
@@ -162,7 +163,7 @@ def prepare_run_dir(out: Path, workload: Workload, profile_csv: Path | None, *, 
                     clear: bool = True) -> None:
     """Refuse (one line) a DIR that holds another workload's or profile's run, or with --force clear it (unless
     `clear` is False: a check ahead of work that must come first)."""
-    from tuner.report.run import clear_run, run_conflict
+    from tuner.decision.run_dir import clear_run, run_conflict
 
     conflict = run_conflict(out, workload, profile_csv)
     if conflict is None:
@@ -214,13 +215,14 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
         raise _interrupted(exc, name, args) from None
     result.ship = args.ship
     try:
-        written = tuner.write_run(args.out, model, result, command=command, report=report)
+        decision = tuner.decide(model, result)
+        written = tuner.write_run(args.out, model, decision, command=command, report=report)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(
             f"interrupted while writing {args.out}/: study {result.study_name} in {result.storage} is complete "
             f"({result.trials.get('total', 0)} trials); rerun to write the files: "
             f"{resume_line(name, args, result.storage)}") from None
-    _print_summary(result, written, args.out, model, report=report)
+    _print_summary(decision, written, args.out, model, report=report)
     return 0
 
 
@@ -233,29 +235,27 @@ def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namesp
                seconds=getattr(args, "exact_seconds", None))
 
 
-def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, report: bool) -> None:
+def _decision_summary(dec: Decision, out: Path, model: CostModel, *, report: bool) -> None:
     """The compact list beside the tuned one, how sure the saving is (summary.json's interval, as written), and where
     the report is."""
     import json
 
-    from tuner.search.compact import counted_bytes
-    from tuner.search.study import compact_of
     from tuner.report.decision import compact_proof, counted_name
     from tuner.report.text import GIB
 
-    choice = compact_of(model, result)
-    c, t = choice.evaluation, result.chosen
-    what = counted_name(model)
-    proof = compact_proof(model, choice)
+    choice = dec.compact
+    c, t = dec.table["compact"], dec.tuned
+    what = counted_name(dec)
+    proof = compact_proof(model, dec)
     head = f"compact list (least {what} within {choice.tolerance:.1%} of the fastest" + (f"; {proof}" if proof else "")
     if c.capture_sizes == t.capture_sizes:
         print(f"{head}): the tuned list itself")
     else:
         print(f"{head}): {len(c.capture_sizes)} graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}, {what} "
-              f"{counted_bytes(model, c) / GIB:.3f} GiB vs {counted_bytes(model, t) / GIB:.3f} "
-              f"({choice.saved_share(model, t):.0%} less), expected step {c.expected_step_ms:.4f} ms "
+              f"{dec.counted(c) / GIB:.3f} GiB vs {dec.counted(t) / GIB:.3f} "
+              f"({choice.saved_share:.0%} less), expected step {c.expected_step_ms:.4f} ms "
               f"({c.expected_step_ms / t.expected_step_ms - 1:+.2%})"
-              + ("; RECOMMENDED (see report.md)" if choice.recommended(model, t) else ""))
+              + ("; RECOMMENDED (see report.md)" if choice.recommended else ""))
 
     try:
         data = json.loads((out / "summary.json").read_text())
@@ -271,29 +271,29 @@ def _decision_summary(result: SearchResult, out: Path, model: CostModel, *, repo
         print(f"report.md and plots: cgtune report {shlex.quote(str(out))}")
 
 
-def _print_summary(result: SearchResult, written: list[Path], out: Path, model: CostModel, *,
+def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostModel, *,
                    report: bool = True) -> None:
     """What a search chose, in a few lines, in the engine's words (`tuner.report.run.words_of`): the list, its latency
     and memory against the engine's default, the study, the files written, the engine's command line, the compact
     list, the saving's interval and (`report` False) the command that writes report.md."""
     from tuner.report.run import words_of
 
-    gap = result.gap
-    exact = "the exact optimum" if result.exact.exact_memory else "the exact solver's list, not proven optimal"
+    gap = dec.gap
+    exact = "the exact optimum" if dec.exact.exact_memory else "the exact solver's list, not proven optimal"
     how = {"study": f"optuna study, {gap:+.2%} vs {exact}" if gap is not None else "optuna study",
            "exact": "exact solver; see the notes in summary.json", "default": model.engine.list_label("default"),
-           "gpu-validated": "fastest measured on the GPU by --validate"}[result.source]
-    for line in words_of(model.engine).console_lines(model, result, how):
+           "gpu-validated": "fastest measured on the GPU by --validate"}[dec.source]
+    for line in words_of(model.engine).console_lines(model, dec, how):
         print(line)
-    n = result.trials
+    n = dec.trials
     pruned = f", {n['pruned']} pruned (interrupted)" if n.get("pruned") else ""
-    print(f"study {result.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
+    print(f"study {dec.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
           f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed{pruned}, {n.get('run_now', 0)} run now)")
     names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
     print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
-    from tuner.report.decision import alternative_name, shipping
+    from tuner.decision.record import alternative_name
 
-    ship = shipping(model, result)
+    ship = dec.ship
     files = model.engine.files
     print(f"shipped: the {ship.name} list ({len(ship.evaluation.capture_sizes)} graphs) in {', '.join(files)}: "
           f"{ship.why}" + (f"; the {ship.other[0]} list's files: "
@@ -301,7 +301,7 @@ def _print_summary(result: SearchResult, written: list[Path], out: Path, model: 
     serve = model.engine.serve_line(out, model.workload.model.checkpoint)
     if serve:
         print(serve)
-    _decision_summary(result, out, model, report=report)
+    _decision_summary(dec, out, model, report=report)
 
 
 class SearchCommand(Command):

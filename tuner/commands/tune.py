@@ -121,7 +121,9 @@ class TuneCommand(Command):
     @staticmethod
     def _validate(args: argparse.Namespace, fleet_url: str | None) -> int:
         """Measure the K best candidates on the GPU and re-emit the run directory for the measured winner."""
-        from tuner.report.run import load_run, write_run
+        from tuner.decision.record import decide
+        from tuner.decision.run_dir import load_run
+        from tuner.report.run import write_run
         from tuner.search.storage_url import engine_url
         from tuner.validate.validation import validate_candidates
 
@@ -137,7 +139,7 @@ class TuneCommand(Command):
                   f"in {args.out} were removed (see validation.json)", file=sys.stderr)
             return 1
         if chosen is not search:
-            write_run(args.out, model, chosen, command=command, copy_inputs=False)
+            write_run(args.out, model, decide(model, chosen), command=command, copy_inputs=False)
         print(f"validate: shipped '{record.get('emitted')}' {list(chosen.chosen.capture_sizes)} "
               f"(validation.json, report.md)")
         return 0
@@ -150,6 +152,7 @@ class TuneCommand(Command):
         from tuner.commands.search import _check_out, _print_summary, choose_compact, model_from_args
         from tuner.search.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
         from tuner.model.costmodel import ModelError
+        from tuner.decision.record import decide
         from tuner.report.run import write_run
         from tuner.search.study import SearchError, exact_solve
         from tuner.search.storage_url import display_url
@@ -195,8 +198,9 @@ class TuneCommand(Command):
             raise UsageError(str(exc)) from None
         choose_compact(model, result, args)
         result.ship = args.ship
-        written = write_run(args.out, model, result, command=command_line("tune", args), plots=True, report=True)
-        _print_summary(result, written, args.out, model)
+        decision = decide(model, result)
+        written = write_run(args.out, model, decision, command=command_line("tune", args), plots=True, report=True)
+        _print_summary(decision, written, args.out, model)
         return "done"
 
     @staticmethod

@@ -103,7 +103,9 @@ def _record_allow_mismatch(run: Path) -> None:
     """Re-render RUN_DIR with allow_mismatch recorded in its summary.json (as `cgtune report --allow-mismatch`), so
     validation, which loads the run as recorded, uses the profile; nothing to do when its search recorded it."""
     from tuner.model.costmodel import ModelError
-    from tuner.report.run import load_run, recorded_model_settings, write_run
+    from tuner.decision.record import decide
+    from tuner.decision.run_dir import load_run, recorded_model_settings
+    from tuner.report.run import write_run
     from tuner.workload.spec import WorkloadError
 
     if recorded_model_settings(run).get("allow_mismatch"):
@@ -112,7 +114,7 @@ def _record_allow_mismatch(run: Path) -> None:
         model, search = load_run(run, allow_mismatch=True)
     except (ModelError, WorkloadError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    write_run(run, model, search, command=f"cgtune validate {run} --allow-mismatch", copy_inputs=False)
+    write_run(run, model, decide(model, search), command=f"cgtune validate {run} --allow-mismatch", copy_inputs=False)
 
 
 def _fmt(x: object, spec: str) -> str:

@@ -182,7 +182,7 @@ class Engine(ABC):
     """The engine sizes its KV cache from a graph-memory estimate made before the real capture."""
     peer_rows: ClassVar[tuple[str, ...]] = ()
     """Other engines' default lists the comparison evaluates beside this one's (keys of
-    `tuner.report.compare.PEER_LISTS`)."""
+    `tuner.decision.compare.PEER_LISTS`)."""
     runner: str = "v2"
     """The model runner that runs, in vLLM's names (`v1` or `v2`); an engine without a runner choice has one, v2."""
 

@@ -1,44 +1,38 @@
 """How sure the decision is and what it could cost less: the compact alternative to the tuned list, the bootstrap
-interval of what the tuned list saves, and each list's capture time, as summary.json fields and the report's lines
-(rendered for every engine alike: they ask the cost model, not the engine's name)."""
+interval of what the tuned list saves, the list shipped and each list's capture time, as summary.json fields and
+the report's lines, read from the decision record (rendered for every engine alike: they ask the cost model, not
+the engine's name)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tuner.decision.record import STUDY_TOLERANCE, alternative_name
 from tuner.model.capture_time import predicted_capture_s
 from tuner.report.text import mem_text
-from tuner.search.compact import RECOMMEND_SAVING, counted_bytes
-from tuner.search.exact_program import memory_axis
-from tuner.search.saving_interval import SavingInterval, saving_interval
-from tuner.search.study import SearchConfig, compact_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+    from tuner.decision.record import Decision
     from tuner.model.costmodel import CostModel, Evaluation
-    from tuner.search.compact import CompactChoice
-    from tuner.search.study import SearchResult
 
-__all__ = ["Shipping", "alternative_name", "capture_cell", "capture_s", "compact_proof", "counted_name",
-           "decision_lines", "interval_of", "no_graphs_lines", "ship_reason", "shipping", "summary_fields"]
-
-STUDY_TOLERANCE = SearchConfig.tolerance
-"""The study's best ships when within this share of the exact optimum."""
+__all__ = ["capture_cell", "capture_s", "compact_proof", "counted_name", "decision_lines", "no_graphs_lines",
+           "ship_reason", "shipped_line", "summary_fields"]
 
 
-def counted_name(model: CostModel) -> str:
-    """What `tuner.search.compact.counted_bytes` is, in the report's words."""
-    return "vLLM estimate" if memory_axis(model) == "estimate" else "real pool"
+def counted_name(dec: Decision) -> str:
+    """What the compact choice and the solver count (`Decision.memory_axis`), in the report's words."""
+    return "vLLM estimate" if dec.memory_axis == "estimate" else "real pool"
 
 
-def compact_proof(model: CostModel, choice: CompactChoice) -> str:
+def compact_proof(model: CostModel, dec: Decision) -> str:
     """What is proven of the compact choice, in a clause ("" when it is what brute force would give)."""
+    choice = dec.compact
     if choice.proven:
         return ""
-    counted = counted_bytes(model, choice.evaluation)
+    counted = dec.counted(dec.table["compact"])
     parts = []
     if choice.floor_bytes >= counted:
         parts.append("proven the least memory within the tolerance")
@@ -54,11 +48,6 @@ def compact_proof(model: CostModel, choice: CompactChoice) -> str:
     return "; ".join(parts)
 
 
-def interval_of(model: CostModel, table: dict[str, Evaluation]) -> SavingInterval:
-    """The bootstrap interval of (default - tuned) expected step (`tuner.search.saving_interval`)."""
-    return saving_interval(model, table["default"].capture_sizes, table["tuned"].capture_sizes)
-
-
 def capture_s(model: CostModel, e: Evaluation) -> float | None:
     """Seconds the engine takes to capture the list's graphs (`tuner.model.capture_time`; None when the profile records
     no capture time)."""
@@ -71,33 +60,31 @@ def capture_cell(model: CostModel, e: Evaluation) -> str:
     return "?" if s is None else f"{s:.1f}"
 
 
-def summary_fields(model: CostModel, search: SearchResult, table: dict[str, Evaluation],
-                   interval: SavingInterval) -> dict[str, Any]:
+def summary_fields(model: CostModel, dec: Decision) -> dict[str, Any]:
     """summary.json: the `tolerance` and the compact choice's facts, the saving's interval `saving_interval_ms` with
     how it was drawn, and the expected step with no graphs at all (the drafter's passes included)."""
-    choice = compact_of(model, search)
-    t = table["tuned"]
+    choice, interval = dec.compact, dec.interval
     return {
         "tolerance": choice.tolerance,
-        "compact_choice": {"memory_counted": "vllm_graph_estimate_bytes" if memory_axis(model) == "estimate"
+        "compact_choice": {"memory_counted": "vllm_graph_estimate_bytes" if dec.memory_axis == "estimate"
                            else "graph_memory_bytes", "fastest_ms": choice.fastest_ms, "limit_ms": choice.limit_ms,
-                           "saved_share": choice.saved_share(model, t), "recommended": choice.recommended(model, t),
+                           "saved_share": choice.saved_share, "recommended": choice.recommended,
                            "proven": choice.proven, "floor_bytes": choice.floor_bytes,
                            "fastest_proven": choice.fastest_proven, "stopped_early": choice.stopped_early,
                            "solves": choice.solves},
         "saving_interval_ms": [interval.low_ms, interval.high_ms],
         "saving_interval": interval.as_dict(),
-        "no_graphs_step_ms": model.evaluate(()).expected_step_ms,
-        "shipped": shipped_fields(model, search),
+        "no_graphs_step_ms": dec.no_graphs.expected_step_ms,
+        "shipped": shipped_fields(model, dec),
     }
 
 
-def shipped_fields(model: CostModel, search: SearchResult) -> dict[str, Any]:
+def shipped_fields(model: CostModel, dec: Decision) -> dict[str, Any]:
     """summary.json's `shipped`: the list the deployment files carry, why, the policy, and where the other list's
     files are."""
-    ship = shipping(model, search)
+    ship = dec.ship
     files = model.engine.files
-    return {"list": ship.name, "capture_sizes": list(ship.evaluation.capture_sizes), "policy": search.ship,
+    return {"list": ship.name, "capture_sizes": list(ship.evaluation.capture_sizes), "policy": dec.ship_policy,
             "why": ship.why, "files": list(files),
             "other": None if ship.other is None else {
                 "list": ship.other[0], "capture_sizes": list(ship.other[1].capture_sizes),
@@ -108,13 +95,13 @@ def _seconds(s: float | None) -> str:
     return "? s (no capture_s in the profile)" if s is None else f"{s:.1f} s"
 
 
-def decision_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation],
-                   interval: SavingInterval) -> list[str]:
+def decision_lines(model: CostModel, dec: Decision) -> list[str]:
     """The report's lines after the decision: how sure the saving is, and the compact list beside the tuned one."""
-    return ["", *_interval_lines(model, interval), "", *_compact_lines(model, search, table)]
+    return ["", *_interval_lines(model, dec), "", *_compact_lines(model, dec)]
 
 
-def _interval_lines(model: CostModel, iv: SavingInterval) -> list[str]:
+def _interval_lines(model: CostModel, dec: Decision) -> list[str]:
+    iv = dec.interval
     default = model.engine.list_label("default")
     drawn = (f"{iv.replicates} replicates, seed {iv.seed}, the cost model refitted on the profile with each timed "
              f"reading re-drawn: {iv.from_samples} from their raw samples, {iv.from_iqr} from their IQR (a normal of "
@@ -130,19 +117,19 @@ def _interval_lines(model: CostModel, iv: SavingInterval) -> list[str]:
     return [line]
 
 
-def _compact_lines(model: CostModel, search: SearchResult, table: dict[str, Evaluation]) -> list[str]:
-    choice = compact_of(model, search)
-    c, t = table["compact"], table["tuned"]
-    what = counted_name(model)
+def _compact_lines(model: CostModel, dec: Decision) -> list[str]:
+    choice = dec.compact
+    c, t = dec.table["compact"], dec.table["tuned"]
+    what = counted_name(dec)
     head = (f"Compact list (the least {what} whose expected step is within {choice.tolerance:.1%} of the fastest "
             f"list's {choice.fastest_ms:.4f} ms, `--tolerance {choice.tolerance:g}`)")
-    proof = compact_proof(model, choice)
+    proof = compact_proof(model, dec)
     if proof:
         head += f" ({proof})"
     if c.capture_sizes == t.capture_sizes:
         return [f"{head}: the tuned list itself; no list within the tolerance "
                 f"{'was found that counts' if proof else 'counts'} less {what}."]
-    share = choice.saved_share(model, t)
+    share = choice.saved_share
     slower = c.expected_step_ms / t.expected_step_ms - 1 if t.expected_step_ms > 0 else 0.0
     lines = [
         f"{head}: {len(c.capture_sizes)} graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}: "
@@ -153,16 +140,16 @@ def _compact_lines(model: CostModel, search: SearchResult, table: dict[str, Eval
     ]
     for name, e in (("tuned", t), ("compact", c)):
         lines.append(f"| {name} | {len(e.capture_sizes)} | {e.expected_step_ms:.4f} "
-                     f"| {mem_text(model, counted_bytes(model, e))} | {mem_text(model, e.graph_memory_bytes)} "
+                     f"| {mem_text(model, dec.counted(e))} | {mem_text(model, e.graph_memory_bytes)} "
                      f"| {mem_text(model, e.kv_available_bytes)} | {_seconds(capture_s(model, e))} |")
     lines.append("")
-    if choice.recommended(model, t):
+    if choice.recommended:
         lines.append(f"**Recommended: the compact list.** It saves {share:.0%} of the tuned list's {what} (at least "
-                     f"{RECOMMEND_SAVING:.0%}) for {slower:+.2%} of expected step.")
+                     f"{choice.recommend_saving:.0%}) for {slower:+.2%} of expected step.")
     else:
-        lines.append(f"It saves {share:.0%} of the tuned list's {what}, less than {RECOMMEND_SAVING:.0%}: the tuned "
-                     f"list stays the recommendation.")
-    ship = shipping(model, search)
+        lines.append(f"It saves {share:.0%} of the tuned list's {what}, less than {choice.recommend_saving:.0%}: the "
+                     f"tuned list stays the recommendation.")
+    ship = dec.ship
     files = model.engine.files
     lines.append(f"**Shipped: the {'compact' if ship.name == 'compact' else 'tuned (fastest)'} list** "
                  f"({ship.why}), in {', '.join(f'`{f}`' for f in files)}"
@@ -172,65 +159,20 @@ def _compact_lines(model: CostModel, search: SearchResult, table: dict[str, Eval
     return lines
 
 
-def no_graphs_lines(model: CostModel) -> list[str]:
+def no_graphs_lines(dec: Decision) -> list[str]:
     """The expected step with no graphs at all, the drafter's passes included (the empty list under the model)."""
-    e = model.evaluate(())
+    e = dec.no_graphs
     drafter = (f" ({e.expected_step_ms - e.drafter_step_ms:.4f} ms target + {e.drafter_step_ms:.4f} ms drafter)"
                if e.drafter_step_ms else "")
     return [f"No graphs at all: {e.expected_step_ms:.4f} ms per step{drafter}."]
 
 
-@dataclass(frozen=True)
-class Shipping:
-    """The list a run's deployment files carry, and the other one, whose files stand beside them."""
-
-    name: str
-    """`compact` or `fastest` (the tuned list)."""
-    evaluation: Evaluation
-    why: str
-    """Why this one, in a sentence (the files' comments, the report, summary.json)."""
-    other: tuple[str, Evaluation] | None
-    """The list not shipped (its files take the suffix `.<name>`), None when both are the same list."""
-
-
-def shipping(model: CostModel, search: SearchResult) -> Shipping:
-    """Which list ships under `search.ship`: `auto` ships the compact list when it is recommended (it saves at least
-    RECOMMEND_SAVING of the fastest list's counted memory within the tolerance), else the fastest; a list measured
-    fastest on the GPU (`cgtune tune --validate`) ships as measured."""
-    choice = compact_of(model, search)
-    c, t = choice.evaluation, search.chosen
-    if c.capture_sizes == t.capture_sizes:
-        return Shipping("fastest", t, "the fastest list is also the compact one", None)
-    what = counted_name(model)
-    share = choice.saved_share(model, t)
-    slower = c.expected_step_ms / t.expected_step_ms - 1 if t.expected_step_ms > 0 else 0.0
-    saving = f"the compact list saves {share:.0%} of the fastest list's {what} for {slower:+.2%} of expected step"
-    if search.source == "gpu-validated":
-        return Shipping("fastest", t, "measured fastest on the GPU (`cgtune tune --validate`)", ("compact", c))
-    if search.ship == "compact":
-        return Shipping("compact", c, f"--ship compact: {saving}", ("fastest", t))
-    if search.ship == "fastest":
-        return Shipping("fastest", t, f"--ship fastest ({saving})", ("compact", c))
-    if choice.recommended(model, t):
-        return Shipping("compact", c, f"recommended (--ship auto): {saving}, at least {RECOMMEND_SAVING:.0%}",
-                        ("fastest", t))
-    return Shipping("fastest", t, f"--ship auto: {saving}, less than the {RECOMMEND_SAVING:.0%} that would "
-                                  f"recommend it", ("compact", c))
-
-
-def alternative_name(filename: str, list_name: str) -> str:
-    """The file of the list not shipped: `vllm-serve.yaml` -> `vllm-serve.fastest.yaml`."""
-    stem, dot, ext = filename.rpartition(".")
-    return f"{stem}.{list_name}.{ext}" if dot else f"{filename}.{list_name}"
-
-
-def shipped_line(model: CostModel, search: SearchResult, run_dir: Path, count: Callable[[tuple[int, ...]], str]
-                 ) -> str:
+def shipped_line(model: CostModel, dec: Decision, run_dir: Path, count: Callable[[tuple[int, ...]], str]) -> str:
     """The list the run's files carry and the other list's files, in one line; `count` words a list in the engine's
     unit ("147 graphs, max 2176")."""
-    ship = shipping(model, search)
+    ship = dec.ship
     first = model.engine.files[0]
-    fastest = f"fastest ({search.source})"
+    fastest = f"fastest ({dec.source})"
     line = (f"shipped: the {fastest if ship.name == 'fastest' else ship.name} list "
             f"({count(ship.evaluation.capture_sizes)}) in {run_dir / first}")
     if ship.other is not None:

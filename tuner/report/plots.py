@@ -10,11 +10,10 @@ import numpy as np
 
 from tuner.model.costmodel import crossover_width
 from tuner.report.text import memory_unit
-from tuner.search.compact import counted_bytes
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel, Evaluation
-    from tuner.search.study import SearchResult
+    from tuner.decision.record import Decision
 
 __all__ = ["PLOTS", "log_axis", "profile_provenance", "render_plots"]
 
@@ -41,7 +40,7 @@ def log_axis(values: list[float] | np.ndarray) -> bool:
     return bool(len(v) and v.max() / v.min() >= 100.0)
 
 
-def render_plots(model: CostModel, search: SearchResult, table: dict[str, Evaluation], out_dir: Path) -> list[Path]:
+def render_plots(model: CostModel, dec: Decision, out_dir: Path) -> list[Path]:
     """Write the PNG plots into out_dir; returns their paths. Every title and legend says whether the profile's
     numbers were measured (and on which device) or are synthetic/hand-made."""
     import matplotlib
@@ -52,12 +51,13 @@ def render_plots(model: CostModel, search: SearchResult, table: dict[str, Evalua
     out_dir.mkdir(parents=True, exist_ok=True)
     _, origin = profile_provenance(model)
     title_suffix = f"\n{model.workload.name}: profile {origin}"
+    table = dec.table
     tuned, default = table["tuned"].capture_sizes, table["default"].capture_sizes
     paths = [
         _plot_latency(model, tuned, default, origin, title_suffix, out_dir / PLOTS[0], plt),
         _plot_memory(model, tuned, origin, title_suffix, out_dir / PLOTS[1], plt),
         _plot_steps(model, table, title_suffix, out_dir / PLOTS[2], plt),
-        _plot_pareto(model, search, table, title_suffix, out_dir / PLOTS[3], plt),
+        _plot_pareto(model, dec, title_suffix, out_dir / PLOTS[3], plt),
     ]
     return paths
 
@@ -173,20 +173,19 @@ def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: st
     return _save(fig, path, plt)
 
 
-def _plot_pareto(model: CostModel, search: SearchResult, table: dict[str, Evaluation], title_suffix: str, path: Path,
-                 plt: Any) -> Path:
+def _plot_pareto(model: CostModel, dec: Decision, title_suffix: str, path: Path, plt: Any) -> Path:
     """Latency against the memory the KV rule charges: vLLM's estimate (the real pool when it is switched off)."""
     b = model.budget
     estimate = b.estimate_enabled
     unit, unit_name = memory_unit(model)
 
     def charged(e: Evaluation) -> float:
-        return counted_bytes(model, e) / unit
+        return dec.counted(e) / unit
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    front = search.pareto or search.exact.front
+    front, table = dec.front, dec.table
     ax.plot([charged(e) for e in front], [e.expected_step_ms for e in front], "o-", ms=3,
-            label=f"Pareto front ({'study' if search.objective == 'pareto' else 'exact solver'})")
+            label=f"Pareto front ({'study' if dec.objective == 'pareto' else 'exact solver'})")
     names = [n for n in table if n != "ideal"]
     for name, marker in zip(names, "x*v" + "dph"):
         e = table[name]

@@ -9,8 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from tuner.report import decision
-from tuner.report.compare import (LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency,
-                                  what_changed)
+from tuner.decision.compare import LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency
 from tuner.model.eager_share import eager_share
 from tuner.engines.vllm.drafter import spans
 from tuner.report.text import GIB, mem_text, memory_unit, num_text
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
 
     from tuner.model.costmodel import CostModel, Evaluation
     from tuner.engines.request_engine import RequestEngine
-    from tuner.search.study import SearchResult
+    from tuner.decision.record import Decision
     from tuner.workload.spec import Workload
 
 __all__ = [
@@ -109,11 +108,10 @@ def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, 
     return lines + how_found + [""]
 
 
-def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+def what_changed_lines(model: CostModel, dec: Decision) -> list[str]:
     """Batch sizes added and removed against the engine's default (as the engine captures both lists), and what each
     one added above the default's max costs and saves."""
-    d, t = table["default"], table["tuned"]
-    c = what_changed(model, d, t)
+    t, c = dec.tuned, dec.changed
     lines = [f"## What changed against {default_name(model)}", ""]
     if not c.added and not c.removed:
         return lines + [f"Nothing: the tuned list is {default_name(model)} list.", ""]
@@ -139,7 +137,7 @@ def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
     return lines
 
 
-def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+def side_by_side_lines(model: CostModel, dec: Decision) -> list[str]:
     """The comparison table in the engine's unit (no estimate column: the engine makes none)."""
     u, engine = memory_unit(model)[1], model.engine.label
     lines = [
@@ -150,7 +148,7 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
         f"| capture (s) | feasible |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, e in table.items():
+    for name, e in dec.table.items():
         feasible = feasible_cell(name, e)
         top = e.capture_sizes[-1] if e.capture_sizes else 0
         runs = "same" if e.runs_as == e.capture_sizes else (
@@ -161,7 +159,7 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
             f"| {num_text(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
             f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} "
             f"| {decision.capture_cell(model, e)} | {feasible} |")
-    lines += ["", *decision.no_graphs_lines(model), f"The ideal row captures every token width a step has (not only "
+    lines += ["", *decision.no_graphs_lines(dec), f"The ideal row captures every token width a step has (not only "
               f"multiples of {model.q}): a bound, not a list {engine} can run. Capture (s): the profile's capture "
               f"seconds summed over the graphs the list creates.", ""]
     return lines
@@ -201,10 +199,10 @@ def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, A
     return {"engine": block, "model_runner": None, "runner_reason": e.runner_reason}
 
 
-def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]:
+def console_lines(model: CostModel, dec: Decision, how: str) -> list[str]:
     """What a search chose, for the console: the list in requests (token widths beside), the real pool (the engine
     makes no estimate) and the KV cache under the engine's rule."""
-    t, d = result.chosen, result.default
+    t, d = dec.tuned, dec.default
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
     reqs = model.engine.in_engine_unit(t.capture_sizes)
     return [
@@ -221,13 +219,13 @@ def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]
     ]
 
 
-def files_shipped_line(model: CostModel, search: SearchResult, run_dir: Path) -> str:
+def files_shipped_line(model: CostModel, dec: Decision, run_dir: Path) -> str:
     """The shipped list in one line, in requests, and the files that hold it and the other list."""
     def count(sizes: tuple[int, ...]) -> str:
         reqs = model.engine.in_engine_unit(sizes)
         return f"{len(reqs)} graphs, max {reqs[-1] if reqs else 0} requests, {sizes[-1] if sizes else 0} tokens"
 
-    return decision.shipped_line(model, search, run_dir, count)
+    return decision.shipped_line(model, dec, run_dir, count)
 
 
 # ---------------------------------------------------------------------------------------------- cgtune defaults

@@ -1,57 +1,36 @@
-"""Render a search into report.md, PNG plots and summary.json: the tuned list beside vLLM's default and the other
-comparison lists (evaluated in `tuner.report.compare`), under vLLM's memory rule (its graph-memory estimate, the real
-pool, the KV cache it sizes), with what the tuned list changes and what it risks."""
+"""Render a decision record (`tuner.decision.Decision`) into report.md, PNG plots, summary.json and the engine's
+deployment files: the tuned list beside vLLM's default and the other lists compared, under vLLM's memory rule (its
+graph-memory estimate, the real pool, the KV cache it sizes), with what the tuned list changes and what it risks.
+Nothing here decides: every list, choice and interval comes from the record."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuner import __version__
 from tuner.engines.engine import Engine
-from tuner.engines.registry import ENGINE_FILES
-from tuner.model.costmodel import MODEL_SETTINGS, CostModel, Evaluation, crossover_width
+from tuner.decision.compare import kv_tokens, max_concurrency
+from tuner.decision.record import Decision
+from tuner.decision.run_dir import run_outputs
+from tuner.model.costmodel import CostModel, Evaluation, crossover_width
 from tuner.profile.host_cost import host_line
 from tuner.report import decision
-from tuner.report.compare import (
-    comparison,
-    kv_tokens,
-    max_concurrency,
-    off_peak,
-    sglang_sizes,
-    what_changed,
-    widest_sizes,
-)
 from tuner.report.plots import PLOTS, log_axis, profile_provenance, render_plots
 from tuner.report.text import sizes_text
-from tuner.search.saving_interval import SavingInterval
-from tuner.search.study import SearchResult
-from tuner.workload.spec import Workload
 
 __all__ = [
     "PLOTS",
-    "RUN_FILES",
-    "RunIdentity",
     "SUMMARY_KEYS",
-    "clear_run",
-    "comparison",
-    "load_run",
     "log_axis",
     "profile_provenance",
-    "recorded_model_settings",
-    "recorded_origin",
     "render_markdown",
     "render_plots",
-    "run_conflict",
-    "run_identity",
-    "sglang_sizes",
     "summary",
     "summary_json",
-    "widest_sizes",
     "words_of",
     "write_run",
 ]
@@ -126,23 +105,20 @@ def _list_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
     }
 
 
-def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
-            interval: SavingInterval | None = None, command: str = "",
-            profile_name: str | None = None) -> dict[str, Any]:
-    """summary.json: each list's figures (`_figures`), vLLM's memory rule, what changed, off-peak figures, noise, the
-    model settings, the compact choice and the saving's interval (`tuner.report.decision`; `interval`: computed
-    already), plus provenance."""
+def summary(model: CostModel, dec: Decision, *, command: str = "", profile_name: str | None = None) -> dict[str, Any]:
+    """summary.json, the decision record as JSON: each list's figures (`_figures`), vLLM's memory rule, what changed,
+    off-peak figures, noise, the model settings, the compact choice and the saving's interval
+    (`tuner.report.decision`), plus provenance."""
     b = model.budget
-    d, t = table["default"], table["tuned"]
+    table = dec.table
     meta = model.profile.metadata
-    changed = what_changed(model, d, t)
-    peak = off_peak(model, d, t)
+    changed, peak = dec.changed, dec.off_peak
     out: dict[str, Any] = {name: _figures(model, e) for name, e in table.items()}
     out.update({
         "required_kv_bytes": b.required_kv_bytes,
-        "capture_sizes": list(search.chosen.capture_sizes),
-        "runs_as": list(search.chosen.runs_as),
-        "source": search.source,
+        "capture_sizes": list(dec.tuned.capture_sizes),
+        "runs_as": list(dec.tuned.runs_as),
+        "source": dec.source,
         "engine": model.serving.engine,
         "model_runner": model.runner,
         "model_runner_requested": model.serving.model_runner,
@@ -174,45 +150,22 @@ def summary(model: CostModel, search: SearchResult, table: dict[str, Evaluation]
         "compiled": meta.get("compiled"),
         "compile_s": meta.get("compile_s"),
         "eager_kernels_per_layer": meta.get("eager_kernels_per_layer"),
-        "study": {"name": search.study_name, "storage": search.storage, "objective": search.objective,
-                  **search.trials, "gap_to_exact": search.gap},
-        "exact_memory_unit_bytes": search.exact.memory_unit_bytes,
-        "exact_memory": search.exact.exact_memory,
-        "exact_resource": search.exact.resource,
-        "exact_lower_bound_ms": search.exact.lower_bound_ms,
-        "exact_gap_bound": search.exact.gap,
-        "exact_stopped_early": search.exact.stopped_early,
-        "exact_unproven": list(search.exact.unproven),
-        "notes": list(search.notes),
+        "study": {"name": dec.study_name, "storage": dec.storage, "objective": dec.objective,
+                  **dec.trials, "gap_to_exact": dec.gap},
+        "exact_memory_unit_bytes": dec.exact.memory_unit_bytes,
+        "exact_memory": dec.exact.exact_memory,
+        "exact_resource": dec.exact.resource,
+        "exact_lower_bound_ms": dec.exact.lower_bound_ms,
+        "exact_gap_bound": dec.exact.gap,
+        "exact_stopped_early": dec.exact.stopped_early,
+        "exact_unproven": list(dec.exact.unproven),
+        "notes": list(dec.notes),
         "cgtune_version": __version__,
         "command": command or None,
-        **decision.summary_fields(model, search, table, interval or decision.interval_of(model, table)),
+        **decision.summary_fields(model, dec),
         **_meta(model, profile_name),
     })
     return out
-
-
-def _recorded(run_dir: str | Path) -> dict[str, Any]:
-    """A run directory's summary.json as it stands ({} when there is none, or it is unreadable or no mapping)."""
-    try:
-        data = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def recorded_model_settings(run_dir: str | Path) -> dict[str, Any]:
-    """The CostModel settings a run directory's summary.json records (`cost_model`; {} when it records none)."""
-    recorded = _recorded(run_dir).get("cost_model")
-    return {k: recorded[k] for k in MODEL_SETTINGS if isinstance(recorded, dict) and k in recorded}
-
-
-def recorded_origin(run_dir: str | Path) -> tuple[str | None, str | None]:
-    """(the command that made the run, the profile it was searched on) as its summary.json records them; None where
-    it records none (a run older than the field, or no summary)."""
-    data = _recorded(run_dir)
-    command, profile = data.get("command"), data.get("profile")
-    return (command if isinstance(command, str) else None), (profile if isinstance(profile, str) else None)
 
 
 # ---------------------------------------------------------------------------------------------- markdown
@@ -263,15 +216,14 @@ def _noise_line(model: CostModel) -> str:
     return line
 
 
-def _source_lines(search: SearchResult) -> list[str]:
+def _source_lines(dec: Decision) -> list[str]:
     """How the tuned list was found: the study's best within 1% of the exact optimum, or the exact answer, and why."""
-    why = decision.ship_reason(search.source, search.gap, search.exact.exact_memory)
+    why = decision.ship_reason(dec.source, dec.gap, dec.exact.exact_memory)
     return [why] if why else []
 
 
-def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
-    d, t = table["default"], table["tuned"]
-    p = off_peak(model, d, t)
+def _off_peak_lines(model: CostModel, dec: Decision) -> list[str]:
+    p = dec.off_peak
     change = p.tuned_step_ms / p.default_step_ms - 1 if p.default_step_ms > 0 else 0.0
     lines = [
         "## Off-peak traffic",
@@ -302,52 +254,51 @@ def _off_peak_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]
     return lines
 
 
-def _exact_line(search: SearchResult) -> str:
-    ex = search.exact
+def _exact_line(dec: Decision) -> str:
+    ex = dec.exact
     axis = "vLLM's graph-memory estimate" if ex.resource == "estimate" else "the real graph pool"
     unit = f"{ex.memory_unit_bytes:,} B" + (f" ({ex.memory_unit_bytes / MIB:.3f} MiB)"
                                             if ex.memory_unit_bytes >= MIB // 16 else "")
     if ex.exact_memory:
         how = "every memory figure is a whole number of units, so its answer is the proven optimum"
     else:
-        how = ex.caveat("its answer")
+        how = ex.caveat
     return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
 
 
-def render_markdown(model: CostModel, search: SearchResult, table: dict[str, Evaluation], *,
-                    command: str = "", plots_dir: str = "plots", interval: SavingInterval | None = None,
+def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots_dir: str = "plots",
                     profile_name: str | None = None) -> str:
-    """report.md text (`interval`: the saving's interval, computed already; `profile_name`: as `_meta`)."""
+    """report.md text (`profile_name`: as `_meta`)."""
     words = words_of(model.engine)
+    table = dec.table
     # How the list was found, how sure its saving is and the compact list beside it: every engine's words alike.
-    how_found = _source_lines(search) + decision.decision_lines(model, search, table,
-                                                                interval or decision.interval_of(model, table))
+    how_found = _source_lines(dec) + decision.decision_lines(model, dec)
     lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model, profile_name),
              *words.memory_rule_lines(model, table), _noise_line(model),
              f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""), "", "## Decision", "",
-             *words.decision_lines(model, table, search.source, how_found), ""]
+             *words.decision_lines(model, table, dec.source, how_found), ""]
     cross = crossover_width(model.profile)
     lines += [
         "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
                          f"work of a step hides its CPU launch cost)." if cross is not None else
                          "a FULL graph saves at least 2% of the eager step at every measured width."),
         "",
-        *words.what_changed_lines(model, table),
-        *_off_peak_lines(model, table),
-        *words.side_by_side_lines(model, table),
+        *words.what_changed_lines(model, dec),
+        *_off_peak_lines(model, dec),
+        *words.side_by_side_lines(model, dec),
         "## Search",
         "",
-        (f"- study `{search.study_name}` in `{search.storage}` (objective {search.objective}): "
-         + ", ".join(f"{k} {v}" for k, v in search.trials.items()) if search.trials else
+        (f"- study `{dec.study_name}` in `{dec.storage}` (objective {dec.objective}): "
+         + ", ".join(f"{k} {v}" for k, v in dec.trials.items()) if dec.trials else
          "- no optuna study: the exact solver's answer is the tuned list"),
-        _exact_line(search),
+        _exact_line(dec),
         "",
         "## Lists",
         "",
     ]
     lines += words.list_lines(model, table)
     # The exact solver's caveat is stated once, in the Search section; the search's own note says it again.
-    notes = [n for n in search.notes if not n.startswith("the exact solver's answer fits both memory conditions")]
+    notes = [n for n in dec.notes if not n.startswith("the exact solver's answer fits both memory conditions")]
     if notes:
         lines += ["", "## Assumptions and notes", ""] + [f"- {n}" for n in notes]
     _, origin = profile_provenance(model)
@@ -366,18 +317,6 @@ def summary_json(data: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- run directory
-RUN_FILES = ("profile.csv", "profile.json", "workload.yaml", "search.json", "summary.json", "report.md")
-"""Files a run directory holds besides the vLLM files and plots/ (and study.db with the default storage)."""
-
-
-def _run_outputs() -> tuple[str, ...]:
-    """Files every write_run renders again (report.md only with report=True; only its own engine's list files, of
-    every engine registered, and the other list's beside them): one left from an earlier run is stale."""
-    lists = [name for files in ENGINE_FILES.values() for name in files]
-    others = [decision.alternative_name(name, which) for name in lists for which in ("fastest", "compact")]
-    return (*lists, *others, "search.json", "summary.json", "report.md")
-
-
 def _with_list(provenance: Any, name: str, why: str, e: Evaluation) -> Any:
     """The files' provenance with which list they carry and why."""
     import dataclasses
@@ -411,10 +350,11 @@ def _copy_inputs(staging: Path, model: CostModel) -> None:
         (staging / "workload.yaml").write_text(yaml.safe_dump(wl.spec, sort_keys=False))
 
 
-def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, command: str = "",
+def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: str = "",
               plots: bool = True, report: bool = True, copy_inputs: bool = True,
               profile_name: str | None = None) -> list[Path]:
-    """Write every output file of a run: rendered in a staging folder inside run_dir, then moved into place,
+    """Write every output file of a run from its decision record (`tuner.decision.decide`): rendered in a staging
+    folder inside run_dir, then moved into place,
     so an error or interruption never leaves a half-written report beside a finished one. `command`: the command
     that made the run; `profile_name`: the profile it was searched on, where the model reads a copy (`cgtune
     report` passes both as the run's summary.json records them, so a re-render says what the run said)."""
@@ -431,20 +371,18 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
     try:
         if copy_inputs:
             _copy_inputs(staging, model)
-        table = comparison(model, search)
-        interval = decision.interval_of(model, table)  # drawn once: summary.json and report.md both show it
-        data = summary(model, search, table, interval=interval, command=command, profile_name=profile_name)
+        data = summary(model, dec, command=command, profile_name=profile_name)
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         provenance = Provenance(
             __version__, data["profile"] or "?", str(data["device_name"]),
             f"{model.workload.name} ({model.workload.content_hash})", now,
-            {"source": search.source, "expected_step_ms": f"{search.chosen.expected_step_ms:.4f} "
-             f"({model.engine.list_label('default')} {search.default.expected_step_ms:.4f}) under the cgtune cost "
+            {"source": dec.source, "expected_step_ms": f"{dec.tuned.expected_step_ms:.4f} "
+             f"({model.engine.list_label('default')} {dec.default.expected_step_ms:.4f}) under the cgtune cost "
              f"model"},
         )
         # The engine's own files, its list in its own unit (EmitError: one line): the shipped list's under the engine's
         # names, the other list's beside them under names that say which it is.
-        ship = decision.shipping(model, search)
+        ship = dec.ship
         files = model.engine.render_files(ship.evaluation.capture_sizes, model.workload.deployment,
                                           cudagraph_mode=model.cudagraph_mode,
                                           provenance=_with_list(provenance, ship.name, ship.why, ship.evaluation))
@@ -461,21 +399,20 @@ def write_run(run_dir: str | Path, model: CostModel, search: SearchResult, *, co
                 for standard, own in renamed.items():
                     text = text.replace(standard, own)
                 files[renamed[name]] = text
-        files["search.json"] = json.dumps(search.to_dict(), indent=2) + "\n"
+        files["search.json"] = json.dumps(dec.search_record, indent=2) + "\n"
         files["summary.json"] = summary_json(data)
         validation: dict[str, Any] | None = None
         if report:
-            files["report.md"] = render_markdown(model, search, table, command=command, interval=interval,
-                                                 profile_name=profile_name)
+            files["report.md"] = render_markdown(model, dec, command=command, profile_name=profile_name)
             from tuner.report.validation import section_for_run  # keeps `cgtune validate`'s section on re-render
 
-            if section := section_for_run(run, search.chosen.capture_sizes):
+            if section := section_for_run(run, dec.tuned.capture_sizes):
                 files["report.md"] += "\n" + section
                 validation = json.loads((run / "validation.json").read_text())
         for name, text in files.items():
             (staging / name).write_text(text)
         if plots:
-            render_plots(model, search, table, staging / "plots")
+            render_plots(model, dec, staging / "plots")
         if validation is not None:  # the kept section shows this plot: render it with the rest, not left over
             from tuner.report.validation import PLOT, render_plot
 
@@ -498,7 +435,7 @@ def _remove_stale(run: Path, written: list[Path]) -> list[Path]:
     """Remove the outputs an earlier run left that this one did not write (report.md after a `search`, a plot this
     run does not draw), so every output in the directory describes the same run."""
     keep = set(written)
-    stale = [run / name for name in _run_outputs() if (run / name).is_file() and run / name not in keep]
+    stale = [run / name for name in run_outputs() if (run / name).is_file() and run / name not in keep]
     plots = run / "plots"
     if plots.is_dir():
         stale += [p for p in sorted(plots.glob("*.png")) if p not in keep]
@@ -509,122 +446,3 @@ def _remove_stale(run: Path, written: list[Path]) -> list[Path]:
     if plots.is_dir() and not any(plots.iterdir()):
         plots.rmdir()
     return stale
-
-
-# ---------------------------------------------------------------------------------------------- run identity
-@dataclass(frozen=True)
-class RunIdentity:
-    """Which workload and profile the files of a run directory describe."""
-
-    workload: str
-    """Workload name."""
-    workload_hash: str | None
-    """Its content hash (None when the directory does not say)."""
-    profile: str
-    """The profile the run was searched on: its original path, or the copy's name."""
-    profile_hash: str | None
-    """`tuner.search.study.profile_hash` of the profile CSV + JSON (None when unknown, or not measured yet)."""
-
-    def describe(self) -> str:
-        return (f"workload {self.workload} (hash {self.workload_hash or '?'}) on profile {self.profile}"
-                + (f" (hash {self.profile_hash})" if self.profile_hash else ""))
-
-
-def run_identity(run_dir: str | Path) -> RunIdentity | None:
-    """The run a directory holds (from its summary.json, workload and profile copies), None when it holds none; a
-    `study.db` or `profile-sweep/` alone is no run."""
-    from tuner.search.study import profile_hash
-
-    run = Path(run_dir)
-    if not run.is_dir() or not any((run / n).is_file() for n in (*RUN_FILES, *_run_outputs())):
-        return None
-    name: str = "?"
-    whash: str | None = None
-    profile = "profile.csv"
-    data = _recorded(run)
-    try:
-        name, whash = str(data["workload"]["name"]), str(data["workload"]["hash"])
-        profile = str(data.get("profile") or profile)
-    except (KeyError, TypeError):
-        try:
-            from tuner.workload.spec import load_workload
-
-            wl = load_workload(run / "workload.yaml")
-            name, whash = wl.name, wl.content_hash
-        except ValueError:  # no readable workload copy either: an unknown run, which no new run matches
-            pass
-    phash = profile_hash(run / "profile.csv") if (run / "profile.csv").is_file() else None
-    return RunIdentity(name, whash, profile, phash)
-
-
-def run_conflict(run_dir: str | Path, workload: Workload, profile_csv: str | Path | None) -> str | None:
-    """None when run_dir is empty or holds this workload's run on this profile (profile_csv None: not measured
-    yet, so only the workload is compared); else one line naming what it holds and what this run is."""
-    from tuner.search.study import profile_hash
-
-    held = run_identity(run_dir)
-    if held is None:
-        return None
-    phash = profile_hash(profile_csv) if profile_csv is not None and Path(profile_csv).is_file() else None
-    same_workload = held.workload_hash is not None and held.workload_hash == workload.content_hash
-    same_profile = phash is None or (held.profile_hash is not None and held.profile_hash == phash)
-    if same_workload and same_profile:
-        return None
-    new = RunIdentity(workload.name, workload.content_hash, str(profile_csv) if profile_csv else "(to be measured)",
-                      phash)
-    return f"{run_dir} holds the run of {held.describe()}, not of {new.describe()}"
-
-
-def clear_run(run_dir: str | Path, *, keep: tuple[str | Path, ...] = ()) -> list[Path]:
-    """Remove what cgtune wrote into a run directory (outputs, input copies with the trace a workload copy names,
-    validation.json, plots/, the default study.db), keeping profile-sweep/ (measurements, named by workload), any
-    file cgtune does not write and the files in `keep` (the new run's own inputs, when they sit there); returns
-    what was removed."""
-    import shutil
-
-    run = Path(run_dir)
-    kept = {Path(k).resolve() for k in keep}
-    names = [*_run_outputs(), *RUN_FILES, "validation.json", "study.db", "study.db-wal", "study.db-shm",
-             "study.db.cgtune-claim.lock"]
-    try:
-        import yaml
-
-        trace = ((yaml.safe_load((run / "workload.yaml").read_text()) or {}).get("traffic") or {}).get("trace")
-        if isinstance(trace, str) and not Path(trace).is_absolute() and ".." not in Path(trace).parts:
-            names.append(trace)  # as _copy_inputs copies it
-    except (OSError, ValueError, AttributeError):
-        pass
-    removed = []
-    for name in dict.fromkeys(names):
-        path = run / name
-        if (path.is_file() or path.is_symlink()) and path.resolve() not in kept:
-            path.unlink()
-            removed.append(path)
-    for path in [run / "plots", *run.glob(".cgtune-staging-*")]:
-        if path.is_dir():
-            shutil.rmtree(path)
-            removed.append(path)
-    return removed
-
-
-def load_run(run_dir: str | Path, *, allow_mismatch: bool | None = None) -> tuple[CostModel, SearchResult]:
-    """The cost model and search of a run directory (from its copied profile and workload), under the model
-    settings its summary.json records (`recorded_model_settings`); `allow_mismatch` overrides the recorded one."""
-    from tuner.model.costmodel import ModelError
-    from tuner.workload.spec import load_workload
-
-    run = Path(run_dir)
-    for name in ("profile.csv", "workload.yaml", "search.json"):
-        if not (run / name).is_file():
-            raise ModelError(f"{run}: no {name} (not a cgtune search or tune output directory)")
-    workload = load_workload(run / "workload.yaml")
-    settings = recorded_model_settings(run)
-    if allow_mismatch is not None:
-        settings["allow_mismatch"] = allow_mismatch
-    model = CostModel.from_files(run / "profile.csv", workload, **settings)
-    try:
-        data = json.loads((run / "search.json").read_text())
-        search = SearchResult.from_dict(data, model)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ModelError(f"{run / 'search.json'}: unreadable ({type(exc).__name__}: {exc})") from None
-    return model, search

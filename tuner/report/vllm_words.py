@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.report import decision
-from tuner.report.compare import (LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency,
-                                  off_peak, what_changed)
+from tuner.decision.compare import LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency
 from tuner.model.eager_share import EagerShare, drafter_eager_passes, eager_share, uniform_decode_steps
 from tuner.report.text import GIB, mem_text, memory_unit, mib_text, num_text, sizes_text
 from tuner.engines.vllm.defaults import CaptureDefaults, capture_ceiling, dense_speculative_schedule, validate_schedule
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 
     from tuner.model.costmodel import CostModel, Evaluation
     from tuner.engines.engine import Engine
-    from tuner.search.study import SearchResult
+    from tuner.decision.record import Decision
     from tuner.workload.spec import Workload
 
 __all__ = [
@@ -187,11 +186,10 @@ def drafter_lines(model: CostModel, d: Evaluation, t: Evaluation) -> list[str]:
     return lines
 
 
-def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+def what_changed_lines(model: CostModel, dec: Decision) -> list[str]:
     """Widths added and removed against vLLM's default (as the runner captures both lists), and what each one added
     above the default's max costs (estimate and real pool) and saves."""
-    d, t = table["default"], table["tuned"]
-    c = what_changed(model, d, t)
+    d, t, c = dec.default, dec.tuned, dec.changed
     lines = ["## What changed against vLLM's default", ""]
     if d.runs_as != d.capture_sizes or t.runs_as != t.capture_sizes:
         lines += [f"Compared as the {model.runner.upper()} runner captures the lists (it rewrites them; see Lists).",
@@ -225,7 +223,7 @@ def what_changed_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
     return lines
 
 
-def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
+def side_by_side_lines(model: CostModel, dec: Decision) -> list[str]:
     """The comparison table, vLLM's estimate beside the real pool."""
     u = memory_unit(model)[1]
     lines = [
@@ -236,7 +234,7 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
         f"| capture headroom ({u}) | capture (s) | feasible |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, e in table.items():
+    for name, e in dec.table.items():
         feasible = feasible_cell(name, e)
         runs = "same" if e.runs_as == e.capture_sizes else (
             f"{len(e.runs_as)} graphs, max {e.runs_as[-1]}" if e.runs_as else "nothing (refused)")
@@ -248,15 +246,15 @@ def side_by_side_lines(model: CostModel, table: dict[str, Evaluation]) -> list[s
             f"| {num_text(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
             f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} "
             f"| {decision.capture_cell(model, e)} | {feasible} |")
-    lines += ["", *decision.no_graphs_lines(model), "Capture (s): the profile's capture seconds summed over the graphs "
+    lines += ["", *decision.no_graphs_lines(dec), "Capture (s): the profile's capture seconds summed over the graphs "
               "the list creates, the drafter's included (vLLM adds its warm-up runs).", ""]
     return lines
 
 
-def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]:
+def console_lines(model: CostModel, dec: Decision, how: str) -> list[str]:
     """What a search chose, for the console: the list (and what the runner rewrites it to), latency, vLLM's estimate
     beside the real pool, the KV cache vLLM sizes (GiB, tokens, max concurrency), the off-peak check, noisy timings."""
-    t, d = result.chosen, result.default
+    t, d = dec.tuned, dec.default
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
     top = t.capture_sizes[-1] if t.capture_sizes else 0
     lines = [f"tuned list ({how}): {len(t.capture_sizes)} graphs, max {top}"]
@@ -272,7 +270,7 @@ def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]
                  f"{max_concurrency(model, t):.2f}x (default {d.kv_available_bytes / GIB:.3f} GiB = "
                  f"{kv_tokens(model, d):,} tokens); KV margin {t.kv_margin_bytes / GIB:.3f} GiB"
                  + ("" if d.feasible else f" (the default does not fit: {d.why_infeasible})"))
-    peak = off_peak(model, d, t)
+    peak = dec.off_peak
     if peak.tuned_slower:
         lines.append(f"WARNING: off-peak (1..{model.serving.max_num_seqs} requests, uniform) the tuned list is slower: "
                      f"{peak.tuned_step_ms:.4f} ms vs {peak.default_step_ms:.4f} ms per step; see report.md, or weigh "
@@ -284,9 +282,9 @@ def console_lines(model: CostModel, result: SearchResult, how: str) -> list[str]
     return lines
 
 
-def files_shipped_line(model: CostModel, search: SearchResult, run_dir: Path) -> str:
+def files_shipped_line(model: CostModel, dec: Decision, run_dir: Path) -> str:
     """The shipped list in one line, and the files that hold it and the other list."""
-    return decision.shipped_line(model, search, run_dir,
+    return decision.shipped_line(model, dec, run_dir,
                                  lambda sizes: f"{len(sizes)} graphs, max {sizes[-1] if sizes else 0}")
 
 

@@ -128,7 +128,7 @@ class SearchResult:
     """The compact alternative to `chosen` (`tuner.search.compact`); None until chosen (`compact_of`)."""
     ship: str = "auto"
     """Which list the deployment files carry (`--ship`): `auto` (the compact list when the report recommends it, else
-    the fastest), `fastest` or `compact` (`tuner.report.decision.shipping`)."""
+    the fastest), `fastest` or `compact` (`tuner.decision.record.Decision.ship`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record of the lists and counts; `from_dict` re-evaluates the lists under a model."""

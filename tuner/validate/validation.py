@@ -449,10 +449,11 @@ def _emit(run_dir: Path, model: CostModel, search: SearchResult, chosen: Evaluat
     """Re-write the run directory's vLLM files (and report) for `chosen`, keeping everything else."""
     import dataclasses
 
+    from tuner.decision.record import decide
     from tuner.report.run import write_run
 
     replaced = dataclasses.replace(search, chosen=chosen, notes=list(search.notes) + [note])
-    write_run(run_dir, model, replaced, command="cgtune validate", copy_inputs=False)
+    write_run(run_dir, model, decide(model, replaced), command="cgtune validate", copy_inputs=False)
 
 
 def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, backend: ReplayBackend | None = None,
@@ -463,7 +464,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     is emitted instead (never one that does not fit); without any, the vLLM files are removed. `device` (default:
     CUDA, required) builds the backend there: `cpu` only rehearses the run (graph steps run eagerly)."""
     from tuner.model.costmodel import ModelError
-    from tuner.report.run import load_run
+    from tuner.decision.run_dir import load_run
     from tuner.report.validation import update_report
     from tuner.workload.spec import WorkloadError
 
@@ -521,6 +522,7 @@ def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str |
     """An optuna-free `cgtune search`: the exact solver's optimum as the tuned list, written as a run directory
     (vLLM files, search.json, summary.json, report.md), so a GPU machine without optuna can validate a fresh profile."""
     from tuner.model.costmodel import ModelError
+    from tuner.decision.record import decide
     from tuner.report.run import write_run
     from tuner.search.study import SearchError, SearchResult, exact_solve
     from tuner.workload.spec import WorkloadError, load_workload
@@ -534,7 +536,7 @@ def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str |
     search = SearchResult(chosen=exact.best, source="exact", exact=exact, study_best=None,
                           default=model.evaluate(model.default_sizes), study_name="none", storage="none",
                           objective="latency", trials={}, pareto=exact.front, notes=list(model.notes) + [note])
-    write_run(run_dir, model, search, command=command)
+    write_run(run_dir, model, decide(model, search), command=command)
     return Path(run_dir)
 
 

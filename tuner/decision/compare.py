@@ -1,6 +1,6 @@
-"""Evaluate, once and beside the search, every list a search is judged against (vLLM's default, the compact list,
+"""Evaluate, once and after the search, every list a search is judged against (vLLM's default, the compact list,
 the exact optimum, PR 50488's widest capture, peer engines' lists, the memory-blind ideal) and what the tuned list
-changes against vLLM's default, so the report only renders."""
+changes against vLLM's default, for the decision record (`tuner.decision.record`) the report renders."""
 
 from __future__ import annotations
 
