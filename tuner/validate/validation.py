@@ -361,8 +361,9 @@ def lists_to_validate(search: SearchResult) -> dict[str, Evaluation]:
 def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence[Step],
                  results: dict[str, ListValidation], *, seed: int, command: str = "",
                  emitted: str | None = None, notes: Sequence[str] = (),
-                 trace_info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """validation.json: device, profile, workload, the trace, and per list predicted vs measured."""
+                 trace_info: dict[str, Any] | None = None, margin: float = MEMORY_MARGIN) -> dict[str, Any]:
+    """validation.json: device, profile, workload, the trace, and per list predicted vs measured; `goals.margin` is
+    the memory margin the lists were judged with (`margin`)."""
     meta = model.profile.metadata
     record: dict[str, Any] = {
         "device_name": backend_meta.get("device_name"),
@@ -378,7 +379,7 @@ def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence
                   "mean_tokens": float(np.mean([s.num_tokens for s in trace])) if trace else 0.0,
                   "uniform_decode_share": float(np.mean([s.uniform_decode for s in trace])) if trace else 0.0,
                   **(trace_info or {})},
-        "goals": {"memory": MEMORY_GOAL, "latency": LATENCY_GOAL, "margin": MEMORY_MARGIN},
+        "goals": {"memory": MEMORY_GOAL, "latency": LATENCY_GOAL, "margin": margin},
         "lists": list(results),
         "emitted": emitted,
         "warnings": [w for r in results.values() for w in r.warnings],
@@ -420,7 +421,7 @@ def write_validation(run_dir: str | Path, record: dict[str, Any], name: str = VA
 
 
 def partial_writer(run_dir: str | Path, model: CostModel, backend: ReplayBackend, lists: dict[str, Evaluation], *,
-                   seed: int, command: str) -> Callable[[list[Step], dict[str, ListValidation], dict[str, Any]], None]:
+                   seed: int, command: str, margin: float = MEMORY_MARGIN) -> Callable[[list[Step], dict[str, ListValidation], dict[str, Any]], None]:
     """`validate_lists`' `measured` callback: RUN_DIR/validation.partial.json holds the lists measured so far (a
     stale one from an earlier run is removed first); `finish_validation` removes it."""
     path = Path(run_dir) / PARTIAL_FILE
@@ -428,7 +429,7 @@ def partial_writer(run_dir: str | Path, model: CostModel, backend: ReplayBackend
 
     def write(trace: list[Step], results: dict[str, ListValidation], info: dict[str, Any]) -> None:
         record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, trace_info=info,
-                              notes=[f"partial: {len(results)} of {len(lists)} lists measured when this was written; "
+                              margin=margin, notes=[f"partial: {len(results)} of {len(lists)} lists measured when this was written; "
                                      f"the run ended before the rest, so nothing was chosen or emitted"])
         record["partial"] = True
         record["pending"] = [name for name in lists if name not in results]
@@ -480,7 +481,8 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
         backend = build_backend(model, lists, device or require_cuda())
     trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
                                           progress=progress, measured=partial_writer(run, model, backend, lists,
-                                                                                     seed=seed, command=command))
+                                                                                     seed=seed, command=command,
+                                                                                     margin=margin))
     emitted = "tuned"
     notes: list[str] = []
     if not results["tuned"].fits and backend.graphs_supported:
@@ -502,7 +504,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
             _emit(run, model, search, lists[fallback.name], note)
         log.warning("TUNED LIST DOES NOT FIT ON THE DEVICE: emitted %s instead", emitted or "nothing")
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
-                          notes=notes, trace_info=info)
+                          notes=notes, trace_info=info, margin=margin)
     if not backend.graphs_supported:
         record["warnings"].append(f"{backend.device_name}: no CUDA graphs here, graph steps ran eagerly; these are "
                                   f"no validation numbers")
@@ -596,7 +598,8 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
         backend = build_backend(model, lists, require_cuda())
     trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
                                           progress=progress, measured=partial_writer(run_dir, model, backend, lists,
-                                                                                     seed=seed, command=command))
+                                                                                     seed=seed, command=command,
+                                                                                     margin=margin))
     if "tuned" not in results:  # the model's pick is vLLM's default
         results["tuned"] = dataclasses.replace(results["default"], name="tuned")
     best = choose_measured(results)
@@ -620,7 +623,7 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
                                                 notes=list(search.notes) + [note])
             notes.append(note)
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
-                          notes=notes, trace_info=info)
+                          notes=notes, trace_info=info, margin=margin)
     record["candidates"] = {name: list(e.capture_sizes) for name, e in lists.items()}
     if study is not None:
         _record_trials(study, model, results, backend.device_name)
