@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profi
 from handmade_profiles import handmade_profile, handmade_workload, with_timing  # noqa: E402
 
 from tuner.model.costmodel import CostModel  # noqa: E402
-from tuner.search.saving_interval import REPLICATES, saving_interval  # noqa: E402
+from tuner.search.saving_interval import REPLICATES, SETTLE_EVERY, SETTLE_MS, saving_interval  # noqa: E402
 
 WIDTHS = [1, 2, 4, 8, 16]
 EAGER_8, FULL_8 = 1.8, 1.3  # the laws below at width 8; at width 4: 1.4 and 0.9
@@ -50,11 +50,14 @@ def test_no_spread_is_a_zero_width_interval_at_the_point(tmp_path):
     assert iv.low_ms == iv.high_ms == iv.point_ms and iv.replicates == 0 and iv.from_samples == iv.from_iqr == 0
     assert (iv.seed, iv.fixed, iv.iqr_samples) == (0, 2 * len(WIDTHS), 5)  # every reading fixed; 5 draws by default
     # Samples all alike at the width that decides, spread only where no step reaches (width 16, above every step):
-    # every replicate refits the model and gets the point again.
+    # every replicate refits the model and gets the point again, so the ends stand still from the first look and
+    # the bootstrap stops at the second; without settling it draws them all.
     m = model_with(tmp_path / "flat", samples={("eager", 8): [EAGER_8] * 7, ("full", 8): [FULL_8] * 7,
                                                ("eager", 16): [2.4, 2.5, 2.6, 2.9, 3.0]})
     iv = interval(m)
-    assert iv.replicates == REPLICATES and iv.from_samples == 1 and iv.fixed == 2 * len(WIDTHS) - 1
+    assert iv.replicates == 2 * SETTLE_EVERY and iv.settled
+    assert interval(m, settle_ms=None).replicates == REPLICATES
+    assert iv.from_samples == 1 and iv.fixed == 2 * len(WIDTHS) - 1
     assert iv.low_ms == pytest.approx(iv.point_ms, abs=1e-12) and iv.high_ms == pytest.approx(iv.point_ms, abs=1e-12)
     assert iv.point_ms == pytest.approx(EAGER_8 - FULL_8)
 
@@ -151,7 +154,8 @@ def test_drafter_readings_are_read_from_the_drafters_measurements(tmp_path):
                for mode in ("drafter_eager",)}
     m = CostModel.from_files(with_timing(path, samples=samples), wl)
     assert m.drafter is not None
-    iv = saving_interval(m, (), (8,))
+    # All 500 replicates (no early stop): the cut low tail leaves the 2.5th percentile at the point only with them.
+    iv = saving_interval(m, (), (8,), settle_ms=None)
     assert iv.from_samples == 32 and iv.low_ms <= iv.point_ms < iv.high_ms
 
 
@@ -171,7 +175,7 @@ def test_the_record_names_every_count_it_was_drawn_from(tmp_path):
     iv = interval(m, replicates=40, seed=3, level=0.9)
     assert iv.as_dict() == {"point_ms": iv.point_ms, "level": 0.9, "replicates": 40, "seed": 3,
                             "includes_zero": False, "readings_from_samples": 1, "readings_from_iqr": 1,
-                            "readings_fixed": 2 * len(WIDTHS) - 2, "iqr_normal_samples": 3}
+                            "readings_fixed": 2 * len(WIDTHS) - 2, "iqr_normal_samples": 3, "settled": False}
     # The 90% interval's ends are the 5th and 95th percentiles of the replicates' savings, inside the samples' range.
     assert EAGER_8 - 0.1 - FULL_8 <= iv.low_ms < iv.point_ms < iv.high_ms <= EAGER_8 + 0.1 - FULL_8
 
@@ -220,3 +224,26 @@ def test_a_profile_whose_every_reading_spreads_refits_with_its_memory_and_settin
 def test_a_profile_with_no_spread_records_its_level(tmp_path):
     iv = interval(model_with(tmp_path), level=0.8)
     assert iv.replicates == 0 and iv.level == 0.8 and iv.as_dict()["level"] == 0.8
+
+
+def test_a_bootstrap_stops_once_its_printed_ends_stand_still_and_is_the_full_ones_first_replicates(tmp_path):
+    # Normal samples with spread at both readings: the ends keep moving in the 4th decimal at first. The rule, from
+    # its definition: the ends rounded to SETTLE_MS (0.0001 ms, the report's precision) are looked at every
+    # SETTLE_EVERY replicates from twice that; it stops at the first look that repeats the previous one. So the
+    # stopped interval is the unstopped bootstrap of as many replicates, its rounded ends are those of 100 fewer,
+    # and no earlier pair of looks agreed.
+    z = [statistics.NormalDist().inv_cdf((i - 0.5) / 41) for i in range(1, 42)]
+    m = model_with(tmp_path, samples={("eager", 8): [EAGER_8 + 0.03 * x for x in z],
+                                      ("full", 8): [FULL_8 + 0.03 * x for x in z]})
+    iv = interval(m, replicates=2000)
+    assert iv.settled and iv.replicates % SETTLE_EVERY == 0 and 2 * SETTLE_EVERY <= iv.replicates < 2000
+
+    def ends(n: int) -> tuple[int, int]:
+        full = interval(m, replicates=n, settle_ms=None)
+        return round(full.low_ms / SETTLE_MS), round(full.high_ms / SETTLE_MS)
+
+    same = interval(m, replicates=iv.replicates, settle_ms=None)
+    assert (same.low_ms, same.high_ms) == (iv.low_ms, iv.high_ms) and not same.settled
+    looks = [ends(n) for n in range(SETTLE_EVERY, iv.replicates + 1, SETTLE_EVERY)]
+    assert looks[-1] == looks[-2]
+    assert all(a != b for a, b in zip(looks[:-2], looks[1:-1]))

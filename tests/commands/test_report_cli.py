@@ -273,11 +273,21 @@ def test_report_re_renders_report_md_and_summary_json_byte_identical(inputs, tmp
     for name, data in first.items():
         assert (out / name).read_bytes() == data, f"{name} changed on re-render"
 
-    # A summary older than a field is decided anew (the interval drawn again from its seed), to the same bytes.
+    # The record keeps the seconds each stage took when it was made; a re-render that decides nothing keeps them.
+    timings = json.loads(first["summary.json"])["timings"]
+    assert {"exact_s", "study_s", "compact_s", "compare_s", "what_changed_s", "off_peak_s", "interval_s"} <= set(timings)
+    assert all(v >= 0 for v in timings.values())
+
+    # A summary older than a field is decided anew (the interval drawn again from its seed): the same report, the
+    # same summary but for the decision's own seconds, which are the new decision's.
     data = json.loads(first["summary.json"])
     del data["off_peak"]
     (out / "summary.json").write_text(json.dumps(data))
     code, _, err = run(capsys, "report", out)
     assert code == 0, err
-    for name, data in first.items():
-        assert (out / name).read_bytes() == data, f"{name} changed on a re-render that decided anew"
+    assert (out / "report.md").read_bytes() == first["report.md"]
+    again = json.loads((out / "summary.json").read_text())
+    assert {k: v for k, v in again.items() if k != "timings"} == {
+        k: v for k, v in json.loads(first["summary.json"]).items() if k != "timings"}
+    assert {k: again["timings"][k] for k in ("exact_s", "study_s", "compact_s")} == {
+        k: timings[k] for k in ("exact_s", "study_s", "compact_s")}  # the search's, read back from search.json

@@ -6,8 +6,10 @@ own facts (how it was found, the exact solver's proof), all as plain typed data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tuner.decision.compare import OffPeak, WhatChanged, comparison, off_peak, what_changed
 from tuner.search.compact import RECOMMEND_SAVING
@@ -123,6 +125,9 @@ class Decision:
     """The latency/graph-memory front: the study's (objective pareto) or else the exact solver's."""
     search_record: dict[str, Any]
     """search.json: the search's lists and counts (`SearchResult.to_dict`), the compact choice included."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of each stage that made the decision: the search's (`SearchResult.timings`: exact_s, study_s,
+    compact_s) and the decision's own (compare_s, what_changed_s, off_peak_s, interval_s)."""
 
     @property
     def default(self) -> Evaluation:
@@ -167,22 +172,36 @@ def alternative_name(filename: str, list_name: str) -> str:
     return f"{stem}.{list_name}.{ext}" if dot else f"{filename}.{list_name}"
 
 
+_T = TypeVar("_T")
+
+
+def _timed(timings: dict[str, float], name: str, make: Callable[[], _T]) -> _T:
+    started = time.perf_counter()
+    out = make()
+    timings[name] = time.perf_counter() - started
+    return out
+
+
 def decide(model: CostModel, search: SearchResult) -> Decision:
     """The decision record of a search: the lists compared, the compact choice (chosen now when the search holds
-    none), what changed, off-peak figures, the saving's interval (a seeded bootstrap) and the list shipped."""
+    none), what changed, off-peak figures, the saving's interval (a seeded bootstrap) and the list shipped, with the
+    seconds each took."""
     choice = compact_of(model, search)  # before search.to_dict: the record keeps the choice
-    table = comparison(model, search)
+    timings: dict[str, float] = {}
+    table = _timed(timings, "compare_s", lambda: comparison(model, search))
     d, t = table["default"], table["tuned"]
     compact = CompactFacts(
         tolerance=choice.tolerance, fastest_ms=choice.fastest_ms, limit_ms=choice.limit_ms,
         saved_share=choice.saved_share(model, t), recommended=choice.recommended(model, t),
         recommend_saving=RECOMMEND_SAVING, proven=choice.proven, floor_bytes=choice.floor_bytes,
         fastest_proven=choice.fastest_proven, stopped_early=choice.stopped_early, solves=choice.solves)
+    changed = _timed(timings, "what_changed_s", lambda: what_changed(model, d, t))
+    peak = _timed(timings, "off_peak_s", lambda: off_peak(model, d, t))
+    interval = _timed(timings, "interval_s", lambda: saving_interval(model, d.capture_sizes, t.capture_sizes))
     return Decision(
-        table=table, changed=what_changed(model, d, t), off_peak=off_peak(model, d, t),
-        interval=saving_interval(model, d.capture_sizes, t.capture_sizes), no_graphs=model.evaluate(()),
+        table=table, changed=changed, off_peak=peak, interval=interval, no_graphs=model.evaluate(()),
         memory_axis=memory_axis(model), compact=compact, ship=_shipping(model, search, compact, choice.evaluation),
-        **search_facts(search))
+        **search_facts(search), timings={**search.timings, **timings})
 
 
 def search_facts(search: SearchResult) -> dict[str, Any]:

@@ -217,7 +217,7 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
             interval=SavingInterval(float(iv["point_ms"]), float(low), float(high), float(iv["level"]),
                                     int(iv["replicates"]), int(iv["seed"]), int(iv["readings_from_samples"]),
                                     int(iv["readings_from_iqr"]), int(iv["readings_fixed"]),
-                                    int(iv["iqr_normal_samples"])),
+                                    int(iv["iqr_normal_samples"]), bool(iv["settled"])),
             no_graphs=model.evaluate(()),
             memory_axis="estimate" if choice["memory_counted"] == "vllm_graph_estimate_bytes" else "real",
             compact=CompactFacts(
@@ -229,6 +229,6 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
                 solves=int(choice["solves"])),
             ship=Shipping(shipped["list"], lists[shipped["list"]], str(shipped["why"]),
                           None if other is None else (other["list"], lists[other["list"]])),
-            **search_facts(search))
+            **search_facts(search), timings={str(k): float(v) for k, v in data["timings"].items()})
     except (KeyError, TypeError, ValueError):  # a summary older than a field, or hand-edited: decide anew
         return None

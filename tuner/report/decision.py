@@ -103,8 +103,9 @@ def decision_lines(model: CostModel, dec: Decision) -> list[str]:
 def _interval_lines(model: CostModel, dec: Decision) -> list[str]:
     iv = dec.interval
     default = model.engine.list_label("default")
-    drawn = (f"{iv.replicates} replicates, seed {iv.seed}, the cost model refitted on the profile with each timed "
-             f"reading re-drawn: {iv.from_samples} from their raw samples, {iv.from_iqr} from their IQR (a normal of "
+    stop = ", stopped once its ends settled to the 0.0001 ms printed here" if iv.settled else ""
+    drawn = (f"{iv.replicates} replicates{stop}, seed {iv.seed}, the cost model refitted on the profile with each "
+             f"timed reading re-drawn: {iv.from_samples} from their raw samples, {iv.from_iqr} from their IQR (a normal of "
              f"sigma IQR/1.349, median of {iv.iqr_samples}), {iv.fixed} without spread")
     if not iv.replicates:
         drawn = (f"no timed reading of the profile has any spread: its {iv.fixed} readings kept no samples and an IQR "

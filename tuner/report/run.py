@@ -160,6 +160,7 @@ def summary(model: CostModel, dec: Decision, *, command: str = "", profile_name:
         "exact_stopped_early": dec.exact.stopped_early,
         "exact_unproven": list(dec.exact.unproven),
         "notes": list(dec.notes),
+        "timings": dict(dec.timings),
         "cgtune_version": __version__,
         "command": command or None,
         **decision.summary_fields(model, dec),

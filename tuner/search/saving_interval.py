@@ -23,7 +23,7 @@ from tuner.model.costmodel import CostModel
 from tuner.profile.table import Profile, ProfileRow
 from tuner.workload.spec import Step, Workload
 
-__all__ = ["LEVEL", "REPLICATES", "SEED", "SavingInterval", "saving_interval"]
+__all__ = ["LEVEL", "REPLICATES", "SEED", "SETTLE_EVERY", "SETTLE_MS", "SavingInterval", "saving_interval"]
 
 LEVEL = 0.95
 """Central share of the replicates the interval spans."""
@@ -32,6 +32,12 @@ REPLICATES = 500
 profile on a 2-core machine, so 4 s); the ends' Monte Carlo error is about 6% of the interval's half-width."""
 SEED = 0
 """The replicates' seed: the same profile and lists give the same interval."""
+SETTLE_MS = 1e-4
+"""The precision the report prints the interval's ends in (4 decimals of a millisecond): a bootstrap whose ends no
+longer move at it stops early."""
+SETTLE_EVERY = 100
+"""Replicates between two looks at the ends; the first look is after twice as many, and the bootstrap stops at the
+first look whose ends, rounded to SETTLE_MS, are the previous look's."""
 _NORMAL_IQR_SIGMAS = 1.349
 """A normal distribution's IQR in standard deviations (2 x 0.6745)."""
 _DEFAULT_REPS = 5
@@ -63,6 +69,8 @@ class SavingInterval:
     """Readings with no spread to draw from (samples all alike, or an IQR of 0 and no samples)."""
     iqr_samples: int
     """n of the normal draws behind an IQR-only reading."""
+    settled: bool = False
+    """It stopped before its most replicates: its ends, rounded to SETTLE_MS, stood still between two looks."""
 
     @property
     def includes_zero(self) -> bool:
@@ -73,7 +81,7 @@ class SavingInterval:
         return {"point_ms": self.point_ms, "level": self.level, "replicates": self.replicates, "seed": self.seed,
                 "includes_zero": self.includes_zero, "readings_from_samples": self.from_samples,
                 "readings_from_iqr": self.from_iqr, "readings_fixed": self.fixed,
-                "iqr_normal_samples": self.iqr_samples}
+                "iqr_normal_samples": self.iqr_samples, "settled": self.settled}
 
 
 class _StepsOnce:
@@ -129,11 +137,15 @@ def _redraws(profile: Profile, replicates: int, rng: np.random.Generator
 
 
 def saving_interval(model: CostModel, default_sizes: Sequence[int], tuned_sizes: Sequence[int], *,
-                    replicates: int = REPLICATES, seed: int = SEED, level: float = LEVEL) -> SavingInterval:
-    """The seeded bootstrap interval of (default - tuned) expected step latency (see the module docstring)."""
+                    replicates: int = REPLICATES, seed: int = SEED, level: float = LEVEL,
+                    settle_ms: float | None = SETTLE_MS) -> SavingInterval:
+    """The seeded bootstrap interval of (default - tuned) expected step latency (see the module docstring), of at
+    most `replicates`; with `settle_ms` it stops at the first look (every SETTLE_EVERY replicates, from twice that)
+    whose ends, rounded to `settle_ms`, are the previous look's. The replicates are drawn SETTLE_EVERY at a time, so
+    a bootstrap stopped at N replicates is the one of `replicates=N` (without settling), to the bit."""
     point = model.expected_step_ms(default_sizes) - model.expected_step_ms(tuned_sizes)
     rng = np.random.default_rng(seed)
-    redrawn, (from_samples, from_iqr, fixed, n_iqr) = _redraws(model.profile, replicates, rng)
+    redrawn, (from_samples, from_iqr, fixed, n_iqr) = _redraws(model.profile, min(replicates, SETTLE_EVERY), rng)
     if not redrawn:
         return SavingInterval(point, point, point, level, 0, seed, from_samples, from_iqr, fixed, n_iqr)
     workload = _StepsOnce(model.workload)
@@ -145,17 +157,26 @@ def saving_interval(model: CostModel, default_sizes: Sequence[int], tuned_sizes:
     rows = list(model.profile.rows)
     # Each re-drawn row rebuilt from its fields, the latency put in (dataclasses.replace costs 4x as much per row).
     parts = [(i, (r.num_tokens, r.mode, r.status), (r.latency_iqr_ms, r.capture_delta_bytes, r.standalone_bytes,
-                                                    r.capture_s), redrawn[i].tolist())
+                                                    r.capture_s))
              for i, r in enumerate(model.profile.rows) if i in redrawn]
-    savings = np.empty(replicates)
-    for k in range(replicates):
-        for i, head, tail, values in parts:
-            # No latency is below 0, though a wide IQR's normal draw can be.
-            rows[i] = ProfileRow(*head, max(values[k], 1e-9), *tail)
-        refit = CostModel(Profile(list(rows), metadata, model.profile.path), workload,  # type: ignore[arg-type]
-                          **settings)  # type: ignore[arg-type]
-        savings[k] = refit.expected_step_ms(default_sizes) - refit.expected_step_ms(tuned_sizes)
     tail = (1 - level) / 2 * 100
+    savings: list[float] = []
+    settled, last = False, None
+    while len(savings) < replicates and not settled:
+        if savings:  # the next block's draws, from where the last block's left the generator
+            redrawn = _redraws(model.profile, min(replicates - len(savings), SETTLE_EVERY), rng)[0]
+        block = {i: v.tolist() for i, v in redrawn.items()}  # floats, read one by one below
+        for k in range(len(next(iter(block.values())))):
+            for i, head, tail_fields in parts:
+                # No latency is below 0, though a wide IQR's normal draw can be.
+                rows[i] = ProfileRow(*head, max(block[i][k], 1e-9), *tail_fields)
+            refit = CostModel(Profile(list(rows), metadata, model.profile.path), workload,  # type: ignore[arg-type]
+                              **settings)  # type: ignore[arg-type]
+            savings.append(refit.expected_step_ms(default_sizes) - refit.expected_step_ms(tuned_sizes))
+        if settle_ms is not None and len(savings) < replicates and len(savings) % SETTLE_EVERY == 0:
+            ends = tuple(round(float(x) / settle_ms) for x in np.percentile(savings, [tail, 100 - tail]))
+            settled = len(savings) >= 2 * SETTLE_EVERY and ends == last
+            last = ends
     low, high = np.percentile(savings, [tail, 100 - tail])
-    return SavingInterval(point, float(low), float(high), level, replicates, seed, from_samples, from_iqr, fixed,
-                          n_iqr)
+    return SavingInterval(point, float(low), float(high), level, len(savings), seed, from_samples, from_iqr, fixed,
+                          n_iqr, settled)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -129,6 +130,9 @@ class SearchResult:
     ship: str = "auto"
     """Which list the deployment files carry (`--ship`): `auto` (the compact list when the report recommends it, else
     the fastest), `fastest` or `compact` (`tuner.decision.record.Decision.ship`)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of the search's stages as they ran: `exact_s` (the exact solver), `study_s` (the optuna study,
+    its trials run now), `compact_s` (the compact choice's capped solves); search.json keeps them."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record of the lists and counts; `from_dict` re-evaluates the lists under a model."""
@@ -147,6 +151,7 @@ class SearchResult:
             "study_name": self.study_name, "storage": self.storage, "objective": self.objective,
             "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
             "compact": None if self.compact is None else self.compact.to_dict(), "ship": self.ship,
+            "timings": dict(self.timings),
         }
 
     @classmethod
@@ -166,7 +171,8 @@ class SearchResult:
                    dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]),
                    CompactChoice.from_dict(data["compact"], model) if data.get("compact") else None,
                    # Runs written before --ship shipped the fastest list.
-                   str(data.get("ship", "fastest")))
+                   str(data.get("ship", "fastest")),
+                   {str(k): float(v) for k, v in (data.get("timings") or {}).items()})
 
     @property
     def gap(self) -> float | None:
@@ -522,6 +528,7 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
         raise SearchError(f"n_trials={config.n_trials} must be >= 1")
     if exact is None:  # raises SearchError (no list fits) before any file exists
         exact = exact_solve(model, memory_buckets=config.memory_buckets, seconds=config.exact_seconds)
+    started = time.perf_counter()
     if not model.candidates:
         default = model.evaluate(model.default_sizes)
         notes = list(model.notes) + [
@@ -529,7 +536,7 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
         trials_info = {"total": 0, "complete": 0, "feasible": 0, "infeasible": 0, "failed": 0, "run_now": 0}
         return SearchResult(exact.best, "exact", exact, None, default,
                             config.study_name or study_name_for(model, config.objective), "none", config.objective,
-                            trials_info, exact.front, notes)
+                            trials_info, exact.front, notes, timings={"exact_s": exact.seconds, "study_s": 0.0})
 
     study, storage = open_study(model, config, run_dir=run_dir, enqueue=False)
     # On SQLite (a local file, this process its writer) the trials run in memory and reach the file in batches.
@@ -543,7 +550,9 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     try:
         if remaining and _optimize(runs, buffer, model, config, remaining):
             raise SearchInterrupted(study.study_name, display_url(storage) or "in-memory", *_count_finished(study))
-        return summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+        result = summarize_study(model, study, exact, config, storage=storage, run_now=remaining)
+        result.timings.update(exact_s=exact.seconds, study_s=time.perf_counter() - started)
+        return result
     finally:
         _release(study)
 
@@ -618,6 +627,8 @@ def compact_of(model: CostModel, search: SearchResult, tolerance: float | None =
         if seconds is None:
             seconds = SearchConfig.exact_seconds
         known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None]
+        started = time.perf_counter()
         search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
                                         memory_buckets=memory_buckets, seconds=seconds, fastest=search.exact)
+        search.timings["compact_s"] = time.perf_counter() - started
     return search.compact
