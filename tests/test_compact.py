@@ -17,7 +17,7 @@ from test_engines import random_engine_case  # noqa: E402
 from test_exact import UNPROVEN_TOLERANCE, random_case, random_drafter_case  # noqa: E402
 
 from tuner.model.costmodel import CostModel, Evaluation  # noqa: E402
-from tuner.search.compact import RECOMMEND_SAVING, choose_compact, counted_bytes  # noqa: E402
+from tuner.search.compact import RECOMMEND_SAVING, CompactChoice, choose_compact, counted_bytes  # noqa: E402
 from tuner.search.exact import exact_solve  # noqa: E402
 
 
@@ -220,3 +220,22 @@ def test_the_kept_levels_prove_most_cases_in_one_capped_solve(tmp_path):
         assert choice.proven
         solves.append(choice.solves)
     assert solves.count(1) >= 5
+
+
+def test_a_choice_read_back_from_search_json_is_the_choice_written(tmp_path):
+    # search.json keeps the compact choice so a re-render does not choose again: every field comes back as written
+    # (a field under another key, or read with its default, would change what the report claims is proven), and a
+    # run written before the floor, the fastest's proof, the time budget and the solve count were kept claims none.
+    m, candidates = random_case(tmp_path, 3)
+    choice = choose_compact(m, 0.02, candidates=candidates)
+    written = choice.to_dict()
+    assert set(written) == {"capture_sizes", "tolerance", "fastest_ms", "proven", "floor_bytes", "fastest_proven",
+                            "stopped_early", "solves"}
+    assert written["capture_sizes"] == list(choice.evaluation.capture_sizes) and written["tolerance"] == 0.02
+    back = CompactChoice.from_dict(written, m)
+    assert back == choice
+    # Every field distinct from its default, so a field read with its default (or under another key) shows.
+    made = CompactChoice(m.evaluate(candidates[:2]), 0.05, 7.25, True, 12345, True, True, 4)
+    assert CompactChoice.from_dict(made.to_dict(), m) == made
+    old = {k: v for k, v in made.to_dict().items() if k in ("capture_sizes", "tolerance", "fastest_ms", "proven")}
+    assert CompactChoice.from_dict(old, m) == CompactChoice(made.evaluation, 0.05, 7.25, True, 0, False, False, 0)
