@@ -140,17 +140,13 @@ def what_changed(model: CostModel, default: Evaluation, tuned: Evaluation) -> Wh
     evaluated with and without it (so each row is that width's own marginal cost and saving, the rest kept)."""
     d, t = set(default.runs_as), set(tuned.runs_as)
     top = max(d, default=0)
-    rows = []
-    for w in sorted(t - d):
-        if w <= top:
-            continue
-        without = model.evaluate(t - {w})
-        rows.append(WidthChange(
-            num_tokens=w,
-            real_bytes=tuned.graph_memory_bytes - without.graph_memory_bytes,
-            estimate_bytes=tuned.graph_estimate_bytes - without.graph_estimate_bytes,
-            saved_ms=without.expected_step_ms - tuned.expected_step_ms,
-        ))
+    above = [w for w in sorted(t - d) if w > top]
+    # Each width's list without it, one pass over the list's graphs each (CostModel.without_each), not a full
+    # evaluation: a tuned list of thousands of widths made this quadratic (issue 34).
+    without = model.without_each(tuned, above)
+    rows = [WidthChange(num_tokens=w, real_bytes=tuned.graph_memory_bytes - without[w][1],
+                        estimate_bytes=tuned.graph_estimate_bytes - without[w][2],
+                        saved_ms=without[w][0] - tuned.expected_step_ms) for w in above]
     return WhatChanged(tuple(sorted(t - d)), tuple(sorted(d - t)), top, tuple(rows))
 
 

@@ -548,36 +548,48 @@ class CostModel:
             w, uniform = widths, np.asarray(uniform, dtype=bool)
             utc, reqs, ks = self._dispatch_keys(w, uniform, query_lens, requests)
             logits, out = self.logits_at(w), self.eager_ms(w)
-        modes = np.full(len(w), "NONE", dtype=object)
-        padded = np.zeros(len(w), dtype=np.int64)
         if self.cudagraph_mode != "NONE" and sizes:
-            d = self._dispatcher(sizes)
-            pending = np.ones(len(w), dtype=bool)
-            if d.decode_graphs:
-                # The FULL graphs at the padded width (V2: the smallest FULL width >= T; V1: the next size of the
-                # list) replay only if one of them holds the step's uniform token count.
-                pad_to = np.array(d.full_pad_sizes, dtype=np.int64)
-                idx = np.minimum(np.searchsorted(pad_to, w, side="left"), len(pad_to) - 1)
-                at = pad_to[idx]
-                big = int(max(self.q, int(utc.max(initial=0)))) + 1
-                held = np.array([width * big + ql for width, ql in d.decode_graphs], dtype=np.int64)
-                hit = (at >= w) & (utc > 0) & np.isin(at * big + utc, held)
-                if d.exact:  # TensorRT-LLM without padding: only an exactly captured width
-                    hit &= at == w
-                if np.any(hit):
-                    out[hit] = self.graph_body_ms(at[hit], "FULL") + logits[hit]
-                    modes[hit], padded[hit] = "FULL", at[hit]
-                pending &= ~hit
-            mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)
-            if len(mixed) and self.mixed_mode != "NONE":
-                idx = np.searchsorted(mixed, w, side="left")
-                sel = pending & (idx < len(mixed))
-                if np.any(sel):
-                    out[sel] = self.graph_body_ms(mixed[idx[sel]], self.mixed_mode) + logits[sel]
-                    modes[sel], padded[sel] = self.mixed_mode, mixed[idx[sel]]
+            out, modes, padded, _ = self._dispatch_steps(self._dispatcher(sizes), w, utc, logits, out)
+        else:
+            modes, padded = np.full(len(w), "NONE", dtype=object), np.zeros(len(w), dtype=np.int64)
         if self.drafter is None:
             return out, np.zeros(len(w))
         return out, self.drafter.step_latencies(sizes, w, uniform, modes, padded, reqs, ks)
+
+    def _dispatch_steps(self, d: GraphDispatcher, w: np.ndarray, utc: np.ndarray, logits: np.ndarray,
+                        out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(target latency, mode, padded width, FULL pad width) of steps of widths `w` under dispatcher `d`: the
+        graph each replays (logits for its real tokens) or `out`, its eager latency (written over where a graph
+        replays). The FULL pad width is the one a uniform step's FULL graph is looked for at (0: none at or above
+        it), whether or not a graph there holds it."""
+        modes = np.full(len(w), "NONE", dtype=object)
+        padded = np.zeros(len(w), dtype=np.int64)
+        full_at = np.zeros(len(w), dtype=np.int64)
+        pending = np.ones(len(w), dtype=bool)
+        if d.decode_graphs:
+            # The FULL graphs at the padded width (V2: the smallest FULL width >= T; V1: the next size of the
+            # list) replay only if one of them holds the step's uniform token count.
+            pad_to = np.array(d.full_pad_sizes, dtype=np.int64)
+            idx = np.minimum(np.searchsorted(pad_to, w, side="left"), len(pad_to) - 1)
+            at = pad_to[idx]
+            full_at = np.where((at >= w) & (utc > 0), at, 0)
+            big = int(max(self.q, int(utc.max(initial=0)))) + 1
+            held = np.array([width * big + ql for width, ql in d.decode_graphs], dtype=np.int64)
+            hit = (at >= w) & (utc > 0) & np.isin(at * big + utc, held)
+            if d.exact:  # TensorRT-LLM without padding: only an exactly captured width
+                hit &= at == w
+            if np.any(hit):
+                out[hit] = self.graph_body_ms(at[hit], "FULL") + logits[hit]
+                modes[hit], padded[hit] = "FULL", at[hit]
+            pending &= ~hit
+        mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)
+        if len(mixed) and self.mixed_mode != "NONE":
+            idx = np.searchsorted(mixed, w, side="left")
+            sel = pending & (idx < len(mixed))
+            if np.any(sel):
+                out[sel] = self.graph_body_ms(mixed[idx[sel]], self.mixed_mode) + logits[sel]
+                modes[sel], padded[sel] = self.mixed_mode, mixed[idx[sel]]
+        return out, modes, padded, full_at
 
     def _dispatcher(self, sizes: Sequence[int]) -> GraphDispatcher:
         return self.engine.dispatcher(sizes)
@@ -645,17 +657,25 @@ class CostModel:
 
     def graph_costs(self, capture_sizes: Sequence[int]) -> list[GraphCost]:
         """Every graph of the list in capture order, with its standalone and capture-delta bytes."""
-        graphs = self.graphs(capture_sizes)
+        costs = self._target_costs(self.graphs(capture_sizes))
+        if self.drafter is not None:
+            return self.drafter.graph_costs(self._runs(capture_sizes), costs)
+        return costs
+
+    def _target_costs(self, graphs: Sequence[tuple[str, int]],
+                      known: dict[tuple[str, int], GraphCost] | None = None) -> list[GraphCost]:
+        """The target's graphs (mode, width) in capture order with their bytes; `known`: the costs of graphs met
+        before, by (mode, width) (a graph's bytes are its width's), so only the others are interpolated."""
         costs = []
         for mode in ("PIECEWISE", "FULL"):
             widths = [w for m, w in graphs if m == mode]
-            if widths:
+            if known is not None:
+                costs += [known[(mode, w)] for w in widths]
+            elif widths:
                 sa, de = self.graph_bytes(mode, widths)
                 costs += [GraphCost("target", mode, w, float(a), float(d)) for w, a, d in zip(widths, sa, de)]
         order = {(m, w): i for i, (m, w) in enumerate(graphs)}
         costs.sort(key=lambda g: order[(g.mode, g.num_tokens)])
-        if self.drafter is not None:
-            return self.drafter.graph_costs(self._runs(capture_sizes), costs)
         return costs
 
     def _pool_and_estimate(self, costs: Sequence[GraphCost]) -> tuple[int, int]:
@@ -768,6 +788,63 @@ class CostModel:
             drafter_step_ms=float(np.dot(self._probs, drafter_ms)),
             drafter_graph_bytes=int(round(sum(g.delta_bytes for g in costs[1:] if g.owner == "drafter"))),
         )
+
+    def without_each(self, e: Evaluation, widths: Iterable[int]) -> dict[int, tuple[float, int, int]]:
+        """For each of `widths` (of the list `e` runs as), the list without it: (expected step, real pool, the
+        estimate the engine subtracts), to the bit what `evaluate(set(e.runs_as) - {width})` gives. The steps are
+        dispatched once under `e`'s list; without a width, only the steps whose graph (FULL pair or mixed width) or
+        FULL pad width went with it are dispatched again, and the graphs' bytes are looked up rather than
+        interpolated again, so a list of thousands of widths costs a pass over its graphs per width rather than a
+        full evaluation. A drafter's passes and graphs depend on the whole list: with a drafter each width is a full
+        evaluation."""
+        runs = tuple(e.runs_as)
+        out: dict[int, tuple[float, int, int]] = {}
+
+        def full(w: int) -> None:
+            x = self.evaluate(set(runs) - {w})
+            out[w] = (x.expected_step_ms, x.graph_memory_bytes, x.graph_estimate_bytes)
+
+        todo = list(widths)
+        # The lookups stand in for evaluate only where the list's graphs are its dispatcher's (one dispatcher serves
+        # both) and the runner's rewrite leaves a list it wrote as it is.
+        if self.drafter is not None or self.cudagraph_mode == "NONE" or not runs or self._runs(runs) != runs:
+            for w in todo:
+                full(w)
+            return out
+        steps, utc, logits, eager = self._widths, self._keys[0], self._logits_at_step, self._eager_at_step
+        d = self._dispatcher(runs)
+        target, modes, padded, full_at = self._dispatch_steps(d, steps, utc, logits, eager.copy())
+        known = {(g.mode, g.num_tokens): g for g in self._target_costs(self.graphs(runs))}
+        full_hit, mixed_hit = modes == "FULL", modes == self.mixed_mode
+        big = int(max(self.q, int(utc.max(initial=0)))) + 1  # codes (width, query length) as _dispatch_steps does
+        pair_code = np.where(full_hit, padded * big + utc, -1)
+        no_drafter = np.zeros(len(steps))
+        at = {w: i for i, w in enumerate(runs)}
+        for w in todo:
+            try:  # runs is sorted, unique and within the token budget: so is it without one width
+                runs_w = self.engine.runs_as(runs[:at[w]] + runs[at[w] + 1:])
+            except ValueError:
+                full(w)  # a list the runner refuses: evaluate says why
+                continue
+            d_w = self._dispatcher(runs_w)
+            try:
+                costs = self._target_costs(d_w.graphs() if runs_w else [], known)
+            except KeyError:  # a graph the list did not hold: no lookup, the full evaluation
+                full(w)
+                continue
+            real, estimate = self._pool_and_estimate(costs)
+            latency = eager.copy()
+            if runs_w:
+                held = np.array([width * big + ql for width, ql in d_w.decode_graphs], dtype=np.int64)
+                moved = ((full_hit & ~np.isin(pair_code, held))
+                         | (mixed_hit & ~np.isin(padded, np.array(d_w.mixed_graph_sizes, dtype=np.int64)))
+                         | ((full_at > 0) & ~np.isin(full_at, np.array(d_w.full_pad_sizes, dtype=np.int64))))
+                latency = target.copy()
+                if np.any(moved):
+                    latency[moved] = self._dispatch_steps(d_w, steps[moved], utc[moved], logits[moved],
+                                                          eager[moved].copy())[0]
+            out[w] = (float(np.dot(self._probs, latency + no_drafter)), real, self._applied(estimate))
+        return out
 
     def ideal(self) -> Evaluation:
         """Every width a step can have captured, memory ignored: each step replays a graph of its own width."""

@@ -61,20 +61,29 @@ def manager_graphs(
         return []
     decode_mode, mixed_mode, separate = mode_parts(cudagraph_mode)
     by_mode: dict[str, list[tuple[str, int, int | None]]] = {"PIECEWISE": [], "FULL": []}
-    seen: set[tuple[int, int]] = set()  # a set beside the list: hundreds of sizes make a list scan quadratic
-    for s in sizes:
-        if separate and decode_mode == "FULL":
-            for ql in decode_query_lens:
-                rounded = _round_up(s, ql)
-                if rounded > max_decode_tokens or rounded > sizes[-1] or rounded // ql > max_num_seqs:
-                    continue
-                if (rounded, ql) not in seen:
-                    seen.add((rounded, ql))
-                    by_mode["FULL"].append(("FULL", rounded, ql))
-        if mixed_mode != "NONE":
-            by_mode[mixed_mode].append((mixed_mode, s, None))
-    # sorted() is stable, as vLLM's list.sort(reverse=True) is: equal widths keep their insertion order.
-    return [g for mode in ("PIECEWISE", "FULL") for g in sorted(by_mode[mode], key=lambda g: -g[1])]
+    if separate and decode_mode == "FULL" and len(decode_query_lens):
+        by_mode["FULL"] = _decode_graphs(sizes, decode_query_lens, max_decode_tokens, max_num_seqs)
+    if mixed_mode != "NONE":  # separate decode leaves the mixed graphs PIECEWISE (or none): the lists never mix
+        by_mode[mixed_mode] = [(mixed_mode, s, None) for s in reversed(sizes)]
+    return by_mode["PIECEWISE"] + by_mode["FULL"]
+
+
+def _decode_graphs(sizes: list[int], decode_query_lens: Sequence[int], max_decode_tokens: int, max_num_seqs: int
+                   ) -> list[tuple[str, int, int | None]]:
+    """`manager_graphs`' FULL decode graphs, largest first: for each size (ascending) and each query length (in
+    order), round_up(size, ql) where it is at most `max_decode_tokens`, the largest size and ql x max_num_seqs, the
+    first of equal (width, ql) kept; equal widths keep that insertion order (vLLM's stable list.sort(reverse=True)).
+    Vectorised: thousands of sizes made the loop the cost model's hot spot (issue 34)."""
+    s = np.asarray(sizes, dtype=np.int64)[:, None]
+    ql = np.asarray(decode_query_lens, dtype=np.int64)[None, :]
+    rounded = (-(-s // ql) * ql).ravel()  # row-major: the insertion order, sizes outer and query lengths inner
+    qls = np.broadcast_to(ql, (len(sizes), ql.shape[1])).ravel()
+    pos = np.flatnonzero((rounded <= max_decode_tokens) & (rounded <= sizes[-1]) & (rounded // qls <= max_num_seqs))
+    # The first occurrence of each (width, ql), in insertion order.
+    _, first = np.unique(rounded[pos] * (int(qls.max()) + 1) + qls[pos], return_index=True)
+    kept = pos[np.sort(first)]
+    order = kept[np.argsort(-rounded[kept], kind="stable")]
+    return [("FULL", int(r), int(q)) for r, q in zip(rounded[order].tolist(), qls[order].tolist())]
 
 
 def uniform_token_count(runner: str, decode_query_len: int, query_len: int | None, uniform_decode: bool) -> int | None:
