@@ -31,28 +31,20 @@ def assert_as_evaluated(m: CostModel, candidates: list[int], seed: int) -> int:
     return len(e.runs_as)
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_vllm_lists_without_each_width_are_their_full_evaluation(tmp_path, seed):
-    m, candidates = random_case(tmp_path, seed)
-    assert_as_evaluated(m, candidates, seed)
+def _case(tmp_path: Path, family: str, seed: int) -> tuple[CostModel, list[int]]:
+    if family == "tiers":  # several decode query lengths: a size holds a FULL graph at each rounding, two may share
+        return dynamic_case(tmp_path, seed, tiers=2 + seed % 2, runner=("v2", "v1")[seed % 2])
+    if family == "engines":  # SGLang and TensorRT-LLM
+        return random_engine_case(tmp_path, seed)
+    if family == "drafter":
+        return random_drafter_case(tmp_path, seed)
+    return random_case(tmp_path, seed)  # vLLM: both runners, every cudagraph mode, with and without speculation
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_dynamic_tiers_without_each_width_are_their_full_evaluation(tmp_path, seed):
-    # Several decode query lengths: a size holds a FULL graph at each rounding, and two sizes may share one.
-    m, candidates = dynamic_case(tmp_path, seed, tiers=2 + seed % 2, runner=("v2", "v1")[seed % 2])
-    assert_as_evaluated(m, candidates, seed)
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_other_engines_lists_without_each_width_are_their_full_evaluation(tmp_path, seed):
-    m, candidates = random_engine_case(tmp_path, seed)
-    assert_as_evaluated(m, candidates, seed)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_drafters_lists_without_each_width_are_their_full_evaluation(tmp_path, seed):
-    m, candidates = random_drafter_case(tmp_path, seed)
+@pytest.mark.parametrize("family, seed", [("vllm", s) for s in range(24)] + [("tiers", s) for s in range(8)]
+                         + [("engines", s) for s in range(8)] + [("drafter", s) for s in range(4)])
+def test_each_width_dropped_is_the_full_evaluation(tmp_path, family, seed):
+    m, candidates = _case(tmp_path, family, seed)
     assert_as_evaluated(m, candidates, seed)
 
 

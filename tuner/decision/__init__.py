@@ -13,7 +13,8 @@ _FACE = {
     "Decision": "record", "Shipping": "record", "alternative_name": "record", "decide": "record",
     "comparison": "compare", "kv_tokens": "compare", "max_concurrency": "compare", "sglang_sizes": "compare",
     "widest_sizes": "compare",
-    "RUN_FILES": "run_dir", "clear_run": "run_dir", "load_run": "run_dir", "recorded_model_settings": "run_dir",
+    "RUN_FILES": "run_dir", "clear_run": "run_dir", "load_run": "run_dir", "recorded_decision": "run_dir",
+    "recorded_model_settings": "run_dir",
     "recorded_origin": "run_dir", "run_conflict": "run_dir", "run_identity": "run_dir",
 }
 """Each public name -> the submodule that defines it (imported when the name is first used)."""
