@@ -75,7 +75,7 @@ TESTS[trtllm_memory]='tests/trtllm/test_memory.py tests/test_engines.py tests/te
 FILE[exact_bounds]=tuner/search/exact_bounds.py; GLOBS[exact_bounds]='tuner.search.exact_bounds.*'
 FILE[exact_levels]=tuner/search/exact_levels.py; GLOBS[exact_levels]='tuner.search.exact_levels.*'
 for part in exact_bounds exact_levels; do
-  TESTS[$part]='tests/test_exact.py tests/test_exact_scaling.py -k not(tiers or every_pass)'
+  TESTS[$part]='tests/test_exact.py tests/test_exact_scaling.py tests/test_exact_bounds.py -k not(tiers or every_pass)'
 done
 FILE[compact]=tuner/search/compact.py; GLOBS[compact]='tuner.search.compact.*'
 # The compact choice and its record in search.json, against brute force and by hand (compact_of lives in
