@@ -13,6 +13,8 @@
 #   BUDGET_S=S   wall seconds per module, mutmut's clean run included (default 2400); the mutants checked by then
 #                are scored, the rest stay "not checked"
 #   OUT=DIR      per-module work trees and reports (default ${TMPDIR:-/tmp}/cgtune-mutation)
+#   MEM_GB=G     virtual-memory limit of the mutant runs in GiB (default 0: none); exact_levels' `_row` mutant 5
+#                doubles its rows on every cell and takes the machine's memory without one
 # Each module runs in its own copy of the tracked files (mutmut writes mutants/ there, never into the repository),
 # one test process at a time (a 2-core machine shared with others). "Its own tests" are the files that test that
 # module's rules: for the solver its brute-force cases under every engine, for the cost model its drafter and
@@ -35,7 +37,8 @@ ONLY=${ONLY:-}
 [ -z "$ONLY" ] || [ -f "$ONLY" ] || { echo "mutation.sh: ONLY=$ONLY is not a file" >&2; exit 2; }
 [ -z "$ONLY" ] || ONLY=$(cd "$(dirname "$ONLY")" && pwd)/$(basename "$ONLY")
 BUDGET_S=${BUDGET_S:-2400}
-for var in SAMPLE SEED BUDGET_S; do
+MEM_GB=${MEM_GB:-0}
+for var in SAMPLE SEED BUDGET_S MEM_GB; do
   [[ ${!var} =~ ^[0-9]+$ ]] || { echo "mutation.sh: $var=${!var} must be a whole number" >&2; exit 2; }
 done
 command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed (pip install -e '.[mutation]')" >&2; exit 2; }
@@ -75,7 +78,8 @@ TESTS[trtllm_memory]='tests/trtllm/test_memory.py tests/test_engines.py tests/te
 FILE[exact_bounds]=tuner/search/exact_bounds.py; GLOBS[exact_bounds]='tuner.search.exact_bounds.*'
 FILE[exact_levels]=tuner/search/exact_levels.py; GLOBS[exact_levels]='tuner.search.exact_levels.*'
 for part in exact_bounds exact_levels; do
-  TESTS[$part]='tests/test_exact.py tests/test_exact_scaling.py tests/test_exact_bounds.py -k not(tiers or every_pass)'
+  TESTS[$part]='tests/test_exact.py tests/test_exact_scaling.py tests/test_exact_bounds.py tests/test_exact_levels.py
+-k not(tiers or every_pass)'
 done
 FILE[compact]=tuner/search/compact.py; GLOBS[compact]='tuner.search.compact.*'
 # The compact choice and its record in search.json, against brute force and by hand (compact_of lives in
@@ -128,7 +132,8 @@ random.Random(seed).shuffle(names)
 open("sample.txt", "w").write("".join(f"{n}\n" for n in sorted(names if sample <= 0 else names[:sample])))
 EOF
   echo "   $(wc -l < sample.txt) of $(wc -l < matched.txt) mutants drawn (seed $SEED)"
-  timeout "$BUDGET_S" nice mutmut run --max-children 1 $(cat sample.txt) > run.log 2>&1 || true
+  (if [ "$MEM_GB" -gt 0 ]; then ulimit -v $((MEM_GB << 20)); fi
+   timeout "$BUDGET_S" nice mutmut run --max-children 1 $(cat sample.txt) > run.log 2>&1) || true
   mutmut results --all true 2>/dev/null | sed 's/^ *//' > results.txt || true
   python3 - results.txt "$name" sample.txt <<'EOF' | tee -a "$OUT/summary.txt"
 import collections, sys
