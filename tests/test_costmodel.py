@@ -472,12 +472,6 @@ def test_a_capture_that_failed_or_ran_out_of_memory_keeps_its_width_out_with_the
     assert oom.evaluate((4, 8)).why_infeasible == "width 8 ran out of memory while the profile captured it"
 
 
-def test_the_ideal_list_is_every_width_up_to_the_widest_step(tmp_path):
-    m = model_for(tmp_path)
-    top = max(st.num_tokens for st in m.steps)
-    assert m.ideal().capture_sizes == tuple(range(1, top + 1))
-
-
 def test_without_piecewise_rows_a_mixed_graph_step_costs_eager_or_full_as_asked(tmp_path):
     wl = handmade_workload()
     path = handmade_profile(tmp_path, wl, [1, 2, 4, 8], eager_ms=lambda w: 1.0 + 0.01 * w,
