@@ -47,9 +47,12 @@ command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed (pi
 # of their own) | its tests
 declare -A FILE GLOBS TESTS
 FILE[exact]=tuner/search/exact.py; GLOBS[exact]='tuner.search.exact.*'
-# The solver against brute force: vLLM's rules, and SGLang's and TensorRT-LLM's.
+# The solver against brute force: vLLM's rules, and SGLang's and TensorRT-LLM's; its kept levels through the compact
+# choice, its caveat through the report (21 of its 46 survivors and untested mutants were killed by those files).
 TESTS[exact]='tests/test_exact.py tests/test_engines.py::test_exact_solver_equals_brute_force_for_sglang_and_trtllm
-tests/test_engines.py::test_exact_solver_respects_a_budget_that_moves_with_the_lists_max'
+tests/test_engines.py::test_exact_solver_respects_a_budget_that_moves_with_the_lists_max tests/test_exact_solve.py
+tests/test_compact.py tests/test_report.py tests/test_search.py::test_budget_that_no_list_meets_is_an_error
+tests/test_exact_scaling.py::test_past_its_time_budget_the_solver_returns_its_best_list_with_a_proven_bound'
 FILE[costmodel]=tuner/model/costmodel.py; GLOBS[costmodel]='tuner.model.costmodel.*'
 # The cost model's tests: its own file, its drafter side, vLLM's memory cases and the other engines' rules through it
 # (not the solver's brute-force cases, which exact's run covers).

@@ -1,0 +1,122 @@
+"""exact_solve's edges that the brute-force comparisons do not reach: the caveat sentence a report prints for an
+unproven answer, the reason a stopped solve gives, and the solves with nothing to search (no candidates, no graphs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the fixtures of the brute-force tests
+from test_exact import random_case  # noqa: E402
+from test_exact_scaling import StepClock, binding_case  # noqa: E402
+
+from tuner.model.costmodel import CostModel, Evaluation  # noqa: E402
+from tuner.search.exact import exact_solve  # noqa: E402
+from tuner.search.exact_program import counted_bytes  # noqa: E402
+
+KEEP_SEEDS = (0, 1, 2, 4, 8, 9)
+"""random_case seeds for the kept levels: proven ones (none of test_exact.UNPROVEN_SEEDS), a second or two each."""
+
+
+def fitting(m: CostModel, candidates: list[int]) -> list[Evaluation]:
+    """Every subset of the candidates that fits, evaluated (brute force)."""
+    return [e for k in range(len(candidates) + 1) for s in combinations(candidates, k) if (e := m.evaluate(s)).feasible]
+
+
+def assert_kept_by_level(m: CostModel, kept: tuple[Evaluation, ...]) -> None:
+    """One list per level where the fastest drops: no list twice, and past the lists counting nothing each counts
+    more memory and is faster than the one before (a level whose fastest is no faster than the last is no drop)."""
+    sizes = [e.capture_sizes for e in kept]
+    assert len(set(sizes)) == len(sizes), sizes
+    rest = [e for e in kept if counted_bytes(m, e) > 0]
+    for a, b in zip(rest, rest[1:]):
+        assert counted_bytes(m, a) < counted_bytes(m, b) and a.expected_step_ms > b.expected_step_ms
+
+
+@pytest.fixture(scope="module")
+def proven(tmp_path_factory):
+    m, candidates = random_case(tmp_path_factory.mktemp("proven"), 0)
+    r = exact_solve(m, candidates=candidates)
+    assert r.exact_memory and r.caveat() == ""  # a proven answer has no caveat
+    return r
+
+
+def test_the_caveat_names_every_reason_and_the_proven_bound(proven):
+    # The report prints this sentence as is (study notes, decision record): hand-written expected text, so a changed
+    # subject, separator or bound shows.
+    lb = proven.best.expected_step_ms / 1.25
+    r = dataclasses.replace(proven, exact_memory=False, unproven=("first reason", "second reason"), lower_bound_ms=lb)
+    assert r.gap == pytest.approx(0.25)
+    bound = f"it is within 25.00% of the optimum (a proven lower bound: {lb:.4f} ms)"
+    assert r.caveat() == ("the exact solver's answer fits both memory conditions but is not proven optimal "
+                          f"(first reason; second reason): {bound}")
+    assert r.caveat("its answer") == ("its answer fits both memory conditions but is not proven optimal "
+                                      f"(first reason; second reason): {bound}")
+
+
+@pytest.mark.parametrize("lb", [None, 0.0])
+def test_a_caveat_without_a_positive_lower_bound_claims_no_gap(proven, lb):
+    # No bound, or one that is not positive: no gap is proven, and the sentence must say so (not fail formatting it).
+    r = dataclasses.replace(proven, exact_memory=False, unproven=("why",), lower_bound_ms=lb)
+    assert r.gap is None
+    assert r.caveat() == ("the exact solver's answer fits both memory conditions but is not proven optimal (why): "
+                          "no bound on its gap is proven")
+
+
+def test_a_stopped_solve_names_the_time_budget_it_ran_out_of(tmp_path):
+    # binding_case 6 needs the levels program; an injected clock 10 s later at every reading stops it at its 5 s.
+    m, candidates = binding_case(tmp_path, 6)
+    r = exact_solve(m, candidates=candidates, seconds=5.0, clock=StepClock(10.0))
+    assert r.stopped_early and r.best.feasible
+    assert r.unproven[0] == "stopped at its time budget of 5 s"
+    assert "(stopped at its time budget of 5 s" in r.caveat()
+
+
+@pytest.mark.parametrize("mode", ["FULL_AND_PIECEWISE", "NONE"])
+def test_nothing_to_search_answers_the_empty_list_proven(tmp_path, mode):
+    # No candidates (any mode), or no graphs at all (NONE): the empty list is the proven answer without a program,
+    # and it is kept within a latency only when it is within it.
+    m, candidates = random_case(tmp_path, 0, mode=mode)
+    empty = m.evaluate(())
+    for cands in ([], candidates) if mode == "NONE" else ([],):
+        r = exact_solve(m, candidates=cands)
+        assert r.best.capture_sizes == () and r.exact_memory and r.num_candidates == 0
+        assert r.lower_bound_ms == empty.expected_step_ms and r.kept == ()
+        kept = exact_solve(m, candidates=cands, keep_within_ms=empty.expected_step_ms)
+        assert [e.capture_sizes for e in kept.kept] == [()]
+        assert exact_solve(m, candidates=cands, keep_within_ms=empty.expected_step_ms * 0.99).kept == ()
+
+
+@pytest.mark.parametrize("seed", KEEP_SEEDS)
+def test_a_latency_exactly_the_optimums_keeps_the_optimum(tmp_path, seed):
+    # The compact choice asks for the least memory within a latency; a latency equal to the optimum's (to the last
+    # bit) must keep a list that fast: the levels' sums may round the other way by float noise.
+    m, candidates = random_case(tmp_path, seed)
+    lists = fitting(m, candidates)
+    fastest = min(e.expected_step_ms for e in lists)
+    r = exact_solve(m, candidates=candidates, keep_within_ms=fastest)
+    assert r.exact_memory and r.kept
+    assert all(e.feasible and e.expected_step_ms <= fastest + 1e-12 for e in r.kept)
+    assert min(e.expected_step_ms for e in r.kept) == pytest.approx(fastest, abs=1e-12)
+    assert_kept_by_level(m, r.kept)
+
+
+@pytest.mark.parametrize("seed", KEEP_SEEDS)
+def test_a_latency_the_empty_list_meets_keeps_the_least_memory_first(tmp_path, seed):
+    # Within the empty list's latency (and a bit more) the least memory is nothing: the first kept list counts no
+    # memory and is the fastest counting none (brute force), the levels' lists follow once each.
+    m, candidates = random_case(tmp_path, seed)
+    lists = fitting(m, candidates)
+    keep_ms = m.evaluate(()).expected_step_ms * 1.01
+    r = exact_solve(m, candidates=candidates, keep_within_ms=keep_ms)
+    assert r.exact_memory and r.kept
+    assert all(e.feasible and e.expected_step_ms <= keep_ms + 1e-12 for e in r.kept)
+    least = min((e for e in lists if e.expected_step_ms <= keep_ms + 1e-12),
+                key=lambda e: (counted_bytes(m, e), e.expected_step_ms))
+    assert counted_bytes(m, least) == 0 == counted_bytes(m, r.kept[0])
+    assert r.kept[0].expected_step_ms == pytest.approx(least.expected_step_ms, abs=1e-12)
+    assert_kept_by_level(m, r.kept)
