@@ -239,3 +239,26 @@ def test_a_choice_read_back_from_search_json_is_the_choice_written(tmp_path):
     assert CompactChoice.from_dict(made.to_dict(), m) == made
     old = {k: v for k, v in made.to_dict().items() if k in ("capture_sizes", "tolerance", "fastest_ms", "proven")}
     assert CompactChoice.from_dict(old, m) == CompactChoice(made.evaluation, 0.05, 7.25, True, 0, False, False, 0)
+
+
+def test_the_saved_share_and_the_recommendation_by_hand(tmp_path, monkeypatch):
+    # The rule: the share of the tuned list's counted memory the compact list saves, 1 - compact / tuned (0 when the
+    # tuned list counts none), recommended from RECOMMEND_SAVING (25%) on. Counted bytes set by hand: 4 -> 3 saves
+    # exactly 25% (recommended), 4 -> 3.2 saves 20% (not), a tuned list of one byte -> none saves all of it.
+    import tuner.search.compact as compact
+
+    m, candidates = random_case(tmp_path, 3)
+    tuned, small = m.evaluate(candidates), m.evaluate(candidates[:1])
+    counted = {}
+    monkeypatch.setattr(compact, "counted_bytes", lambda model, e: counted[e.capture_sizes])
+
+    def choice_of(compact_bytes: float, tuned_bytes: float) -> CompactChoice:
+        counted.update({small.capture_sizes: compact_bytes, tuned.capture_sizes: tuned_bytes})
+        return CompactChoice(small, 0.01, 1.0, True, 0)
+
+    quarter = choice_of(3, 4)
+    assert quarter.saved_share(m, tuned) == 0.25 and quarter.recommended(m, tuned)
+    fifth = choice_of(3.2, 4)
+    assert fifth.saved_share(m, tuned) == pytest.approx(0.2) and not fifth.recommended(m, tuned)
+    assert choice_of(0, 1).saved_share(m, tuned) == 1.0
+    assert choice_of(0, 0).saved_share(m, tuned) == 0.0
