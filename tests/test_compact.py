@@ -262,3 +262,22 @@ def test_the_saved_share_and_the_recommendation_by_hand(tmp_path, monkeypatch):
     assert fifth.saved_share(m, tuned) == pytest.approx(0.2) and not fifth.recommended(m, tuned)
     assert choice_of(0, 1).saved_share(m, tuned) == 1.0
     assert choice_of(0, 0).saved_share(m, tuned) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_with_memory_rounded_the_floor_probes_claim_only_what_brute_force_confirms(tmp_path, seed):
+    # Four memory buckets round every figure, so the kept levels prove little and the capped probes below the answer
+    # run (`_Search.run`). Whatever they find, the choice claims only what brute force confirms: the floor is at most
+    # the least counted memory within the limit, the list is the fastest of its counted memory within it (ties go to
+    # the faster), and "proven" means brute force's answer.
+    m, candidates = random_case(tmp_path, seed)
+    tolerance = (0.0, 0.01, 0.05, 0.2)[seed % 4]
+    choice = choose_compact(m, tolerance, candidates=candidates, memory_buckets=4)
+    c = choice.evaluation
+    within = [e for e in fitting_lists(m, candidates) if e.expected_step_ms <= choice.limit_ms + 1e-12]
+    assert c.feasible and c.expected_step_ms <= choice.limit_ms + 1e-12
+    assert choice.floor_bytes <= min(counted_bytes(m, e) for e in within) <= counted_bytes(m, c)
+    same = [e.expected_step_ms for e in within if counted_bytes(m, e) == counted_bytes(m, c)]
+    if choice.proven:
+        brute, _ = brute_compact(m, candidates, tolerance)
+        assert counted_bytes(m, c) == counted_bytes(m, brute) and c.expected_step_ms == pytest.approx(min(same))
