@@ -99,7 +99,8 @@ v=tuner.validate.validation
 GLOBS[validate]="$v.x_compare_list* $v.x_choose_measured* $v.x_lists_to_validate* $v.x_top_candidates*
 $v.x_target_memory* $v.x_build_record* $v.x_validate_candidates* $v.x_validate_run* $v.xǁListValidationǁ*"
 # The decision's tests; the subprocess, torch-backend and plot-heavy ones test other parts and cost minutes.
-TESTS[validate]='tests/test_validate.py -k not(gpu_box or torch_backend or cpu_eager or build_backend or estimate_is_measured)'
+TESTS[validate]='tests/test_validate.py tests/test_validate_record.py
+-k not(gpu_box or torch_backend or cpu_eager or build_backend or estimate_is_measured)'
 
 run_module() {
   local name=$1 work="$OUT/$1"
