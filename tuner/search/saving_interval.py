@@ -110,30 +110,41 @@ def _samples(metadata: dict[str, Any], row: ProfileRow) -> list[float]:
     return [float(x) for x in raw if isinstance(x, int | float) and not isinstance(x, bool) and np.isfinite(x)]
 
 
-def _redraws(profile: Profile, replicates: int, rng: np.random.Generator
-             ) -> tuple[dict[int, np.ndarray], tuple[int, int, int, int]]:
-    """Row index -> the reading's `replicates` re-drawn latencies (rows with spread only), and the counts (from
-    samples, from IQR, fixed, n of an IQR draw)."""
-    md = profile.metadata
-    timed = [(i, r) for i, r in enumerate(profile.rows) if r.status == "ok" and r.latency_ms is not None]
-    samples = {i: _samples(md, r) for i, r in timed}
-    counts = [len(s) for s in samples.values() if s]
-    reps = (md.get("timing") or {}).get("min_reps")
-    n_iqr = int(statistics.median(counts)) if counts else int(reps) if isinstance(reps, int) and reps > 0 \
-        else _DEFAULT_REPS
-    out: dict[int, np.ndarray] = {}
-    from_samples = from_iqr = 0
-    for i, r in timed:
-        s = np.array(samples[i])
-        if len(s) and np.ptp(s) > 0:
-            medians = np.median(s[rng.integers(0, len(s), size=(replicates, len(s)))], axis=1)
-            out[i] = r.latency_ms + medians - np.median(s)
-            from_samples += 1
-        elif not len(s) and r.latency_iqr_ms:
-            sigma = r.latency_iqr_ms / _NORMAL_IQR_SIGMAS
-            out[i] = r.latency_ms + np.median(rng.normal(0.0, sigma, size=(replicates, n_iqr)), axis=1)
-            from_iqr += 1
-    return out, (from_samples, from_iqr, len(timed) - from_samples - from_iqr, n_iqr)
+class _Readings:
+    """The profile's timed readings and what each is re-drawn from (its raw samples, or its IQR), read once: the
+    bootstrap draws its replicates block by block from them."""
+
+    def __init__(self, profile: Profile) -> None:
+        md = profile.metadata
+        timed = [(i, r) for i, r in enumerate(profile.rows) if r.status == "ok" and r.latency_ms is not None]
+        samples = {i: _samples(md, r) for i, r in timed}
+        counts = [len(s) for s in samples.values() if s]
+        reps = (md.get("timing") or {}).get("min_reps")
+        self.n_iqr = int(statistics.median(counts)) if counts else int(reps) if isinstance(reps, int) and reps > 0 \
+            else _DEFAULT_REPS
+        # (row index, latency, samples with spread or None, normal sigma of an IQR-only reading or None), row order:
+        # the order the draws take from the generator.
+        self.spread: list[tuple[int, float, np.ndarray | None, float | None]] = []
+        for i, r in timed:
+            x = np.array(samples[i])
+            if len(x) and np.ptp(x) > 0:
+                self.spread.append((i, float(r.latency_ms), x, None))
+            elif not len(x) and r.latency_iqr_ms:
+                self.spread.append((i, float(r.latency_ms), None, r.latency_iqr_ms / _NORMAL_IQR_SIGMAS))
+        self.from_samples = sum(1 for *_, sigma in self.spread if sigma is None)
+        self.from_iqr = len(self.spread) - self.from_samples
+        self.fixed = len(timed) - len(self.spread)
+
+    def draw(self, replicates: int, rng: np.random.Generator) -> dict[int, np.ndarray]:
+        """Row index -> `replicates` re-drawn latencies of each reading with spread."""
+        out: dict[int, np.ndarray] = {}
+        for i, latency, x, sigma in self.spread:
+            if x is not None:
+                medians = np.median(x[rng.integers(0, len(x), size=(replicates, len(x)))], axis=1)
+                out[i] = latency + medians - np.median(x)
+            else:
+                out[i] = latency + np.median(rng.normal(0.0, sigma, size=(replicates, self.n_iqr)), axis=1)
+        return out
 
 
 def saving_interval(model: CostModel, default_sizes: Sequence[int], tuned_sizes: Sequence[int], *,
@@ -145,7 +156,9 @@ def saving_interval(model: CostModel, default_sizes: Sequence[int], tuned_sizes:
     a bootstrap stopped at N replicates is the one of `replicates=N` (without settling), to the bit."""
     point = model.expected_step_ms(default_sizes) - model.expected_step_ms(tuned_sizes)
     rng = np.random.default_rng(seed)
-    redrawn, (from_samples, from_iqr, fixed, n_iqr) = _redraws(model.profile, min(replicates, SETTLE_EVERY), rng)
+    readings = _Readings(model.profile)
+    from_samples, from_iqr, fixed, n_iqr = readings.from_samples, readings.from_iqr, readings.fixed, readings.n_iqr
+    redrawn = readings.draw(min(replicates, SETTLE_EVERY), rng)
     if not redrawn:
         return SavingInterval(point, point, point, level, 0, seed, from_samples, from_iqr, fixed, n_iqr)
     workload = _StepsOnce(model.workload)
@@ -164,7 +177,7 @@ def saving_interval(model: CostModel, default_sizes: Sequence[int], tuned_sizes:
     settled, last = False, None
     while len(savings) < replicates and not settled:
         if savings:  # the next block's draws, from where the last block's left the generator
-            redrawn = _redraws(model.profile, min(replicates - len(savings), SETTLE_EVERY), rng)[0]
+            redrawn = readings.draw(min(replicates - len(savings), SETTLE_EVERY), rng)
         block = {i: v.tolist() for i, v in redrawn.items()}  # floats, read one by one below
         for k in range(len(next(iter(block.values())))):
             for i, head, tail_fields in parts:
