@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tuner.load.cliff import rate_ceiling
 from tuner.load.scheduler import schedule
-from tuner.load.spec import Lengths, Load
+from tuner.workload.load import Lengths, Load
 from tuner.model.costmodel import CostModel
 from tuner.profile.table import ProfileRow, write_profile
 from tuner.workload.spec import Workload, parse_workload

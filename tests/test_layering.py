@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.face import FOUNDATIONS, LAYERS, PENDING
+from tuner.face import FOUNDATIONS, LAYERS, PENDING, face_home
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNER = ROOT / "tuner"
@@ -164,7 +164,7 @@ def test_a_face_names_what_its_modules_define_and_no_submodule(package: str) -> 
     assert not set(face.__all__) & submodules, "a face name that is also a submodule's resolves to whichever loaded"
     for name in face.__all__:
         obj = getattr(face, name)
-        home = importlib.import_module(f"{package}.{face._FACE[name]}")
+        home = importlib.import_module(face_home(package, face._FACE[name]))
         assert getattr(home, name) is obj
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         face.not_a_name  # noqa: B018

@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["FOUNDATIONS", "LAYERS", "PENDING", "lazy_face"]
+__all__ = ["FOUNDATIONS", "LAYERS", "PENDING", "face_home", "lazy_face"]
 
 FOUNDATIONS = ("face", "fields", "shapes", "steps", "yaml_file")
 """Top-level modules every stage may import; they import no stage."""
@@ -45,6 +45,12 @@ PENDING: Mapping[tuple[str, str], str] = {}
 when one is no longer used, so an edge removed is removed here too."""
 
 
+def face_home(package: str, module: str) -> str:
+    """The module a face entry names: a submodule of `package` (`spec`), or a lower stage's module by its full name
+    (`tuner.workload.load`), for a name a stage re-exports because its users reach for it there."""
+    return module if "." in module else f"{package}.{module}"
+
+
 def lazy_face(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
     """A package's `__getattr__` (PEP 562) for its face: `names` maps each public name to the submodule defining it,
     imported on first use, so importing a stage loads none of its heavy parts (torch, optuna, matplotlib) until a
@@ -53,6 +59,6 @@ def lazy_face(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(f"{package}.{module}"), name)
+        return getattr(importlib.import_module(face_home(package, module)), name)
 
     return __getattr__

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # load_profiles (impor
 from load_profiles import CLIFF_COVER, CLIFF_SHORT  # noqa: E402
 
 from tuner.load.cliff import CLIFF_TOLERANCE, compare_starts, max_stable_rate, operating_points  # noqa: E402
-from tuner.load.spec import Lengths, Load  # noqa: E402
+from tuner.workload.load import Lengths, Load  # noqa: E402
 from tuner.model.costmodel import CostModel  # noqa: E402
 
 LOAD = Load(Lengths(16), Lengths(64), rate_per_s=180.0, seed=0)

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # load_profiles (impor
 from load_profiles import eager_hand, full_hand  # noqa: E402
 
 from tuner.load.scheduler import Schedule, schedule, simulate  # noqa: E402
-from tuner.load.spec import Lengths, Load  # noqa: E402
+from tuner.workload.load import Lengths, Load  # noqa: E402
 from tuner.model.costmodel import CostModel  # noqa: E402
 
 # Three requests at t = 0, prompts of 10 tokens, 3 output tokens each; max_num_seqs 2, 8 tokens a step, q = 1.

@@ -16,7 +16,7 @@ from load_profiles import CLIFF_COVER  # noqa: E402
 
 from tuner.load.acceptance import AcceptanceDraws, accepted_probabilities  # noqa: E402
 from tuner.load.scheduler import schedule, simulate  # noqa: E402
-from tuner.load.spec import Lengths, Load  # noqa: E402
+from tuner.workload.load import Lengths, Load  # noqa: E402
 from tuner.load.steady_state import DEFAULT_WARMUP_SHARE  # noqa: E402
 from tuner.model.costmodel import CostModel  # noqa: E402
 

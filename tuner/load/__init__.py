@@ -1,16 +1,17 @@
-"""The load model: what vLLM's scheduler makes of a deployment's arrivals under a capture list. It owns the load as
-data (`spec`: arrivals by rate or given times, prompt and output lengths, speculative acceptance), the requests drawn
-from it (`arrivals`), the accepted tokens per decode step (`acceptance`), the V1 scheduler stepped with the cost
-model's step latency (`scheduler`), the steady state after an honest warm-up cut (`steady_state`), and the cliff: the
-two operating points of an empty and a saturated start, and the highest rate a list holds (`cliff`). Imports
-profile, engines, workload and model; never the search, the decision or the report, which may import it."""
+"""The load model: what vLLM's scheduler makes of a deployment's arrivals under a capture list. The load as data
+(arrivals by rate or given times, prompt and output lengths, speculative acceptance) is the workload's
+(`tuner.workload.load`, re-exported here); this package owns the requests drawn from it (`arrivals`), the accepted
+tokens per decode step (`acceptance`), the V1 scheduler stepped with the cost model's step latency (`scheduler`), the
+steady state after an honest warm-up cut (`steady_state`), and the cliff: the two operating points of an empty and a
+saturated start, and the highest rate a list holds (`cliff`). Imports profile, engines, workload and model; never the
+search, the decision or the report, which may import it."""
 
 from __future__ import annotations
 
 from tuner.face import lazy_face
 
 _FACE = {
-    "Lengths": "spec", "Load": "spec", "LoadError": "spec",
+    "Lengths": "tuner.workload.load", "Load": "tuner.workload.load", "LoadError": "tuner.workload.load",
     "Requests": "arrivals",
     "AcceptanceDraws": "acceptance", "accepted_probabilities": "acceptance",
     "DEFAULT_DURATION_S": "scheduler", "Schedule": "scheduler", "schedule": "scheduler", "simulate": "scheduler",

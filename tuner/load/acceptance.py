@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.load.spec import LoadError
+from tuner.workload.load import LoadError
 
 __all__ = ["AcceptanceDraws", "accepted_probabilities"]
 

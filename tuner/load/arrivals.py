@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.load.spec import Lengths, Load
+from tuner.workload.load import Lengths, Load
 
 __all__ = ["Requests"]
 
@@ -60,6 +60,11 @@ class Requests:
     @staticmethod
     def _draw(rng: np.random.Generator, lengths: Lengths, n: int) -> np.ndarray:
         assert lengths.max is not None
+        if lengths.counts:
+            values = np.array([v for v, _ in lengths.counts], dtype=np.int64)
+            weights = np.array([w for _, w in lengths.counts], dtype=float)
+            return values[np.searchsorted(np.cumsum(weights / weights.sum()), rng.random(n), side="right").clip(
+                max=len(values) - 1)]
         if lengths.min == lengths.max:
             return np.full(n, lengths.min, dtype=np.int64)
         return rng.integers(lengths.min, lengths.max + 1, size=n, dtype=np.int64)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.load.scheduler import simulate
-from tuner.load.spec import Load, LoadError
+from tuner.workload.load import Load, LoadError
 from tuner.load.steady_state import LoadResult
 from tuner.model.costmodel import CostModel
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from tuner.load.acceptance import AcceptanceDraws
 from tuner.load.arrivals import Requests
-from tuner.load.spec import Load, LoadError
+from tuner.workload.load import Load, LoadError
 from tuner.load.steady_state import DEFAULT_WARMUP_SHARE, LoadResult, StepRecord, steady_state
 from tuner.model.costmodel import CostModel
 
@@ -104,10 +104,11 @@ def schedule(model: CostModel, capture_sizes: Sequence[int], load: Load, *, dura
     draws = AcceptanceDraws(load.acceptance, q, np.random.SeedSequence(load.seed, spawn_key=(3,)))
     latency: dict[tuple[int, bool, int, int], float] = {}
     rec = StepRecord()
-    # Bound appends: a step's bookkeeping is nine list appends, the cheapest a step can do.
+    # Bound appends: a step's bookkeeping is ten list appends, the cheapest a step can do.
     put_start, put_ms, put_tokens = rec.start_s.append, rec.step_ms.append, rec.tokens.append
     put_uniform, put_decoded, put_produced = rec.uniform.append, rec.decoded.append, rec.produced.append
     put_running, put_waiting, put_area = rec.running.append, rec.waiting.append, rec.wait_area.append
+    put_scheduled = rec.scheduled.append
 
     now = 0.0
     arrived = reqs.arrived_by(now)
@@ -225,6 +226,7 @@ def schedule(model: CostModel, capture_sizes: Sequence[int], load: Load, *, dura
         put_running(running)
         put_waiting(before - admitted)
         put_area(wait_area)
+        put_scheduled(scheduled)
         now = end
         steps += 1
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tuner.load.arrivals import Requests
-from tuner.load.spec import Load
+from tuner.workload.load import Load
 
 __all__ = ["BACKLOG_SLACK", "DEFAULT_WARMUP_SHARE", "LoadResult", "StepRecord", "steady_state"]
 
@@ -43,6 +43,8 @@ class StepRecord:
     """Requests left waiting once the step's admissions were made."""
     wait_area: list[float] = field(default_factory=list)
     """Request-seconds waited inside the step by the requests that arrived during it."""
+    scheduled: list[int] = field(default_factory=list)
+    """Requests the step scheduled (decodes and prompt chunks): the request count its latency was costed at."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,9 @@ class LoadResult:
     """Waiting requests at the end."""
     keeps_up: bool
     """The waiting queue grew over the window by at most BACKLOG_SLACK of its arrivals (+2): not an overload."""
+    step_kinds: tuple[tuple[int, bool, int, int, int], ...] = field(default=(), repr=False, compare=False)
+    """The window's steps by kind: (width, uniform decode, query length (0: mixed), requests scheduled, steps),
+    ascending: the step distribution this list makes of the load (not in `as_dict`)."""
 
     @property
     def mean_in_system(self) -> float:
@@ -116,6 +121,7 @@ class LoadResult:
         out["capture_sizes"] = list(self.capture_sizes)
         out["width_histogram"] = {w: n for w, n in self.width_histogram}
         out["mean_in_system"] = self.mean_in_system
+        del out["step_kinds"]
         return out
 
 
@@ -160,6 +166,14 @@ def steady_state(rec: StepRecord, reqs: Requests, load: Load, sizes: list[int], 
     tpot = (finish[decoding] - first[decoding]) / (out[decoding] - 1) * 1000.0
     e2e = finish[done] - arrival[mine][done]
     waiting_at_cut = int(waiting[0]) if len(waiting) else waiting_end
+    uniform_sel = np.array(rec.uniform, dtype=bool)[sel]
+    scheduled = np.array(rec.scheduled, dtype=np.int64)[sel] if rec.scheduled else decoded
+    kinds, kind_counts = (np.unique(np.stack([tokens, uniform_sel.astype(np.int64), scheduled]), axis=1,
+                                    return_counts=True) if len(tokens) else (np.zeros((3, 0), dtype=np.int64),
+                                                                              np.zeros(0, dtype=np.int64)))
+    # A uniform step's requests each decode the same q tokens: its query length is its width over its requests.
+    step_kinds = tuple((int(w), bool(u), int(w) // int(n) if u else 0, int(n), int(c))
+                       for (w, u, n), c in zip(kinds.T, kind_counts))
     keeps_up = waiting_end - waiting_at_cut <= BACKLOG_SLACK * int(mine.sum()) + 2
     return LoadResult(
         seed=load.seed, rate_per_s=load.rate_per_s, initial_waiting=reqs.initial, capture_sizes=tuple(sizes),
@@ -177,5 +191,5 @@ def steady_state(rec: StepRecord, reqs: Requests, load: Load, sizes: list[int], 
         throughput_tok_s=float(np.array(rec.produced, dtype=np.int64)[sel].sum()) / window if window > 0 else 0.0,
         mean_queue_len=queue_area / window if window > 0 else 0.0,
         mean_running=running_area / window if window > 0 else 0.0,
-        waiting_at_cut=waiting_at_cut, waiting_end=waiting_end, keeps_up=bool(keeps_up),
+        waiting_at_cut=waiting_at_cut, waiting_end=waiting_end, keeps_up=bool(keeps_up), step_kinds=step_kinds,
     )

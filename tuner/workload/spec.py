@@ -24,6 +24,7 @@ from tuner.engines.vllm.drafter import (
 from tuner.engines.vllm.runner import SPECULATIVE_METHODS
 from tuner.fields import FieldReader, WorkloadError
 from tuner.shapes import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
+from tuner.workload.load import Load, parse_load
 from tuner.steps import Distribution, Step, Traffic, step_distribution
 from tuner.yaml_file import YamlFileError, read_yaml
 
@@ -135,6 +136,9 @@ class Workload:
     """The raw mapping it was parsed from (for hashing and re-emitting)."""
     speculative: SpeculativeSpec | None = None
     """The speculative-decoding setup (method, drafter), when the workload names one."""
+    load: Load | None = None
+    """The load the deployment will see (`traffic.load`: arrivals, prompt and output lengths, acceptance), which the
+    load model (`tuner.load`) turns into the step distribution a list makes of it; None when the workload names none."""
 
     @property
     def engine(self) -> Engine:
@@ -508,14 +512,19 @@ def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | N
     engine = r.str("engine", "vllm", choices=tuple(ENGINES))
     speculative = _parse_speculative(r.sub("speculative"), model) if r.has("speculative") else None
     serving = _parse_serving(r.sub("serving"), speculative, engine)
-    traffic = _parse_traffic(r.sub("traffic"), serving, base_dir or Path.cwd())
+    traffic_r = r.sub("traffic")
+    load = None
+    if traffic_r.has("load"):
+        load = parse_load(traffic_r.sub("load"), engine_of(serving).decode_query_len, serving.max_model_len,
+                          base_dir or Path.cwd())
+    traffic = _parse_traffic(traffic_r, serving, base_dir or Path.cwd())
     r.done()
     if model.shape.num_kv_heads % model.tensor_parallel_size and model.tensor_parallel_size < model.shape.num_kv_heads:
         raise WorkloadError(
             f"model.tensor_parallel_size: {model.tensor_parallel_size} must divide num_kv_heads={model.shape.num_kv_heads}"
         )
     return Workload(name=name, model=model, serving=serving, traffic=traffic, description=description, path=path,
-                    spec=dict(data), speculative=speculative)  # type: ignore[arg-type]
+                    spec=dict(data), speculative=speculative, load=load)  # type: ignore[arg-type]
 
 
 def load_workload(path: str | Path) -> Workload:
