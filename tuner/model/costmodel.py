@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -230,7 +230,7 @@ def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
     return crossover
 
 
-MODEL_SETTINGS = ("allow_mismatch", "allow_outliers", "off_peak_weight", "piecewise_fallback")
+MODEL_SETTINGS = ("allow_mismatch", "allow_outliers", "off_peak_weight", "piecewise_fallback", "load_steps")
 """CostModel settings summary.json records (`cost_model`), so a run directory is re-rendered and validated under
 the model it was searched with, and a refit is made under."""
 
@@ -254,12 +254,19 @@ class CostModel:
     allow_outliers: bool = False
     """Search with readings wildly off their neighbours (`tuner.profile.outliers`; a note either way): by default their
     rows are dropped and their widths offered to no list."""
+    load_steps: Sequence[Sequence[Any]] | None = field(default=None, repr=False)
+    """The step distribution to weigh by instead of the workload's traffic: `(width, uniform decode, query length (0:
+    none), requests (0: unknown), probability)` rows, the steps vLLM's scheduler makes of the workload's load under a
+    list (`tuner.search.load_aware`'s fixed point); None: the workload's traffic."""
     notes: list[str] = field(default_factory=list, repr=False)
     """Assumptions made while fitting (printed in the report)."""
 
     def settings(self) -> dict[str, object]:
-        """The MODEL_SETTINGS this model was made under."""
-        return {k: getattr(self, k) for k in MODEL_SETTINGS}
+        """The MODEL_SETTINGS this model was made under, as summary.json records them (rows as lists)."""
+        out = {k: getattr(self, k) for k in MODEL_SETTINGS}
+        if self.load_steps is not None:
+            out["load_steps"] = [list(row) for row in self.load_steps]
+        return out
 
     @classmethod
     def from_files(cls, profile_csv: str | Path, workload: Workload, **kwargs: object) -> CostModel:
@@ -270,6 +277,8 @@ class CostModel:
         return cls(profile, workload, **kwargs)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        self.source_profile = self.profile
+        """The profile as given, before calibration and the outlier cut (`with_load_steps` starts from it)."""
         if self.piecewise_fallback not in ("eager", "full"):
             raise ModelError(f"piecewise_fallback={self.piecewise_fallback!r} must be eager or full")
         self.notes.extend(check_profile_matches(self.profile, self.workload, allow_mismatch=self.allow_mismatch))
@@ -372,7 +381,7 @@ class CostModel:
 
         if not 0.0 <= self.off_peak_weight <= 1.0:
             raise ModelError(f"off_peak_weight={self.off_peak_weight} must be in 0..1")
-        steps = self.workload.steps()
+        steps = self.workload.steps() if self.load_steps is None else self._given_steps()
         if not steps:
             raise ModelError(f"workload {self.workload.name}: has no steps")
         self.off_peak_steps: list[Step] = uniform_decode_steps(self.engine.decode_query_lens(),
@@ -437,6 +446,29 @@ class CostModel:
             required_kv_bytes=self.workload.required_kv_bytes_at(self.kv_bytes_per_token),
             tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes,
             pre_load_free_bytes=_meta_bytes(self.profile, "pre_load_free_bytes"))
+
+    def with_load_steps(self, rows: Sequence[Sequence[Any]] | None) -> CostModel:
+        """This model's profile, workload and settings, weighing `rows` (see `load_steps`; None: the traffic)."""
+        return CostModel(self.source_profile, self.workload, **{**self.settings(), "load_steps": rows})  # type: ignore[arg-type]
+
+    def _given_steps(self) -> list[Step]:
+        """`load_steps` as Steps (rows normalised to tuples, so a model rebuilt from summary.json's lists is equal)."""
+        rows = []
+        for row in self.load_steps or ():
+            if len(row) != 5:
+                raise ModelError(f"load_steps row {list(row)!r} must be (width, uniform, query_len, num_reqs, p)")
+            width, uniform, query_len, num_reqs, p = row
+            if not (isinstance(width, int) and width >= 1 and 0 <= p <= 1):
+                raise ModelError(f"load_steps row {list(row)!r}: width must be >= 1 and p in 0..1")
+            rows.append((int(width), bool(uniform), int(query_len), int(num_reqs), float(p)))
+        total = sum(r[4] for r in rows)
+        if not total > 0:
+            raise ModelError("load_steps: no step has a probability > 0")
+        self.load_steps = tuple(rows)
+        self.notes.append(f"the objective weighs the {len(rows)} kinds of step the load model's scheduler made of the "
+                          f"workload's load (`--rate`), not the workload's traffic section")
+        return sorted((Step(w, u, p / total, ql or None, nr or None) for w, u, ql, nr, p in rows if p > 0),
+                      key=lambda st: st.sort_key)
 
     @staticmethod
     def _memory_curve(rows: dict, column: str, name: str, mode: str) -> Curve | None:

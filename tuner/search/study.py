@@ -4,6 +4,7 @@ feasibility declared as a constraint, held to the exact solver (`tuner.search.ex
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import warnings
@@ -22,6 +23,8 @@ from tuner.search.study_buffer import StudyBuffer
 
 if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only needs the exact solver
     import optuna
+
+    from tuner.search.load_aware import LoadSearch
 
 __all__ = [
     "OBJECTIVES",
@@ -133,6 +136,11 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=dict)
     """Wall seconds of the search's stages as they ran: `exact_s` (the exact solver), `study_s` (the optuna study,
     its trials run now), `compact_s` (the compact choice's capped solves); search.json keeps them."""
+    load_record: dict[str, Any] | None = None
+    """The load-aware search's record (`--rate`: `tuner.search.load_aware.LoadSearch.as_dict`, kept in search.json);
+    None for a search on the workload's traffic."""
+    load_search: LoadSearch | None = field(default=None, repr=False)
+    """The load-aware search itself, while its process runs (not in search.json): the decision simulates its load."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record of the lists and counts; `from_dict` re-evaluates the lists under a model."""
@@ -152,6 +160,7 @@ class SearchResult:
             "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
             "compact": None if self.compact is None else self.compact.to_dict(), "ship": self.ship,
             "timings": dict(self.timings),
+            **({"load": self.load_record} if self.load_record is not None else {}),
         }
 
     @classmethod
@@ -172,7 +181,7 @@ class SearchResult:
                    CompactChoice.from_dict(data["compact"], model) if data.get("compact") else None,
                    # Runs written before --ship shipped the fastest list.
                    str(data.get("ship", "fastest")),
-                   {str(k): float(v) for k, v in (data.get("timings") or {}).items()})
+                   {str(k): float(v) for k, v in (data.get("timings") or {}).items()}, data.get("load"))
 
     @property
     def gap(self) -> float | None:
@@ -198,6 +207,9 @@ def study_name_for(model: CostModel, objective: str) -> str:
     ph = profile_hash(profile.path) if profile.path else "unsaved"
     # v3: trials are scored under vLLM's memory rule (estimate and real capture); an off-peak mix is another objective.
     mix = f"-offpeak{model.off_peak_weight:g}" if model.off_peak_weight else ""
+    if model.load_steps is not None:  # the load's simulated steps are another objective
+        rows = json.dumps([list(r) for r in model.load_steps]).encode()
+        mix += f"-load{hashlib.sha256(rows).hexdigest()[:8]}"
     return f"cgtune-{model.workload.name}-{model.workload.content_hash}-{ph}-{objective}{mix}-v3"
 
 
