@@ -14,6 +14,7 @@ from tuner.commands.common import check_out_dir, load_workload_arg, positive_int
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
     from tuner.decision.record import Decision
+    from tuner.search.load_aware import LoadIteration, LoadSearch
     from tuner.search.study import SearchInterrupted, SearchResult
     from tuner.workload.spec import Workload
 
@@ -66,6 +67,21 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
                         "recommends it (it saves at least a quarter of the fastest list's graph memory within "
                         "--tolerance), else the fastest; the other list's files stand beside them as "
                         "<file>.fastest.<ext> or <file>.compact.<ext>")
+    p.add_argument("--rate", type=positive_float, metavar="R",
+                   help="tune for the load the deployment will see: R requests/s of Poisson arrivals with the "
+                        "workload's traffic.load lengths and acceptance. The list is chosen at the fixed point of the "
+                        "step distribution vLLM's scheduler makes of that load under it (simulated) and the exact "
+                        "solver's list for that distribution; the report adds TPOT p99 against the rate for the "
+                        "default, tuned and compact lists, the cliff marked (two operating points from an empty and a "
+                        "saturated start). Without --rate the search weighs the workload's traffic section")
+    p.add_argument("--tpot-slo", type=positive_float, metavar="MS",
+                   help="with --rate: a TPOT p99 target (ms); the report finds the highest rate each list holds with "
+                        "one operating point that keeps up and meets it")
+    p.add_argument("--load-duration", type=seconds, default=30.0, metavar="S",
+                   help="with --rate: simulated seconds of each load run (default 30; the first 20%% is cut as "
+                        "warm-up)")
+    p.add_argument("--load-iterations", type=positive_int, default=8, metavar="N",
+                   help="with --rate: fixed-point iterations at most after the expected-step answer (default 8)")
     p.add_argument("--force", action="store_true",
                    help="DIR holds the run of another workload or profile: clear it (the files cgtune wrote there and "
                         "its study.db; profile-sweep/ is kept) and write this run instead of refusing")
@@ -79,6 +95,17 @@ def share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0.0 <= value <= 1.0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{value:g} must be in 0..1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value:g} must be a finite number > 0")
     return value
 
 
@@ -131,6 +158,14 @@ def command_line(name: str, args: argparse.Namespace) -> str:
         parts += ["--tolerance", f"{args.tolerance:g}"]
     if getattr(args, "ship", "auto") != "auto":
         parts += ["--ship", args.ship]
+    if getattr(args, "rate", None) is not None:
+        parts += ["--rate", f"{args.rate:g}"]
+        if args.tpot_slo is not None:
+            parts += ["--tpot-slo", f"{args.tpot_slo:g}"]
+        if args.load_duration != 30.0:
+            parts += ["--load-duration", f"{args.load_duration:g}"]
+        if args.load_iterations != 8:
+            parts += ["--load-iterations", str(args.load_iterations)]
     parts += [flag for flag, on in (("--allow-mismatch", getattr(args, "allow_mismatch", False)),
                                     ("--allow-noisy", getattr(args, "allow_noisy", False)),
                                     ("--allow-outliers", getattr(args, "allow_outliers", False))) if on]
@@ -197,12 +232,18 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
 
     workload = load_workload_arg(workload_path)
     _check_out(args.out)
+    check_load_args(workload, args)
     try:
         model = model_from_args(profile_csv, workload, args)
         # A budget nothing meets fails before --out.
         exact = exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
     except (ModelError, SearchError) as exc:
         raise UsageError(str(exc)) from None
+    fixed_point = None
+    if getattr(args, "rate", None) is not None:
+        fixed_point, load_s = _load_aware(model, workload, args)
+        model = fixed_point.model
+        exact = exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
     prepare_run_dir(args.out, workload, None if own_profile else profile_csv, force=getattr(args, "force", False))
     log.info("searching %d candidate widths for %s (%s)", len(model.candidates), workload.name, profile_csv)
     name = "tune" if command.startswith("cgtune tune") else "search"
@@ -214,6 +255,9 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     except SearchInterrupted as exc:
         raise _interrupted(exc, name, args) from None
     result.ship = args.ship
+    if fixed_point is not None:
+        result.load_search, result.load_record = fixed_point, fixed_point.as_dict()
+        result.timings["load_search_s"] = load_s
     try:
         decision = tuner.decide(model, result)
         written = tuner.write_run(args.out, model, decision, command=command, report=report)
@@ -224,6 +268,41 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
             f"{resume_line(name, args, result.storage)}") from None
     _print_summary(decision, written, args.out, model, report=report)
     return 0
+
+
+def check_load_args(workload: Workload, args: argparse.Namespace) -> None:
+    """--rate needs the workload's traffic.load (lengths, acceptance); --tpot-slo and the load flags need --rate."""
+    rate = getattr(args, "rate", None)
+    if rate is None:
+        if getattr(args, "tpot_slo", None) is not None:
+            raise UsageError("--tpot-slo: needs --rate (the load the target is to hold)")
+        return
+    if workload.load is None:
+        raise UsageError(f"--rate: workload {workload.name} has no traffic.load section (prompt_tokens, output_tokens, "
+                         f"acceptance when speculating, rate_per_s): the load's lengths are needed to simulate it")
+
+
+def _load_aware(model: CostModel, workload: Workload, args: argparse.Namespace) -> tuple[LoadSearch, float]:
+    """The fixed point at --rate (`tuner.search.load_aware`), one line per iteration; and its wall seconds."""
+    import time
+
+    from tuner.search.load_aware import load_aware_search
+
+    assert workload.load is not None
+    started = time.perf_counter()
+
+    def said(it: LoadIteration) -> None:
+        p99 = f"{it.tpot_p99_ms:.3f} ms" if it.tpot_p99_ms != float("inf") else "none finished"
+        change = f"+{len(it.added)} -{len(it.removed)} widths" if it.index else "the expected-step answer"
+        print(f"load {args.rate:g} req/s, iteration {it.index}: {len(it.capture_sizes)} graphs (max "
+              f"{max(it.capture_sizes, default=0)}; {change}), TPOT p99 {p99}"
+              + (" (two operating points)" if it.points.cliff else ""), flush=True)
+
+    found = load_aware_search(model, workload.load, rate_per_s=args.rate, max_iterations=args.load_iterations,
+                              duration_s=args.load_duration, memory_buckets=args.memory_buckets,
+                              exact_seconds=args.exact_seconds, tpot_slo_ms=args.tpot_slo, progress=said)
+    print(f"load: {found.why}; the list of iteration {found.chosen} is searched for", flush=True)
+    return found, time.perf_counter() - started
 
 
 def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namespace) -> None:
@@ -301,6 +380,11 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
     serve = model.engine.serve_line(out, model.workload.model.checkpoint)
     if serve:
         print(serve)
+    if dec.load is not None:
+        from tuner.report.load import load_console_lines
+
+        for line in load_console_lines(model, dec.load):
+            print(line)
     _decision_summary(dec, out, model, report=report)
 
 

@@ -1,8 +1,8 @@
 """The decision record: everything a search decided, made once (`decide`) and read by every renderer (report.md,
 summary.json, plots, the deployment files, the console lines), so rendering re-decides nothing. The record holds
 each list compared under the cost model, the shipped and the other list and why, what the tuned list changes against
-the engine's default per width, off-peak figures, the saving's interval, the compact choice's facts and the search's
-own facts (how it was found, the exact solver's proof), all as plain typed data."""
+the engine's default per width, off-peak figures, the saving's interval, the compact choice's facts, the lists under
+the load (`--rate`) and the search's own facts (how it was found, the exact solver's proof), all as plain typed data."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tuner.decision.compare import OffPeak, WhatChanged, comparison, off_peak, what_changed
+from tuner.decision.load_facts import LoadFacts, load_facts
 from tuner.search.compact import RECOMMEND_SAVING
 from tuner.search.exact_program import memory_axis
 from tuner.search.saving_interval import SavingInterval, saving_interval
@@ -127,7 +128,9 @@ class Decision:
     """search.json: the search's lists and counts (`SearchResult.to_dict`), the compact choice included."""
     timings: dict[str, float] = field(default_factory=dict)
     """Wall seconds of each stage that made the decision: the search's (`SearchResult.timings`: exact_s, study_s,
-    compact_s) and the decision's own (compare_s, what_changed_s, off_peak_s, interval_s)."""
+    compact_s, load_search_s) and the decision's own (compare_s, what_changed_s, off_peak_s, interval_s, load_s)."""
+    load: LoadFacts | None = None
+    """The lists under the load (`--rate`: at the rate, over the sweep, the highest held rates); None without it."""
 
     @property
     def default(self) -> Evaluation:
@@ -198,10 +201,17 @@ def decide(model: CostModel, search: SearchResult) -> Decision:
     changed = _timed(timings, "what_changed_s", lambda: what_changed(model, d, t))
     peak = _timed(timings, "off_peak_s", lambda: off_peak(model, d, t))
     interval = _timed(timings, "interval_s", lambda: saving_interval(model, d.capture_sizes, t.capture_sizes))
+    load = None
+    fixed_point = search.load_search
+    if fixed_point is not None:
+        lists = {"default": d.capture_sizes, "tuned": t.capture_sizes,
+                 "compact": choice.evaluation.capture_sizes,
+                 "expected-step": fixed_point.iterations[0].capture_sizes}
+        load = _timed(timings, "load_s", lambda: load_facts(model, fixed_point, lists))
     return Decision(
         table=table, changed=changed, off_peak=peak, interval=interval, no_graphs=model.evaluate(()),
         memory_axis=memory_axis(model), compact=compact, ship=_shipping(model, search, compact, choice.evaluation),
-        **search_facts(search), timings={**search.timings, **timings})
+        **search_facts(search), timings={**search.timings, **timings}, load=load)
 
 
 def search_facts(search: SearchResult) -> dict[str, Any]:

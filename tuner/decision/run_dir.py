@@ -183,6 +183,7 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
     decides anew, when summary.json is missing or older than a field, or records another tuned list or other model
     settings than `model`'s (the figures would no longer be the record's)."""
     from tuner.decision.compare import OffPeak, WhatChanged, WidthChange
+    from tuner.decision.load_facts import LoadFacts
     from tuner.decision.record import CompactFacts, Decision, Shipping, search_facts
     from tuner.search.compact import RECOMMEND_SAVING
     from tuner.search.saving_interval import SavingInterval
@@ -190,7 +191,7 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
     data = recorded_summary(run_dir)
     try:
         if (data["capture_sizes"] != list(search.chosen.capture_sizes) or data["cost_model"] != model.settings()
-                or data["shipped"]["policy"] != search.ship):
+                or data["shipped"]["policy"] != search.ship or ("load" in data) != (search.load_record is not None)):
             return None
         known = {"default": search.default, "tuned": search.chosen, "exact": search.exact.best,
                  "compact": search.compact.evaluation if search.compact is not None else None}
@@ -229,6 +230,7 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
                 solves=int(choice["solves"])),
             ship=Shipping(shipped["list"], lists[shipped["list"]], str(shipped["why"]),
                           None if other is None else (other["list"], lists[other["list"]])),
-            **search_facts(search), timings={str(k): float(v) for k, v in data["timings"].items()})
+            **search_facts(search), timings={str(k): float(v) for k, v in data["timings"].items()},
+            load=LoadFacts.from_dict(data["load"]) if "load" in data else None)
     except (KeyError, TypeError, ValueError):  # a summary older than a field, or hand-edited: decide anew
         return None

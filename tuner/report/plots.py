@@ -1,5 +1,6 @@
 """Draw a run's PNG plots (latency and graph memory by width with the tuned widths marked, the step widths each
-list covers, latency against graph memory), each saying whether its numbers were measured or are hand-made."""
+list covers, latency against graph memory; with `--rate`, TPOT p99 against the rate: `tuner.report.load`), each
+saying whether its numbers were measured or are hand-made."""
 
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ def render_plots(model: CostModel, dec: Decision, out_dir: Path) -> list[Path]:
         _plot_steps(model, table, title_suffix, out_dir / PLOTS[2], plt),
         _plot_pareto(model, dec, title_suffix, out_dir / PLOTS[3], plt),
     ]
+    if dec.load is not None:
+        from tuner.report.load import LOAD_PLOT, plot_load
+
+        paths.append(plot_load(model, dec.load, title_suffix, out_dir / LOAD_PLOT, plt))
     return paths
 
 

@@ -19,6 +19,7 @@ from tuner.decision.run_dir import run_outputs
 from tuner.model.costmodel import CostModel, Evaluation, crossover_width
 from tuner.profile.host_cost import host_line
 from tuner.report import decision
+from tuner.report.load import load_lines
 from tuner.report.plots import PLOTS, log_axis, profile_provenance, render_plots
 from tuner.report.text import sizes_text
 
@@ -161,6 +162,7 @@ def summary(model: CostModel, dec: Decision, *, command: str = "", profile_name:
         "exact_unproven": list(dec.exact.unproven),
         "notes": list(dec.notes),
         "timings": dict(dec.timings),
+        **({"load": dec.load.as_dict()} if dec.load is not None else {}),
         "cgtune_version": __version__,
         "command": command or None,
         **decision.summary_fields(model, dec),
@@ -287,6 +289,7 @@ def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots
         *words.what_changed_lines(model, dec),
         *_off_peak_lines(model, dec),
         *words.side_by_side_lines(model, dec),
+        *(load_lines(model, dec.load) if dec.load is not None else []),
         "## Search",
         "",
         (f"- study `{dec.study_name}` in `{dec.storage}` (objective {dec.objective}): "
