@@ -98,7 +98,7 @@ def test_fleet_workers_weigh_trials_with_the_coordinators_settings(inputs, tmp_p
     name = out.split("fleet study ", 1)[1].split()[0]
     spec = FleetSpec.from_dict(optuna.load_study(study_name=name, storage=url).user_attrs[FLEET_ATTR])
     assert spec.model_settings == {"off_peak_weight": 0.2, "allow_mismatch": True, "allow_outliers": True,
-                                   "piecewise_fallback": "eager"}
+                                   "piecewise_fallback": "eager", "load_steps": None}
     with fleet_model(spec) as model:  # what every worker rebuilds
         assert model.off_peak_weight == 0.2 and model.allow_mismatch and model.allow_outliers
 

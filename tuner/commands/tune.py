@@ -86,6 +86,10 @@ class TuneCommand(Command):
             except ValidationError as exc:
                 raise UsageError(f"--validate: {exc}") from None
         fleet_url = None
+        if args.workers is not None and args.rate is not None:
+            # The fleet's workers rebuild the model from the study's record, before any load search has run.
+            raise UsageError("--rate: not with --workers (the fleet study searches the workload's traffic); run "
+                             "`cgtune tune --rate` without --workers")
         if args.workers is not None:
             from tuner.search.fleet import FleetError, resolve_storage
 
