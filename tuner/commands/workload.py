@@ -15,20 +15,31 @@ from tuner.commands.common import check_out_dir, load_workload_arg
 from tuner.workload.spec import Workload
 from tuner.workload.traffic import (
     ITERATION_TOKENS,
+    Scrapes,
     TrafficError,
     buckets_json,
-    combine,
     derived_spec,
-    interval,
+    observed_load,
     parse_exposition,
+    read_histogram,
     read_source,
-    select_series,
     spread_histogram,
     write_workload,
 )
 from tuner.workload.traffic.metrics import TokenHistogram
 
 __all__ = ["WorkloadCommand"]
+
+# The clock and the pause of --wait, names of their own so a test replaces them without touching the time module.
+_clock = time.monotonic
+_sleep = time.sleep
+
+
+def _timed_read(source: str, timeout_s: float) -> tuple[float, str]:
+    """A scrape and when it was taken: the middle of the fetch, since the server renders it somewhere in between."""
+    start = _clock()
+    text = read_source(source, timeout_s=timeout_s)
+    return (start + _clock()) / 2, text
 
 
 def _positive_float(text: str) -> float:
@@ -75,7 +86,8 @@ class WorkloadCommand(Command):
         "  buckets       print the --custom-histogram-buckets JSON that makes vLLM's\n"
         "                vllm:iteration_tokens_total histogram resolve every candidate capture size\n"
         "  from-metrics  read that histogram from a /metrics scrape (or two, for an interval) and write\n"
-        "                a workload whose traffic.widths is the observed step-width distribution\n"
+        "                a workload whose traffic.widths is the observed step-width distribution (and,\n"
+        "                over an interval, traffic.load: request rate, lengths, acceptance)\n"
         "  from-trace    write a workload whose traffic is a per-step CSV trace you logged yourself\n\n"
         "recipe:\n"
         "  vllm serve MODEL ... --custom-histogram-buckets \"$(cgtune workload buckets base.yaml)\"\n"
@@ -106,7 +118,7 @@ class WorkloadCommand(Command):
 
         m = sub.add_parser(
             "from-metrics", formatter_class=fmt,
-            help="write a workload whose step widths come from vLLM's vllm:iteration_tokens_total histogram",
+            help="write a workload whose step widths (and load) come from vLLM's metrics",
             description=(
                 "Read vllm:iteration_tokens_total (a Prometheus histogram of tokens per engine step) from a\n"
                 "scrape and write a workload: model and serving from --base, traffic.widths from the\n"
@@ -115,11 +127,21 @@ class WorkloadCommand(Command):
                 "Inside a bucket the steps are spread by the serving config (decode steps at multiples of\n"
                 "q = 1 + num_speculative_tokens); what was assumed goes into traffic.source_note and the\n"
                 "file's header comment. Bad input prints one line, exits 2 and writes nothing.\n\n"
+                "Over an interval of known length (--wait, or --before with --elapsed) it also writes\n"
+                "traffic.load (the lengths and acceptance `cgtune search --rate` simulates): rate_per_s =\n"
+                "finished requests (vllm:request_success_total, every finished_reason) / seconds;\n"
+                "prompt_tokens and output_tokens from vllm:request_prompt_tokens / vllm:request_generation_tokens,\n"
+                "each bucket's requests at its middle whole length rounded down (the +Inf bucket ends at\n"
+                "serving.max_model_len; the longest prompt and output cut in proportion when together they\n"
+                "exceed it); and, when --base speculates, acceptance = 1 + vllm:spec_decode_num_accepted_tokens /\n"
+                "vllm:spec_decode_num_drafts (clipped to 1..q). Without an interval's seconds, or when the\n"
+                "scrapes lack one of these metrics, no traffic.load is written and one note line on stderr\n"
+                "says why.\n\n"
                 "examples:\n"
                 "  cgtune workload from-metrics http://127.0.0.1:8000/metrics --base base.yaml --out real.yaml\n"
                 "  cgtune workload from-metrics http://127.0.0.1:8000/metrics --wait 600 --base base.yaml --out hour.yaml\n"
                 "  curl -s localhost:8000/metrics > t0.prom; run-benchmark; curl -s localhost:8000/metrics > t1.prom\n"
-                "  cgtune workload from-metrics t1.prom --before t0.prom --base base.yaml --out bench.yaml\n"
+                "  cgtune workload from-metrics t1.prom --before t0.prom --elapsed 900 --base base.yaml --out b.yaml\n"
                 "  curl -s localhost:8000/metrics | cgtune workload from-metrics - --base base.yaml --out real.yaml"
             ),
         )
@@ -128,21 +150,27 @@ class WorkloadCommand(Command):
                             "http://host:port/metrics URL")
         m.add_argument("--after", metavar="SOURCE", help="the later scrape, same as SOURCE (give one of the two)")
         m.add_argument("--before", metavar="SOURCE",
-                       help="an earlier scrape of the same server run: only steps after it count")
+                       help="an earlier scrape of the same server run: only steps and requests after it count")
         m.add_argument("--base", required=True, metavar="WORKLOAD",
                        help="workload YAML supplying model and serving config (must match the server's flags)")
         m.add_argument("--out", required=True, type=Path, metavar="NEW.yaml", help="workload file to write")
         m.add_argument("--force", action="store_true", help="replace --out if it exists")
         m.add_argument("--name", help="workload name (default: the --out file name without .yaml)")
         m.add_argument("--engine", metavar="E",
-                       help="use only series with label engine=E (vLLM's engine index, e.g. 0); default: sum all")
+                       help="use only series with label engine=E (vLLM's engine index, e.g. 0), of every metric "
+                            "read; default: sum all")
         m.add_argument("--model-name", metavar="M",
-                       help="use only series with label model_name=M (the served model name); default: sum all")
+                       help="use only series with label model_name=M (the served model name), of every metric "
+                            "read; default: sum all")
         m.add_argument("--metric", default=ITERATION_TOKENS,
                        help=f"histogram to read (default {ITERATION_TOKENS})")
         m.add_argument("--wait", type=_positive_float, metavar="SECONDS",
-                       help="scrape the SOURCE URL twice, this many seconds apart, and keep only the steps in "
-                            "between (instead of --before)")
+                       help="scrape the SOURCE URL twice, this many seconds apart, and keep only the steps and "
+                            "requests in between (instead of --before); the real time between the scrapes is "
+                            "measured for the request rate")
+        m.add_argument("--elapsed", type=_positive_float, metavar="SECONDS",
+                       help="with --before: the seconds between the two saved scrapes, for traffic.load's request "
+                            "rate (--wait measures its own)")
         m.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
                        help="give up on a URL after this long (default 5)")
 
@@ -177,32 +205,34 @@ class WorkloadCommand(Command):
             raise UsageError(str(exc)) from None
 
     # ----------------------------------------------------------------------- from-metrics
-    def _histogram(self, args: argparse.Namespace, after: str) -> TokenHistogram:
+    def _scrapes(self, args: argparse.Namespace, after: str) -> Scrapes:
+        """The scrape text(s): one; the URL twice, --wait apart (the seconds between them measured); or --before's."""
         where = _source_label(after)
-        early_text = None
+        select = {"engine": args.engine, "model_name": args.model_name}
         if args.wait is not None:
+            first_at, early_text = _timed_read(after, args.timeout)
             # Both scrapes come from the same URL; the first is checked at once so a typo fails before the wait.
-            early_text = read_source(after, timeout_s=args.timeout)
             parse_exposition(early_text, args.metric, where=where)
             if sys.stderr.isatty():  # progress for a person waiting; never mixed into captured error output
                 print(f"scraped {after}; scraping again in {args.wait:g} s", file=sys.stderr)
-            time.sleep(args.wait)
-        series = parse_exposition(read_source(after, timeout_s=args.timeout), args.metric, where=where)
-        series = select_series(series, engine=args.engine, model_name=args.model_name, where=where)
-        if args.before is not None or early_text is not None:
-            early_where = _source_label(args.before) if early_text is None else f"{where} (first scrape)"
-            if early_text is None:
-                early_text = read_source(args.before, timeout_s=args.timeout)
-            early = parse_exposition(early_text, args.metric, where=early_where)
-            try:
-                early = select_series(early, engine=args.engine, model_name=args.model_name, where=early_where)
-            except TrafficError:
-                early = {}  # the selected series had no steps yet at the earlier scrape
-            series = interval(series, early, where=early_where if args.wait else f"--before {early_where}")
-        hist = combine(series, where=where)
+            _sleep(args.wait)
+            second_at, late_text = _timed_read(after, args.timeout)
+            first = f"{where} (first scrape)"
+            return Scrapes(late_text, where, early_text, first, first, elapsed_s=second_at - first_at, **select)
+        late_text = read_source(after, timeout_s=args.timeout)
+        if args.before is None:
+            return Scrapes(late_text, where, **select)
+        early_where = _source_label(args.before)
+        early_text = read_source(args.before, timeout_s=args.timeout)
+        return Scrapes(late_text, where, early_text, early_where, f"--before {early_where}", elapsed_s=args.elapsed,
+                       **select)
+
+    def _histogram(self, args: argparse.Namespace, scrapes: Scrapes) -> TokenHistogram:
+        hist = read_histogram(scrapes, args.metric)
         if hist.count <= 0:
-            span = "between the two scrapes" if args.before is not None or args.wait else "yet"
-            raise TrafficError(f"{where}: {args.metric} holds zero steps {span} (send traffic to the server first)")
+            span = "between the two scrapes" if scrapes.before is not None else "yet"
+            raise TrafficError(f"{scrapes.where}: {args.metric} holds zero steps {span} (send traffic to the server "
+                               "first)")
         return hist
 
     def _from_metrics(self, args: argparse.Namespace) -> int:
@@ -218,17 +248,25 @@ class WorkloadCommand(Command):
                 raise UsageError("--wait: give either --wait (two scrapes of one URL) or --before, not both")
             if not after.startswith(("http://", "https://")):
                 raise UsageError(f"--wait: needs SOURCE to be a URL to scrape twice, not {after!r}")
+        if args.elapsed is not None and args.before is None:
+            raise UsageError("--elapsed: only with --before (the seconds between the two saved scrapes; "
+                             "--wait measures its own)")
         name = _name_for(args, args.out)
         _check_out(args.out, args.force)
         base = _vllm_base(args.base, "--base")
 
-        hist = self._histogram(args, after)
-        where = _source_label(after)
+        scrapes = self._scrapes(args, after)
+        hist = self._histogram(args, scrapes)
+        where = scrapes.where
         spread = spread_histogram(hist, base.serving, where=where)
+        # Read before anything is written: corrupt request metrics (a counter that went down) fail the command.
+        load = observed_load(scrapes, q=base.serving.decode_query_len, max_model_len=base.serving.max_model_len)
         if args.wait is not None:
-            source = f"{where} (interval of {args.wait:g} s)"
+            assert scrapes.elapsed_s is not None
+            source = f"{where} (interval of {args.wait:g} s; {scrapes.elapsed_s:.6g} s measured between the scrapes)"
         elif args.before is not None:
-            source = f"{_source_label(args.before)} -> {where} (interval)"
+            timed = f" of {args.elapsed:g} s" if args.elapsed is not None else ""
+            source = f"{_source_label(args.before)} -> {where} (interval{timed})"
         else:
             source = where
         observed_mean = hist.mean_width
@@ -247,10 +285,13 @@ class WorkloadCommand(Command):
             )
         else:
             resolution = f"The buckets resolve all {spread.candidates} candidate capture sizes."
-        note = " ".join([*facts, *spread.assumptions, resolution])
+        note = " ".join([*facts, *spread.assumptions, resolution, *load.facts])
         shown_source = where if "://" in where else Path(where).name
         description = f"{base.description or base.name}; traffic from vLLM metrics ({shown_source})"
-        spec = derived_spec(base, {"widths": spread.counts, "source_note": note}, name=name, description=description)
+        traffic: dict[str, object] = {"widths": spread.counts, "source_note": note}
+        if load.section is not None:
+            traffic["load"] = load.section
+        spec = derived_spec(base, traffic, name=name, description=description)
         header = [
             f"Made by `cgtune workload from-metrics` from {source} on {_now()}.",
             f"Model and serving config copied from {args.base}.",
@@ -259,12 +300,20 @@ class WorkloadCommand(Command):
             *(f"  {a}" for a in spread.assumptions),
             resolution,
         ]
+        if load.section is not None:
+            header += ["traffic.load comes from vLLM's request metrics over the same interval and series:",
+                       *(f"  {fact}" for fact in load.facts)]
+        else:
+            header.append(f"No traffic.load: {load.missing}.")
         write_workload(spec, _wrap(header), args.out, force=args.force)
+        loaded = f"; traffic.load at {load.section['rate_per_s']:g} requests/s" if load.section is not None else ""
         print(f"wrote {args.out}: {hist.count:g} steps over {len(spread.counts)} widths "
-              f"(mean {spread.mean_width:.1f} tokens) from {source}")
+              f"(mean {spread.mean_width:.1f} tokens) from {source}{loaded}")
         if spread.unresolved:
             print(f"note: {len(spread.unresolved)} of {spread.candidates} candidate capture sizes fall inside "
                   f"coarse buckets; see traffic.source_note", file=sys.stderr)
+        if load.missing is not None:
+            print(f"note: no traffic.load written: {load.missing}", file=sys.stderr)
         return 0
 
     # ----------------------------------------------------------------------- from-trace

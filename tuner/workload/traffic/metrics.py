@@ -1,7 +1,9 @@
-"""Read vLLM's `vllm:iteration_tokens_total` histogram out of a Prometheus text exposition (file, stdin or URL)."""
+"""Read a histogram (vLLM's `vllm:iteration_tokens_total` by default) out of a Prometheus text exposition (file, stdin
+or URL)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import math
 import sys
@@ -10,13 +12,16 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 __all__ = [
     "ITERATION_TOKENS",
     "LabelKey",
+    "MetricAbsent",
     "TokenHistogram",
     "TrafficError",
     "combine",
+    "exposition_families",
     "interval",
     "parse_exposition",
     "read_source",
@@ -32,6 +37,14 @@ LabelKey = tuple[tuple[str, str], ...]
 
 class TrafficError(ValueError):
     """Traffic input that cannot be used; the message is one line saying what is wrong with which input."""
+
+
+class MetricAbsent(TrafficError):
+    """The scrape lacks a metric (or the selected series of it): not corrupt input, just a server that exports less
+    (an older vLLM, no speculative decoding), so a reader of an optional metric can carry on without it."""
+
+
+_Series = TypeVar("_Series")
 
 
 @dataclass(frozen=True)
@@ -131,15 +144,28 @@ def _first_bad_line(text: str) -> str:
     return "a TYPE or HELP line"
 
 
-def parse_exposition(text: str, metric: str = ITERATION_TOKENS, *, where: str = "metrics") -> dict[LabelKey, TokenHistogram]:
-    """Every series of histogram `metric` in a Prometheus text exposition, checked for consistency."""
+@functools.lru_cache(maxsize=4)
+def _families(text: str) -> tuple:
+    # One scrape is read for several metrics (step widths, request lengths, counters): parse it once.
     text_string_to_metric_families = _parser()
+    return tuple(text_string_to_metric_families(text))
+
+
+def exposition_families(text: str, *, where: str = "metrics") -> tuple:
+    """The metric families of a Prometheus text exposition; not exposition text, or no samples, is a TrafficError."""
     try:
-        families = list(text_string_to_metric_families(text))
+        families = _families(text)
     except Exception:  # noqa: BLE001 - any parser failure means the input is not exposition text
         raise TrafficError(f"{where}: not Prometheus text exposition ({_first_bad_line(text)})") from None
     if not any(f.samples for f in families):
         raise TrafficError(f"{where}: no samples (not a Prometheus metrics exposition?)")
+    return families
+
+
+def parse_exposition(text: str, metric: str = ITERATION_TOKENS, *, where: str = "metrics") -> dict[LabelKey, TokenHistogram]:
+    """Every series of histogram `metric` in a Prometheus text exposition, checked for consistency; a metric the
+    scrape lacks is a MetricAbsent."""
+    families = exposition_families(text, where=where)
 
     # Collect by sample name rather than by family: without TYPE lines the parser puts every sample in
     # its own untyped family, and the histogram must still be found.
@@ -175,7 +201,7 @@ def parse_exposition(text: str, metric: str = ITERATION_TOKENS, *, where: str = 
                 sums[key] = value
     if not buckets:
         present = "only _count/_sum, no _bucket samples" if counts or sums else "not present"
-        raise TrafficError(f"{where}: {metric} histogram {present} (is this a vLLM server's /metrics?)")
+        raise MetricAbsent(f"{where}: {metric} histogram {present} (is this a vLLM server's /metrics?)")
 
     out: dict[LabelKey, TokenHistogram] = {}
     for key, by_bound in sorted(buckets.items()):
@@ -198,9 +224,10 @@ def parse_exposition(text: str, metric: str = ITERATION_TOKENS, *, where: str = 
 
 
 # --------------------------------------------------------------------------- selecting and combining
-def select_series(series: Mapping[LabelKey, TokenHistogram], *, engine: str | None = None,
-                  model_name: str | None = None, where: str = "metrics") -> dict[LabelKey, TokenHistogram]:
-    """The series whose `engine` / `model_name` labels match the filters (all of them without filters)."""
+def select_series(series: Mapping[LabelKey, _Series], *, engine: str | None = None, model_name: str | None = None,
+                  where: str = "metrics", metric: str = ITERATION_TOKENS) -> dict[LabelKey, _Series]:
+    """The series (of a histogram or a counter) whose `engine` / `model_name` labels match the filters (all of them
+    without filters); none matching is a MetricAbsent."""
     chosen = dict(series)
     for label, wanted in (("engine", engine), ("model_name", model_name)):
         if wanted is None:
@@ -209,7 +236,7 @@ def select_series(series: Mapping[LabelKey, TokenHistogram], *, engine: str | No
         if not matching:
             values = sorted({dict(k)[label] for k in series if label in dict(k)})
             have = ", ".join(values) if values else f"no series has a {label} label"
-            raise TrafficError(f"{where}: no {ITERATION_TOKENS} series with {label}={wanted!r} (found: {have})")
+            raise MetricAbsent(f"{where}: no {metric} series with {label}={wanted!r} (found: {have})")
         chosen = matching
     return chosen
 
@@ -245,10 +272,11 @@ def interval(after: Mapping[LabelKey, TokenHistogram], before: Mapping[LabelKey,
     return out
 
 
-def combine(series: Mapping[LabelKey, TokenHistogram], *, where: str = "metrics") -> TokenHistogram:
+def combine(series: Mapping[LabelKey, TokenHistogram], *, where: str = "metrics",
+            metric: str = ITERATION_TOKENS) -> TokenHistogram:
     """Sum series (engines, models) that share bucket bounds into one histogram."""
     if not series:
-        raise TrafficError(f"{where}: no {ITERATION_TOKENS} series selected")
+        raise TrafficError(f"{where}: no {metric} series selected")
     items = list(series.items())
     bounds = items[0][1].bounds
     for key, hist in items[1:]:

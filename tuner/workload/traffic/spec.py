@@ -50,6 +50,14 @@ def derived_spec(base: Workload, traffic: dict[str, Any], *, name: str, descript
         widths = traffic["widths"]
         traffic["widths"] = {"kind": "histogram",
                              "counts": _FlowMap((w, _weight(c)) for w, c in sorted(widths.items()) if _weight(c) > 0)}
+    if isinstance(traffic.get("load"), dict):
+        # Length histograms on wrapped lines as well: a line per length would bury the rest of the section.
+        load = dict(traffic["load"])
+        for key in ("prompt_tokens", "output_tokens"):
+            lengths = load.get(key)
+            if isinstance(lengths, dict) and isinstance(lengths.get("counts"), dict):
+                load[key] = {**lengths, "counts": _FlowMap(sorted(lengths["counts"].items()))}
+        traffic["load"] = load
     spec = {
         "name": name,
         "description": description,
