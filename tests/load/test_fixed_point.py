@@ -109,3 +109,28 @@ def test_a_list_that_keeps_up_serves_better_than_one_that_does_not_whatever_its_
     bad = operating_points(narrow_model, (1, 2, 4, 8), load, duration_s=DURATION_S)
     assert serves(good) < serves(bad)
     assert serves(good)[0] is False and serves(bad)[0] is True
+
+
+def test_between_the_default_and_the_tuned_lists_limits_the_default_falls_off_its_cliff(found, narrow_model) -> None:
+    # Must-show: vLLM's default list (19 graphs up to 128 tokens here) and the fixed point's list, held to a TPOT p99
+    # target of 2 ms: the tuned list's one operating point extends to a higher rate, and at a rate between the two
+    # limits the default settles at two operating points (started empty it keeps up; started saturated its full
+    # house of 64 requests steps slower than the arrivals and its queue grows), which the cliff rule reports.
+    from tuner.load.cliff import max_stable_rate, operating_points
+
+    default = narrow_model.default_sizes
+    tuned = found.iterations[found.chosen].capture_sizes
+    assert max(default) == 128 and max(tuned) > 128
+    kwargs = {"precision": 0.05, "duration_s": 5.0, "bracket": (50.0, 1600.0)}
+    low = max_stable_rate(narrow_model, default, 2.0, LOAD, **kwargs)
+    high = max_stable_rate(narrow_model, tuned, 2.0, LOAD, **kwargs)
+    assert low.rate_per_s is not None and high.rate_per_s is not None
+    assert not low.capped and not high.capped
+    assert high.rate_per_s > 1.5 * low.rate_per_s, (low.rate_per_s, high.rate_per_s)
+    between = (low.rate_per_s * high.rate_per_s) ** 0.5
+    falls = operating_points(narrow_model, default, LOAD.at_rate(between), duration_s=5.0)
+    holds = operating_points(narrow_model, tuned, LOAD.at_rate(between), duration_s=5.0)
+    assert falls.cliff and falls.why.startswith("two operating points")
+    assert falls.empty.keeps_up and not falls.saturated.keeps_up
+    assert falls.saturated.tpot_p50_ms > 1.5 * falls.empty.tpot_p50_ms
+    assert holds.unique and holds.empty.keeps_up and holds.saturated.keeps_up

@@ -81,11 +81,18 @@ def load_facts(model: CostModel, search: LoadSearch, lists: dict[str, Sequence[i
     at_rate: dict[str, Any] = {}
     sweep: dict[str, Any] = {}
     stable: dict[str, Any] = {}
+    done: dict[tuple[int, ...], str] = {}  # lists already swept (the compact list is often the tuned one)
     for name, sizes in lists.items():
         key = tuple(sizes)
         points = known.get(key) or operating_points(model, key, load, duration_s=duration)
         known[key] = points
         at_rate[name] = _point(key, points)
+        if key in done:
+            sweep[name] = sweep[done[key]]
+            if tpot_slo_ms is not None:
+                stable[name] = stable[done[key]]
+            continue
+        done[key] = name
         rows = []
         for rate in sweep_rates(search.rate_per_s):
             p = operating_points(model, key, load.at_rate(rate), duration_s=duration)
