@@ -6,7 +6,7 @@ as plain JSON data, so summary.json carries them and the report re-renders from 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,8 +72,7 @@ class LoadFacts:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__})
 
 
-def load_facts(model: CostModel, search: LoadSearch, lists: dict[str, Sequence[int]], *,
-               progress: Callable[[str], None] | None = None) -> LoadFacts:
+def load_facts(model: CostModel, search: LoadSearch, lists: dict[str, Sequence[int]]) -> LoadFacts:
     """Each of `lists` (name -> capture sizes) at the search's rate and over the sweep, and its highest held rate
     when the search has a TPOT target; a list the fixed point already simulated at the rate is not simulated again."""
     load, duration, tpot_slo_ms = search.load, search.duration_s, search.tpot_slo_ms
@@ -104,8 +103,6 @@ def load_facts(model: CostModel, search: LoadSearch, lists: dict[str, Sequence[i
             found = max_stable_rate(model, key, tpot_slo_ms, load, precision=STABLE_PRECISION, duration_s=duration)
             stable[name] = {"rate_per_s": found.rate_per_s, "capped": found.capped, "bracket": list(found.bracket),
                             "precision": found.precision, "probes": [p.as_dict() for p in found.probes]}
-        if progress is not None:
-            progress(name)
     facts = {"search": search.as_dict(), "load": load.as_dict(), "tpot_slo_ms": tpot_slo_ms, "at_rate": at_rate,
              "sweep": sweep, "stable": stable}
     # Through JSON once: the record in memory is then exactly what summary.json reads back (lists, string keys).
