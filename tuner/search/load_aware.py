@@ -123,8 +123,8 @@ class LoadSearch:
 
     def as_dict(self) -> dict[str, object]:
         return {"rate_per_s": self.rate_per_s, "tpot_slo_ms": self.tpot_slo_ms, "duration_s": self.duration_s,
-                "converged": self.converged,
-                "why": self.why, "chosen": self.chosen, "iterations": [it.as_dict() for it in self.iterations]}
+                "converged": self.converged, "why": self.why, "chosen": self.chosen,
+                "iterations": [it.as_dict() for it in self.iterations]}
 
 
 def load_aware_search(model: CostModel, load: Load, *, rate_per_s: float, max_iterations: int = DEFAULT_ITERATIONS,
@@ -144,7 +144,9 @@ def load_aware_search(model: CostModel, load: Load, *, rate_per_s: float, max_it
     for index in range(max_iterations + 1):
         best = exact_solve(dist_model, memory_buckets=memory_buckets, seconds=exact_seconds).best
         sizes = tuple(best.capture_sizes)
-        points = operating_points(model, sizes, at_rate, duration_s=duration_s)
+        # The list of the iteration before, again: its simulation (one seed) would be the same to the bit.
+        points = (iterations[-1].points if iterations and sizes == tuple(previous) else
+                  operating_points(model, sizes, at_rate, duration_s=duration_s))
         it = LoadIteration(index, sizes, tuple(sorted(set(sizes) - set(previous))) if index else (),
                            tuple(sorted(set(previous) - set(sizes))) if index else (), best.expected_step_ms, points)
         iterations.append(it)
