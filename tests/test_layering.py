@@ -153,7 +153,7 @@ LAZY_FACES = sorted(m for m, p in MODULES.items() if p.name == "__init__.py" and
 
 def test_the_stage_packages_have_lazy_faces() -> None:
     assert {m.split(".")[1] for m in LAZY_FACES} == {"profile", "engines", "workload", "model", "load", "search",
-                                                    "decision", "report", "validate", "check"}
+                                                    "decision", "report", "validate", "check", "fleet"}
 
 
 @pytest.mark.parametrize("package", LAZY_FACES)

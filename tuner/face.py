@@ -26,16 +26,18 @@ LAYERS: Mapping[str, tuple[str, ...]] = {
     "measure": ("profile", "engines", "workload"),  # everything that touches a device
     "model": ("profile", "engines", "workload"),  # the cost model: step latency, graph memory, KV cache of a list
     "load": ("profile", "engines", "workload", "model"),  # the scheduler over arrivals under a list, the cliff
-    "search": ("profile", "engines", "workload", "model", "load"),  # the study, the exact solver, compact, fleet
+    "search": ("profile", "engines", "workload", "model", "load"),  # the study, the exact solver, compact, workers
     "decision": ("profile", "engines", "workload", "model", "load", "search"),  # the decision record, the run directory
     "report": ("profile", "engines", "workload", "model", "load", "decision"),  # renders the record: report.md, plots
     "validate": ("profile", "engines", "workload", "measure", "model", "load", "search", "decision",
                  "report"),  # the choice on the GPU
     "check": ("profile", "engines", "workload", "model", "load", "search", "decision", "report",
               "validate"),  # a run held to vLLM's start-up log
+    "fleet": ("profile", "engines", "workload", "measure", "model", "load", "search", "decision", "report",
+              "validate"),  # many deployments' profiles, searches and validations as Ray tasks, the results store
     "cli": (),  # the command line: registers each command by module name, imports none of them at the top
     "commands": ("profile", "engines", "workload", "measure", "model", "load", "search", "decision", "report",
-                 "validate", "check", "cli"),
+                 "validate", "check", "fleet", "cli"),
 }
 """Stage -> the stages it may import (besides the foundations and `tuner`'s `__version__`); the order is the layering,
 lowest first. A top-level module that is not a foundation (`cli`) is a layer of its own."""

@@ -88,7 +88,7 @@ def test_a_bad_off_peak_weight_is_one_line(inputs, tmp_path, capsys, value, mess
 def test_fleet_workers_weigh_trials_with_the_coordinators_settings(inputs, tmp_path, capsys):
     import optuna
 
-    from tuner.search.fleet import FLEET_ATTR, FleetSpec, fleet_model
+    from tuner.search.workers import FLEET_ATTR, FleetSpec, fleet_model
 
     wl, profile, _ = inputs
     url = f"sqlite:///{tmp_path / 'fleet.db'}"

@@ -15,8 +15,6 @@ __all__ = ["ProfileCommand", "drafter_table", "summary_table"]
 
 log = logging.getLogger(__name__)
 
-# Time budgets per (width, mode): a GPU step is short and worth many samples; a CPU run stays within minutes.
-_BUDGETS = {"cuda": (25.0, 100.0, 5), "cpu": (2.0, 10.0, 3)}
 
 
 def _mib(value: int | None) -> str:
@@ -186,7 +184,7 @@ class ProfileCommand(Command):
                              "model; drop --compile")
         compiled_step = not (args.no_compile or workload.serving.enforce_eager)
 
-        from tuner.measure.profile import SweepOptions, candidate_widths, profile_workload, thin_widths
+        from tuner.measure.profile import DEVICE_BUDGETS, SweepOptions, candidate_widths, profile_workload, thin_widths
         from tuner.measure.profile import validate_sizes
         from tuner.measure.sweep_plan import key_widths
 
@@ -212,7 +210,7 @@ class ProfileCommand(Command):
         plan = (None if backend == "vllm" else
                 _drafter_plan(workload, widths, explicit=args.sizes is not None, max_widths=args.max_widths))
 
-        warmup, rep, min_reps = _BUDGETS[args.device]
+        warmup, rep, min_reps = DEVICE_BUDGETS[args.device]
         options = SweepOptions(
             warmup_ms=warmup if args.warmup_ms is None else args.warmup_ms,
             rep_ms=rep if args.rep_ms is None else args.rep_ms,

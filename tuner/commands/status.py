@@ -78,7 +78,7 @@ class StatusCommand(Command):
         p.add_argument("--json", action="store_true", help="print JSON instead of lines")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.search.fleet import FleetError, resolve_storage, study_status
+        from tuner.search.workers import FleetError, resolve_storage, study_status
         from tuner.search.storage_url import display_url, sqlite_file
 
         if args.run_dir is not None:

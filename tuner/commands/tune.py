@@ -91,7 +91,7 @@ class TuneCommand(Command):
             raise UsageError("--rate: not with --workers (the fleet study searches the workload's traffic); run "
                              "`cgtune tune --rate` without --workers")
         if args.workers is not None:
-            from tuner.search.fleet import FleetError, resolve_storage
+            from tuner.search.workers import FleetError, resolve_storage
 
             try:
                 fleet_url = resolve_storage(args.storage)
@@ -154,7 +154,7 @@ class TuneCommand(Command):
         run: `done`; `pending` when workers elsewhere still have to run it; `failed` when a local worker failed
         and left it unfinished."""
         from tuner.commands.search import _check_out, _print_summary, choose_compact, model_from_args
-        from tuner.search.fleet import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
+        from tuner.search.workers import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
         from tuner.model.costmodel import ModelError
         from tuner.decision.record import decide
         from tuner.report.run import write_run

@@ -52,7 +52,7 @@ class WorkerCommand(Command):
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.search.fleet import FleetError, resolve_storage, run_worker
+        from tuner.search.workers import FleetError, resolve_storage, run_worker
 
         try:
             url = resolve_storage(args.storage)

@@ -39,6 +39,7 @@ from tuner.workload.spec import Workload
 __all__ = [
     "ASSUMED_CAPTURE_S",
     "CAPTURE_ORDER",
+    "DEVICE_BUDGETS",
     "PIECEWISE_NOTE",
     "STAND_IN",
     "SWEEP_MODES",
@@ -236,6 +237,11 @@ class SweepOptions:
     """Also capture each width alone in a fresh pool (`standalone_bytes`)."""
 
 
+DEVICE_BUDGETS = {"cuda": (25.0, 100.0, 5), "cpu": (2.0, 10.0, 3)}
+"""`cgtune profile`'s default time budgets per (width, mode) by device: warm-up ms, repetition ms, least repetitions.
+A GPU step is short and worth many samples; a CPU run stays within minutes."""
+
+
 @dataclass
 class ProfileResult:
     """What a sweep wrote."""
@@ -338,6 +344,7 @@ def profile_workload(
     progress: bool = True,
     runner_factory: Callable[[DecodeModel], StepRunner] = StepRunner,
     drafter_widths: Sequence[int] | None = None,
+    on_width: Callable[[int, int, int], None] | None = None,
 ) -> ProfileResult:
     """Measure `widths` (default: `candidate_widths`) of the workload on `device` and write
     `out_dir/<name>.csv` and `.json` after every width. `compile` (default: unless the workload sets
@@ -355,7 +362,11 @@ def profile_workload(
     (V1), each width also captured alone in a fresh pool (`options.standalone`); then, largest first, eager,
     PIECEWISE replay, FULL replay and the LM head alone timed back to back with every graph resident, and the
     drafter's rows of the same width after them. An out-of-memory width is marked `oom` in that mode and the
-    sweep goes on with smaller ones."""
+    sweep goes on with smaller ones.
+
+    `on_width(width, in_table, requested)` is called after each width's rows are in the table on disk (`in_table`
+    of the `requested` widths, resumed ones included), so a caller reporting progress (`tuner.fleet`) never
+    counts a width that a crash right after would lose."""
     options = options or SweepOptions()
     out_dir = Path(out_dir)
     name = name or workload.name
@@ -508,6 +519,9 @@ def profile_workload(
                     drafter_measured.append(w)
                 write(complete=False)
                 bar.update(1)
+                if on_width is not None:
+                    on_width(w, len(set(rows) | set(drafter_rows)),
+                             len(set(requested) | set(plan.widths if plan else ())))
         finally:
             bar.close()
         # Counted last, so the profiler's device tracing cannot touch a timing or a memory reading.

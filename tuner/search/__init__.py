@@ -1,7 +1,8 @@
 """The search: the optuna study over capture lists (`study`), the exact solver that is its yardstick (`exact`
 with its program, Lagrangian bounds and memory-level dynamic program), the compact choice (`compact`), the bootstrap
-interval of the saving (`saving_interval`), and the fleet on shared optuna storage (`fleet`, `storage_url`). Imports
-profile, engines, workload and model; never the report."""
+interval of the saving (`saving_interval`), and the workers sharing one optuna study on its storage (`workers`,
+`storage_url`; the Ray fleet of many deployments is `tuner.fleet`). Imports profile, engines, workload and model;
+never the report."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ _FACE = {
     "CompactChoice": "compact", "DEFAULT_TOLERANCE": "compact", "RECOMMEND_SAVING": "compact",
     "choose_compact": "compact", "counted_bytes": "compact",
     "SavingInterval": "saving_interval",
-    "FleetError": "fleet", "run_worker": "fleet", "study_status": "fleet",
+    "FleetError": "workers", "run_worker": "workers", "study_status": "workers",
 }
 """Each public name -> the submodule that defines it (imported when the name is first used)."""
 

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/handmade_profiles.py (import-mode=importlib)
 from handmade_profiles import MIB, handmade_spec, mixed_traffic, write_handmade_inputs  # noqa: E402
 
-from tuner.search.fleet import (  # noqa: E402
+from tuner.search.workers import (  # noqa: E402
     STORAGE_ENV,
     create_or_extend,
     fleet_result,
@@ -112,7 +112,7 @@ def test_one_worker_on_sqlite_runs_the_plan_once_and_extends(inputs, tmp_path):
 
 _KILLER = textwrap.dedent("""
     import os, signal, sys, time
-    import tuner.search.fleet as fleet
+    import tuner.search.workers as fleet
 
     real = fleet._evaluate
 
@@ -185,7 +185,7 @@ def test_a_trial_abandoned_by_a_dead_worker_is_retried_on_sqlite(inputs, tmp_pat
 
     import optuna
 
-    import tuner.search.fleet as fleet
+    import tuner.search.workers as fleet
 
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     name, _ = create(url, inputs, n=3)  # heartbeats every 1 s, stale after 2 s
@@ -334,7 +334,7 @@ def test_status_lists_single_process_studies_too(inputs, tmp_path, capsys):
 
 
 def test_three_local_workers_on_sqlite_never_claim_one_trial_twice(inputs, tmp_path):
-    from tuner.search.fleet import run_local_workers
+    from tuner.search.workers import run_local_workers
 
     # SQLite ignores SELECT ... FOR UPDATE: without the claim lock two workers ran one trial and one crashed on
     # "Cannot tell a COMPLETE trial" (seen at 150 trials, 3 workers).
@@ -367,23 +367,23 @@ def test_status_counts_gpu_measurements_apart_from_trials(inputs, tmp_path, caps
 
 
 def test_a_bug_in_a_trial_fails_it_with_the_reason_and_stops_the_worker(inputs, tmp_path, monkeypatch):
-    import tuner.search.fleet
+    import tuner.search.workers
 
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     name, _ = create(url, inputs, n=6)
-    real = tuner.search.fleet._evaluate
+    real = tuner.search.workers._evaluate
 
     def buggy(objective, trial):
         if trial.user_attrs["slot"] == 2:
             raise KeyError("synthetic bug")
         return real(objective, trial)
 
-    monkeypatch.setattr(tuner.search.fleet, "_evaluate", buggy)
+    monkeypatch.setattr(tuner.search.workers, "_evaluate", buggy)
     with pytest.raises(KeyError):
         run_worker(url, name, progress=False)
     [failed] = [t for t in trials(url, name) if t.state.name == "FAIL"]
     assert failed.user_attrs["slot"] == 2 and "synthetic bug" in failed.user_attrs["fail_reason"]
-    monkeypatch.setattr(tuner.search.fleet, "_evaluate", real)
+    monkeypatch.setattr(tuner.search.workers, "_evaluate", real)
     assert run_worker(url, name, progress=False) == {"complete": 3, "failed": 0}  # the rest; no retry of the bug
     [status] = study_status(url, name)
     assert status.done and status.counts == {**status.counts, "complete": 5, "failed": 1, "retried": 0}
@@ -391,10 +391,10 @@ def test_a_bug_in_a_trial_fails_it_with_the_reason_and_stops_the_worker(inputs, 
 
 def test_tune_fails_when_its_local_workers_fail_and_leave_the_study_unfinished(inputs, tmp_path, capsys,
                                                                                monkeypatch):
-    import tuner.search.fleet
+    import tuner.search.workers
 
     # A stand-in: one worker crashed at once.
-    monkeypatch.setattr(tuner.search.fleet, "run_local_workers", lambda *a, **k: [1, 0])
+    monkeypatch.setattr(tuner.search.workers, "run_local_workers", lambda *a, **k: [1, 0])
     wl, profile, _ = inputs
     code, stdout, err = _tune(capsys, "tune", wl, "--profile", profile, "--out", tmp_path / "run", "--trials", 8,
                               "--storage", f"sqlite:///{tmp_path / 'f.db'}", "--workers", 2, "--no-progress")
