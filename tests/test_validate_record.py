@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_validate.py's fixtures (import-mode=importlib)
-from handmade_profiles import MIB  # noqa: E402
-from test_validate import FIXTURE_DEVICE, DeviceScript, ScriptedBackend, _model, _run_dir  # noqa: E402
+from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
+from test_validate import (  # noqa: E402
+    FIXTURE_DEVICE,
+    MIXED_TRAFFIC,
+    DeviceScript,
+    ScriptedBackend,
+    _model,
+    _run_dir,
+)
 
 from tuner.model.costmodel import CostModel  # noqa: E402
 from tuner.report.validation import render_section  # noqa: E402
@@ -34,6 +41,10 @@ from tuner.validate.validation import (  # noqa: E402
 
 PROFILE_DEVICE = "handmade test fixture (not a measurement)"
 """The device the handmade profile's metadata names."""
+
+
+class DeviceError(RuntimeError):
+    """What a device fault raises mid-validation."""
 
 
 def _plan(model: CostModel, sizes: tuple[int, ...], steps: int = 200, seed: int = 1):
@@ -131,6 +142,23 @@ def test_each_lists_record_carries_the_device_readings_and_its_warnings(tmp_path
     assert rows == {"tuned": "yes", "exact": "no: out of memory"}
 
 
+def test_the_drafters_share_of_the_estimate_is_in_the_record(tmp_path):
+    """EAGLE drafter (test_validate's hand-made profile): its graphs, PIECEWISE and FULL at 4, 8, 16, add 0.5 MiB each
+    to the pool and, counted in full by the V2 estimate, 6 x 0.5 = 3 MiB to vLLM's estimate: the record keeps both
+    shares under the names its drafter note gives them."""
+    wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=12, max_num_batched_tokens=32, traffic=MIXED_TRAFFIC,
+                           speculative={"method": "eagle"})
+    model = CostModel.from_files(handmade_profile(tmp_path / "profile", wl, list(range(1, 33)),
+                                                  standalone_bytes=lambda w: 2 * w * MIB), wl)
+    e = model.evaluate((4, 8, 16))
+    plan = _plan(model, e.capture_sizes)
+    r = compare_list(model, "tuned", e, plan, predicted_trace_step_ms(model, plan), CaptureResult(42 * MIB),
+                     measured_estimate_bytes=42 * MIB)
+    record = build_record(model, {"device_name": PROFILE_DEVICE}, [], {"tuned": r}, seed=0)
+    assert (record["tuned"]["drafter_graph_bytes"], record["tuned"]["drafter_estimate_bytes"]) == (3 * MIB, 3 * MIB)
+    assert any("its share of vLLM's estimate (drafter_estimate_bytes)" in n for n in record["notes"])
+
+
 # ---------------------------------------------------------------------------------------------- validate_run
 def test_validate_run_records_its_seed_and_command_and_reports_progress(tmp_path):
     run, model, _ = _run_dir(tmp_path)
@@ -206,7 +234,93 @@ def test_the_library_replays_3000_steps_by_default(tmp_path):
     assert (record["trace"]["steps"], record["trace"]["sampled"]) == (3000, 3000)
 
 
+def test_validate_run_judges_every_list_with_the_callers_margin_in_the_partial_record_too(tmp_path):
+    """default (1..32): 12 graphs, predicted pool and V2 estimate 2 x 32 + 11 x 2 = 86 MiB. Scripted: its pool 95 MiB,
+    10.5% over: beyond the module's 5%, within the caller's 20%, so no warning and the fit check charges the 95 MiB
+    as measured: headroom = 86 estimate + 100 MiB unrequested - 95 = 91 MiB (5% would charge 99.75 and warn). The
+    device faults on the tuned list: the partial record states the 20% the default was judged with."""
+    run, model, _ = _run_dir(tmp_path)
+    backend = DeviceScript(model, {model.default_sizes: (95 * MIB, 0.6, 0.0117)})
+    real_capture = backend.capture
+
+    def capture(graphs):  # default is measured first; the device faults on the tuned list's capture
+        if tuple(graphs) != tuple(model.graphs(model.default_sizes)):
+            raise DeviceError("CUDA error: an illegal memory access was encountered")
+        return real_capture(graphs)
+
+    backend.capture = capture
+    with pytest.raises(DeviceError):
+        validate_run(run, num_steps=100, backend=backend, margin=0.2)
+    partial = json.loads((run / PARTIAL_FILE).read_text())
+    assert partial["lists"] == ["default"] and partial["goals"]["margin"] == 0.2
+    assert partial["default"]["warnings"] == [] and partial["default"]["capture_headroom_bytes"] == 91 * MIB
+
+
+def test_validate_run_without_emitting_says_only_that_the_tuned_list_does_not_fit(tmp_path):
+    # Every capture runs out of memory: no list fits, so there is none that "would have been emitted" to name.
+    run, model, _ = _run_dir(tmp_path)
+    record = validate_run(run, num_steps=100, backend=ScriptedBackend(model, oom_above=0), emit=False)
+    said = ["--no-emit: the vllm files still hold the tuned list, which does NOT fit by measured memory"]
+    assert record["emitted"] is None and record["notes"] == said
+    assert json.loads((run / VALIDATION_FILE).read_text())["notes"] == said
+
+
 # ---------------------------------------------------------------------------------------------- validate_candidates
+def test_validate_candidates_builds_the_backend_for_its_own_model(tmp_path, monkeypatch):
+    import tuner.validate.validation
+
+    run, model, search = _run_dir(tmp_path)
+    built = []
+
+    def build(m, lists, device):  # stands in for the device's model
+        built.append((m, device))
+        return DeviceScript(m, {}, otherwise=(100 * MIB, 0.5, 0.01))
+
+    monkeypatch.setattr(tuner.validate.validation, "require_cuda", lambda: "cuda:7")
+    monkeypatch.setattr(tuner.validate.validation, "build_backend", build)
+    validate_candidates(run, model, search, 1, num_steps=50, record_study=False)
+    assert built == [(model, "cuda:7")]
+
+
+def test_validate_candidates_without_a_storage_url_or_a_command(tmp_path):
+    """An empty storage URL names no study: nothing to record into (record_study left on), the run goes on. No
+    command given: the record says none and the report its own name."""
+    run, model, search = _run_dir(tmp_path)
+    search = dataclasses.replace(search, storage="")
+    _, record = validate_candidates(run, model, search, 1, backend=DeviceScript(model, {}, otherwise=(
+        100 * MIB, 0.5, 0.01)), num_steps=50)
+    assert record["command"] == "" == json.loads((run / VALIDATION_FILE).read_text())["command"]
+    assert "made by `cgtune validate`" in (run / "report.md").read_text()
+
+
+def test_validate_candidates_records_the_callers_margin_and_command_in_the_partial_record_and_the_last(tmp_path):
+    """default: predicted 86 MiB, scripted 95 MiB (10.5% over): within the caller's 20%, no warning, headroom
+    86 + 100 - 95 = 91 MiB (test_validate_run_judges_every_list_with_the_callers_margin_in_the_partial_record_too).
+    The device faults on the next list; a later run that finishes records the same command."""
+    run, model, search = _run_dir(tmp_path)
+    backend = DeviceScript(model, {model.default_sizes: (95 * MIB, 0.6, 0.0117)})
+    real_capture = backend.capture
+
+    def capture(graphs):  # default is measured first; the device faults on the next list
+        if tuple(graphs) != tuple(model.graphs(model.default_sizes)):
+            raise DeviceError("CUDA error: an illegal memory access was encountered")
+        return real_capture(graphs)
+
+    backend.capture = capture
+    with pytest.raises(DeviceError):
+        validate_candidates(run, model, search, 2, backend=backend, num_steps=100, margin=0.2, command="pytest",
+                            record_study=False)
+    partial = json.loads((run / PARTIAL_FILE).read_text())
+    assert partial["lists"] == ["default"] and (partial["command"], partial["goals"]["margin"]) == ("pytest", 0.2)
+    assert partial["default"]["warnings"] == [] and partial["default"]["capture_headroom_bytes"] == 91 * MIB
+    full = DeviceScript(model, {model.default_sizes: (95 * MIB, 0.6, 0.0117)}, otherwise=(100 * MIB, 0.5, 0.01))
+    _, record = validate_candidates(run, model, search, 2, backend=full, num_steps=100, margin=0.2, command="pytest",
+                                    record_study=False)
+    assert (record["command"], record["goals"]["margin"]) == ("pytest", 0.2)
+    assert record["default"]["warnings"] == [] and record["default"]["capture_headroom_bytes"] == 91 * MIB
+    assert "made by `pytest`" in (run / "report.md").read_text() and not (run / PARTIAL_FILE).exists()
+
+
 def test_the_models_pick_is_measured_even_outside_the_top_k(tmp_path):
     """k = 1 ranks the exact optimum (1..24) first; the search's pick (2, 6, 12), slower by prediction, is measured
     under its own name. Storage "in-memory" (a study that is gone with its process): nothing to record into."""
@@ -239,10 +353,6 @@ def test_validate_candidates_writes_the_record_with_the_traces_accounting(tmp_pa
     on_disk = json.loads((run / VALIDATION_FILE).read_text())
     assert on_disk == json.loads(json.dumps(record)) and on_disk["candidates"]  # every figure finite here
     assert not (run / PARTIAL_FILE).exists()
-
-
-class DeviceError(RuntimeError):
-    """What a device fault raises mid-validation."""
 
 
 def test_validate_candidates_dying_midway_keeps_the_lists_it_measured(tmp_path):
