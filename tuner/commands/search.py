@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import check_out_dir, load_workload_arg, positive_int, storage_url
+from tuner.commands.common import check_out_dir, load_workload_arg, positive_float, positive_int, storage_url
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
@@ -95,17 +95,6 @@ def share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0.0 <= value <= 1.0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{value:g} must be in 0..1")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value < float("inf"):  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{value:g} must be a finite number > 0")
     return value
 
 

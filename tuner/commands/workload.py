@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import check_out_dir, load_workload_arg
+from tuner.commands.common import check_out_dir, load_workload_arg, positive_float
 from tuner.workload.spec import Workload
 from tuner.workload.traffic import (
     ITERATION_TOKENS,
@@ -40,16 +40,6 @@ def _timed_read(source: str, timeout_s: float) -> tuple[float, str]:
     start = _clock()
     text = read_source(source, timeout_s=timeout_s)
     return (start + _clock()) / 2, text
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be > 0")
-    return value
 
 
 def _source_label(source: str) -> str:
@@ -164,14 +154,14 @@ class WorkloadCommand(Command):
                             "read; default: sum all")
         m.add_argument("--metric", default=ITERATION_TOKENS,
                        help=f"histogram to read (default {ITERATION_TOKENS})")
-        m.add_argument("--wait", type=_positive_float, metavar="SECONDS",
+        m.add_argument("--wait", type=positive_float, metavar="SECONDS",
                        help="scrape the SOURCE URL twice, this many seconds apart, and keep only the steps and "
                             "requests in between (instead of --before); the real time between the scrapes is "
                             "measured for the request rate")
-        m.add_argument("--elapsed", type=_positive_float, metavar="SECONDS",
+        m.add_argument("--elapsed", type=positive_float, metavar="SECONDS",
                        help="with --before: the seconds between the two saved scrapes, for traffic.load's request "
                             "rate (--wait measures its own)")
-        m.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
+        m.add_argument("--timeout", type=positive_float, default=5.0, metavar="SECONDS",
                        help="give up on a URL after this long (default 5)")
 
         t = sub.add_parser(
