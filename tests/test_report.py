@@ -89,7 +89,7 @@ def test_summary_holds_the_issue_keys_and_files_render(tmp_path):
     assert data["model_runner"] == "v2" and data["model_runner_requested"] == "auto"
     assert data["noisy_widths"]["count"] == 0 and data["noisy_widths"]["share"] == 0.0
     assert data["cost_model"] == {"allow_mismatch": False, "allow_outliers": False, "off_peak_weight": 0.0,
-                                  "piecewise_fallback": "eager"}
+                                  "piecewise_fallback": "eager", "load_steps": None}
     assert data["outliers"] == []
     assert data["required_kv_bytes"] == model.budget.required_kv_bytes
     assert data["capture_sizes"] == list(result.chosen.capture_sizes)
