@@ -265,7 +265,8 @@ def test_no_draft_in_the_interval_gives_no_acceptance_and_no_load(tmp_path: Path
 
 
 # --------------------------------------------------------------------------- clipping
-def test_lengths_and_acceptance_are_clipped_to_the_base_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_lengths_and_acceptance_are_clipped_to_the_base_spec(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     server = Server(BUCKETS_512)
     before = server.scrape()
     server.steps(100, 5)

@@ -11,8 +11,8 @@ from tuner.cli import UsageError
 from tuner.engines.vllm.defaults import InvalidScheduleError, validate_schedule
 from tuner.workload.spec import Workload, WorkloadError, load_workload
 
-__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int", "positive_float",
-           "positive_int", "schedule_json", "storage_url"]
+__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int",
+           "positive_float", "positive_int", "schedule_json", "storage_url"]
 
 
 def _int_at_least(minimum: int, text: str) -> int:

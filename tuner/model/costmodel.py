@@ -449,7 +449,8 @@ class CostModel:
 
     def with_load_steps(self, rows: Sequence[Sequence[Any]] | None) -> CostModel:
         """This model's profile, workload and settings, weighing `rows` (see `load_steps`; None: the traffic)."""
-        return CostModel(self.source_profile, self.workload, **{**self.settings(), "load_steps": rows})  # type: ignore[arg-type]
+        settings: dict[str, Any] = {**self.settings(), "load_steps": rows}
+        return CostModel(self.source_profile, self.workload, **settings)
 
     def _given_steps(self) -> list[Step]:
         """`load_steps` as Steps (rows normalised to tuples, so a model rebuilt from summary.json's lists is equal)."""
