@@ -365,7 +365,7 @@ def test_a_counter_that_went_down_is_a_restart_exit_2_nothing_written(tmp_path: 
 
 @pytest.mark.parametrize("argv, match", [
     (["--elapsed", "5"], "--elapsed: only with --before"),
-    (["--before", "T0", "--elapsed", "0"], "must be > 0"),
+    (["--before", "T0", "--elapsed", "0"], "must be a finite number > 0"),
 ])
 def test_elapsed_needs_before_and_a_positive_number(argv: list[str], match: str, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
