@@ -14,6 +14,7 @@ from tuner.commands.common import check_out_dir, load_workload_arg, positive_flo
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
     from tuner.decision.record import Decision
+    from tuner.search.exact import ExactResult
     from tuner.search.load_aware import LoadIteration, LoadSearch
     from tuner.search.study import SearchInterrupted, SearchResult
     from tuner.workload.spec import Workload
@@ -230,9 +231,8 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
         raise UsageError(str(exc)) from None
     fixed_point = None
     if getattr(args, "rate", None) is not None:
-        fixed_point, load_s = _load_aware(model, workload, args)
-        model = fixed_point.model
-        exact = exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
+        fixed_point, load_s = _load_aware(model, workload, args, exact)
+        model, exact = fixed_point.model, fixed_point.exact
     prepare_run_dir(args.out, workload, None if own_profile else profile_csv, force=getattr(args, "force", False))
     log.info("searching %d candidate widths for %s (%s)", len(model.candidates), workload.name, profile_csv)
     name = "tune" if command.startswith("cgtune tune") else "search"
@@ -271,8 +271,10 @@ def check_load_args(workload: Workload, args: argparse.Namespace) -> None:
                          f"acceptance when speculating, rate_per_s): the load's lengths are needed to simulate it")
 
 
-def _load_aware(model: CostModel, workload: Workload, args: argparse.Namespace) -> tuple[LoadSearch, float]:
-    """The fixed point at --rate (`tuner.search.load_aware`), one line per iteration; and its wall seconds."""
+def _load_aware(model: CostModel, workload: Workload, args: argparse.Namespace,
+                first: ExactResult) -> tuple[LoadSearch, float]:
+    """The fixed point at --rate (`tuner.search.load_aware`) from the exact answer on the workload's traffic, one line
+    per iteration; and its wall seconds."""
     import time
 
     from tuner.search.load_aware import load_aware_search
@@ -289,7 +291,8 @@ def _load_aware(model: CostModel, workload: Workload, args: argparse.Namespace) 
 
     found = load_aware_search(model, workload.load, rate_per_s=args.rate, max_iterations=args.load_iterations,
                               duration_s=args.load_duration, memory_buckets=args.memory_buckets,
-                              exact_seconds=args.exact_seconds, tpot_slo_ms=args.tpot_slo, progress=said)
+                              exact_seconds=args.exact_seconds, tpot_slo_ms=args.tpot_slo, first=first,
+                              progress=said)
     print(f"load: {found.why}; the list of iteration {found.chosen} is searched for", flush=True)
     return found, time.perf_counter() - started
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.load.cliff import OperatingPoints, operating_points
 from tuner.load.scheduler import DEFAULT_DURATION_S
 from tuner.load.steady_state import LoadResult
-from tuner.search.exact import exact_solve
+from tuner.search.exact import ExactResult, exact_solve
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
@@ -113,6 +113,8 @@ class LoadSearch:
     model: CostModel
     """The cost model on the distribution the chosen list was solved for (iteration 0: the workload's traffic), the
     model the full search then runs on."""
+    exact: ExactResult
+    """The exact solver's answer on `model` (the chosen iteration's solve), so the full search need not solve again."""
     tpot_slo_ms: float | None = None
     """`--tpot-slo`: the TPOT p99 target the decision finds each list's highest held rate for (None: none)."""
 
@@ -130,19 +132,25 @@ class LoadSearch:
 def load_aware_search(model: CostModel, load: Load, *, rate_per_s: float, max_iterations: int = DEFAULT_ITERATIONS,
                       duration_s: float = DEFAULT_DURATION_S, memory_buckets: int = 2048,
                       exact_seconds: float | None = None, tpot_slo_ms: float | None = None,
+                      first: ExactResult | None = None,
                       progress: Callable[[LoadIteration], None] | None = None) -> LoadSearch:
     """The fixed point of (distribution -> exact solver's list -> simulated distribution) at `rate_per_s` (module
-    docstring). `model` weighs the workload's traffic; `progress` hears each iteration as it ends."""
+    docstring). `model` weighs the workload's traffic; `first`: the exact solver's answer on it, when the caller has
+    it already (the same arguments); `progress` hears each iteration as it ends."""
     at_rate = load.at_rate(rate_per_s)
     iterations: list[LoadIteration] = []
     models: list[CostModel] = []
+    solves: list[ExactResult] = []
     dist_model = model
     previous: Sequence[int] = ()
     why = ""
     converged = False
     seen: list[list[list[Any]]] = []
     for index in range(max_iterations + 1):
-        best = exact_solve(dist_model, memory_buckets=memory_buckets, seconds=exact_seconds).best
+        solved = (first if index == 0 and first is not None else
+                  exact_solve(dist_model, memory_buckets=memory_buckets, seconds=exact_seconds))
+        solves.append(solved)
+        best = solved.best
         sizes = tuple(best.capture_sizes)
         # The list of the iteration before, again: its simulation (one seed) would be the same to the bit.
         points = (iterations[-1].points if iterations and sizes == tuple(previous) else
@@ -171,4 +179,4 @@ def load_aware_search(model: CostModel, load: Load, *, rate_per_s: float, max_it
     # Ties go to the later iterate: min over reversed indices keeps the last of equal keys.
     chosen = min(reversed(range(len(iterations))), key=lambda i: serves(iterations[i].points))
     return LoadSearch(at_rate, float(duration_s), tuple(iterations), converged, why, chosen, models[chosen],
-                      tpot_slo_ms)
+                      solves[chosen], tpot_slo_ms)
