@@ -109,14 +109,22 @@ def test_a_server_with_fewer_wider_steps_is_told_apart(hand_model: CostModel) ->
     assert a.server_steps == 6 and a.model_steps == 7 and a.width_error < 0
 
 
-def test_the_host_overhead_is_added_to_every_eager_step(hand_model: CostModel) -> None:
+def test_the_host_overhead_is_added_to_every_step_and_per_request_beyond_the_first(hand_model: CostModel) -> None:
     slower = with_host_overhead(hand_model, 0.75)
     for w in (1, 5, 8, 16):
         assert slower.step_latency_ms(w, False, []) == pytest.approx(eager_hand(w) + 0.75)
     run = schedule(slower, [], THREE)
     assert [round(x, 9) for x in run.steps.step_ms] == [eager_hand(w) + 0.75 for w in run.steps.tokens]
-    with pytest.raises(LoadError, match="overhead_ms"):
-        with_host_overhead(hand_model, float("nan"))
+    # 0.25 ms more per request the step carries beyond the first: a step of 5 requests pays 0.75 + 4 x 0.25.
+    per_request = with_host_overhead(hand_model, 0.75, 0.25)
+    assert per_request.step_latency_ms(5, True, [], query_len=1, num_reqs=5) == pytest.approx(eager_hand(5) + 1.75)
+    assert per_request.step_latency_ms(8, False, [], num_reqs=1) == pytest.approx(eager_hand(8) + 0.75)
+    run = schedule(per_request, [], THREE)
+    assert [round(x, 9) for x in run.steps.step_ms] == [
+        round(eager_hand(w) + 0.75 + 0.25 * (n - 1), 9) for w, n in zip(run.steps.tokens, run.steps.scheduled)]
+    for bad in ({"overhead_ms": float("nan")}, {"per_request_ms": float("inf")}):
+        with pytest.raises(LoadError, match=next(iter(bad))):
+            with_host_overhead(hand_model, **{"overhead_ms": 0.75, **bad})
 
 
 def test_an_empty_run_is_refused_with_the_reason(hand_model: CostModel) -> None:

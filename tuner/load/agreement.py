@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from tuner.load.scheduler import Schedule
 from tuner.workload.load import LoadError
 from tuner.model.costmodel import CostModel
-from tuner.profile.table import Profile
 from tuner.workload.traffic.metrics import TokenHistogram
 
 __all__ = ["Agreement", "bucket_counts", "compare_to_server", "histogram_counts", "observed_widths", "relative_error",
@@ -84,17 +83,29 @@ def relative_error(model: float | None, measured: float | None) -> float | None:
     return (model - measured) / measured
 
 
-def with_host_overhead(model: CostModel, overhead_ms: float) -> CostModel:
-    """The same cost model with every eager row `overhead_ms` slower: a profile times the model runner's forward, a
-    server's step also pays the engine's own work around it (scheduling, sampling, output processing, streaming),
-    measured separately and added here as one constant per step."""
-    if not math.isfinite(overhead_ms):
-        raise LoadError(f"overhead_ms={overhead_ms!r} must be finite")
-    p = model.profile
-    rows = [replace(r, latency_ms=r.latency_ms + overhead_ms) if r.mode == "eager" and r.latency_ms is not None else r
-            for r in p.rows]
-    settings: dict = model.settings()
-    return CostModel(Profile(rows, dict(p.metadata), p.path), model.workload, **settings)
+class _HostOverhead(CostModel):
+    """A cost model whose every step also pays the server's host work around the forward (with_host_overhead)."""
+
+    def __init__(self, model: CostModel, overhead_ms: float, per_request_ms: float) -> None:
+        super().__init__(model.profile, model.workload, **model.settings())
+        self.overhead_ms = overhead_ms
+        self.per_request_ms = per_request_ms
+
+    def step_latency_ms(self, num_tokens: int, uniform_decode: bool, capture_sizes: Sequence[int], *,
+                        query_len: int | None = None, num_reqs: int | None = None) -> float:
+        forward = super().step_latency_ms(num_tokens, uniform_decode, capture_sizes, query_len=query_len,
+                                          num_reqs=num_reqs)
+        return forward + self.overhead_ms + self.per_request_ms * (max(num_reqs or 1, 1) - 1)
+
+
+def with_host_overhead(model: CostModel, overhead_ms: float, per_request_ms: float = 0.0) -> CostModel:
+    """The same cost model with every step `overhead_ms` + `per_request_ms` x (its requests - 1) slower: a profile
+    times the model runner's forward, a server's step also pays the engine's own work around it (scheduling,
+    sampling, output processing and streaming, the last ones per request), measured separately and added here."""
+    for name, value in (("overhead_ms", overhead_ms), ("per_request_ms", per_request_ms)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise LoadError(f"{name}={value!r} must be finite")
+    return _HostOverhead(model, float(overhead_ms), float(per_request_ms))
 
 
 @dataclass(frozen=True)
