@@ -53,7 +53,8 @@ class Levels:
     def _row(self, node: int, pos: int) -> int:
         row = int(self.row_of[node, pos])
         if row < 0:
-            if self.used == len(self.rows):
+            # The last row is never handed out: a row index of -1 (no row) then reads inf, never a node's values.
+            if self.used == len(self.rows) - 1:
                 self.rows = np.concatenate([self.rows, np.full_like(self.rows, _INF)])
             row = self.used
             self.used += 1
