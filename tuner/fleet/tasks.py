@@ -17,7 +17,8 @@ from typing import Any
 from tuner.fleet.catalogue import Deployment
 from tuner.fleet.store import append_measured, deployment_dir, write_status
 
-__all__ = ["KILL_AFTER_ENV", "StageFailed", "TableWatch", "probe", "profile_task", "search_task", "validate_task"]
+__all__ = ["ARTIFACTS_DIR", "KILL_AFTER_ENV", "StageFailed", "TableWatch", "probe", "profile_task", "search_task",
+           "upload_artifacts", "validate_task"]
 
 KILL_AFTER_ENV = "CGTUNE_FLEET_TEST_KILL_AFTER_WIDTHS"
 """TEST-ONLY hook (tests/fleet): with this set to K in the driver's environment, a profile task SIGKILLs its own
@@ -25,6 +26,9 @@ worker process once the table holds K widths, the first time only (a marker file
 test sees Ray retry the task and the profile resume. Never set it outside a test."""
 
 _KILLED_MARKER = "test-killed-once"
+
+ARTIFACTS_DIR = "artifacts"
+"""The store's folder of the optuna studies' artifacts (`upload_artifacts`)."""
 
 
 class StageFailed(Exception):
@@ -186,9 +190,30 @@ def search_task(spec: dict[str, Any], store: str, storage: str | None, profiled:
             model = tuner.cost_model(load_workload(dep.workload_path), csv)
             result = tuner.search_capture_lists(model, trials=dep.trials, storage=storage)
             tuner.write_run(run_dir, model, result, command=command)
+            if storage is not None:
+                files = [csv, csv.with_suffix(".json"), *sorted(f for f in run_dir.iterdir() if f.is_file())]
+                ids = upload_artifacts(store_path, storage, result.study_name, files)
+                write_status(store_path, dep.name, "searching", study=result.study_name, artifacts=ids)
     except (ValueError, ValidationError) as exc:
         raise _fail(store_path, dep.name, "search", exc) from None
     return {"run_dir": str(run_dir)}
+
+
+def upload_artifacts(store: Path, storage: str, study_name: str, files: list[Path]) -> dict[str, str]:
+    """The files as artifacts of the search's optuna study (`optuna.artifacts`): their bytes under STORE/artifacts/
+    (a directory every node can write, like the rest of the store), their metadata (file name, artifact id) in the
+    study in `storage`, so whoever reads the study from PostgreSQL finds the profile and run files it was searched
+    on and wrote. Returns {file name: artifact id}; a file that is not there (a profile without its .json) is left
+    out."""
+    import optuna
+    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+    root = store / ARTIFACTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    artifact_store = FileSystemArtifactStore(str(root))
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    return {f.name: upload_artifact(artifact_store=artifact_store, file_path=str(f), study_or_trial=study)
+            for f in files if f.is_file()}
 
 
 def validate_task(spec: dict[str, Any], store: str, searched: dict[str, Any]) -> dict[str, Any]:
