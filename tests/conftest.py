@@ -1,8 +1,10 @@
-"""Markers: `gpu` tests skip without CUDA; `postgres` tests skip without a server URL (but CI requires them)."""
+"""Markers: `gpu` tests skip without CUDA; `postgres` tests skip without a server URL (but CI requires them); the
+`pg_url` fixture: a fresh database on that server per test."""
 
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
 
@@ -27,3 +29,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise pytest.UsageError("CGTUNE_REQUIRE_POSTGRES=1 but CGTUNE_TEST_POSTGRES_URL is not set")
             item.add_marker(pytest.mark.skip(
                 reason="no PostgreSQL server: run `eval \"$(scripts/ci_postgres.sh start)\"` to start one"))
+
+
+@pytest.fixture()
+def pg_url():
+    """A fresh database on the test server for each test, dropped afterwards."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    base = make_url(os.environ["CGTUNE_TEST_POSTGRES_URL"])
+    name = f"cgtune_fleet_{uuid.uuid4().hex[:10]}"
+    kw = dict(host=base.host, port=base.port, user=base.username, password=base.password, dbname=base.database)
+    conn = psycopg2.connect(**kw)
+    conn.autocommit = True
+    conn.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.close()

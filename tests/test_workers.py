@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -40,25 +39,6 @@ def inputs(tmp_path):
         tmp_path, SPEC, list(range(1, 65)), total_memory_bytes=400 * MIB,
         standalone_bytes=lambda w: 2 * w * MIB, delta_bytes=lambda w: 2 * MIB)
     return wl_path, profile, CostModel.from_files(profile, workload)
-
-
-@pytest.fixture()
-def pg_url():
-    """A fresh database on the test server for each test, dropped afterwards."""
-    import psycopg2
-    from sqlalchemy.engine import make_url
-
-    base = make_url(os.environ["CGTUNE_TEST_POSTGRES_URL"])
-    name = f"cgtune_fleet_{uuid.uuid4().hex[:10]}"
-    kw = dict(host=base.host, port=base.port, user=base.username, password=base.password, dbname=base.database)
-    conn = psycopg2.connect(**kw)
-    conn.autocommit = True
-    conn.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        conn.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.close()
 
 
 def create(url, inputs, n=BUDGET, **kw):
