@@ -1,6 +1,7 @@
 """`cgtune search --rate R --tpot-slo MS`: the list chosen at the load's fixed point, the iterations on the console
 and in search.json and summary.json, the lists' figures under the load in report.md with the TPOT-by-rate plot, a
-re-render that simulates nothing, and bad load flags refused in one line. The cliff profile (eager 4x the graph's per
+re-render that simulates nothing, a validation that emits another list simulating the lists again, and bad load flags
+refused in one line. The cliff profile (eager 4x the graph's per
 token) with traffic of 1..8 decoding requests: hand-made, a test fixture, never a measurement."""
 
 from __future__ import annotations
@@ -125,6 +126,38 @@ def test_a_search_without_rate_in_the_same_dir_drops_the_load_outputs(load_run, 
     assert "load" not in summary and summary["cost_model"]["load_steps"] is None
     assert not (again / "plots" / LOAD_PLOT).exists()
     assert "## Under the load" not in (again / "report.md").read_text()
+
+
+def test_a_validation_that_emits_another_list_puts_the_lists_under_the_load_again(load_run, tmp_path) -> None:
+    # The tuned list does not fit by the (scripted) measured memory, so validate emits the default and decides again:
+    # the decision's lists are then the default twice, and the load section follows them, the fixed point as recorded.
+    import shutil
+
+    from test_validate import ScriptedBackend  # the scripted device of the validate tests (plumbing, not accuracy)
+
+    from tuner.decision.run_dir import load_run as read_run
+    from tuner.validate.validation import validate_run
+
+    _, _, out, _ = load_run
+    again = tmp_path / "run"
+    shutil.copytree(out, again)
+    before = json.loads((again / "summary.json").read_text())["load"]
+    model, search = read_run(again)
+    t = search.chosen
+    too_much = (t.graph_estimate_bytes + model.budget.slack_bytes + 2**20) / t.graph_memory_bytes
+    record = validate_run(again, num_steps=200,
+                          backend=ScriptedBackend(model, memory_factor={t.capture_sizes[-1]: too_much}))
+    assert record["emitted"] == "default"
+    summary = json.loads((again / "summary.json").read_text())
+    facts = summary["load"]
+    assert facts["search"] == before["search"] == json.loads((again / "search.json").read_text())["load"]
+    assert summary["capture_sizes"] == list(model.default_sizes)
+    assert facts["at_rate"]["tuned"]["capture_sizes"] == list(model.default_sizes) != before["at_rate"]["tuned"][
+        "capture_sizes"]
+    # The emitted list is simulated afresh: its figures are the default's, which were simulated the same way.
+    assert facts["at_rate"]["tuned"] == facts["at_rate"]["default"] == before["at_rate"]["default"]
+    assert facts["sweep"]["tuned"] == before["sweep"]["default"]
+    assert "## Under the load" in (again / "report.md").read_text()
 
 
 def one_line(code: int, out: str, err: str, needle: str) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.load.cliff import OperatingPoints, max_stable_rate, operating_points
 from tuner.load.steady_state import LoadResult
-from tuner.search.load_aware import LoadSearch, serves
+from tuner.search.load_aware import LoadSearch, RecordedLoadSearch, serves
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
@@ -72,7 +72,7 @@ class LoadFacts:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__})
 
 
-def load_facts(model: CostModel, search: LoadSearch, lists: dict[str, Sequence[int]]) -> LoadFacts:
+def load_facts(model: CostModel, search: LoadSearch | RecordedLoadSearch, lists: dict[str, Sequence[int]]) -> LoadFacts:
     """Each of `lists` (name -> capture sizes) at the search's rate and over the sweep, and its highest held rate
     when the search has a TPOT target; a list the fixed point already simulated at the rate is not simulated again."""
     load, duration, tpot_slo_ms = search.load, search.duration_s, search.tpot_slo_ms

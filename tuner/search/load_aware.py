@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
     from tuner.workload.load import Load
 
-__all__ = ["DEFAULT_ITERATIONS", "LoadIteration", "LoadSearch", "averaged", "load_aware_search", "next_rows", "serves",
-           "step_rows"]
+__all__ = ["DEFAULT_ITERATIONS", "LoadIteration", "LoadSearch", "RecordedIteration", "RecordedLoadSearch", "averaged",
+           "load_aware_search", "next_rows", "recorded_load_search", "serves", "step_rows"]
 
 DEFAULT_ITERATIONS = 8
 """Fixed-point iterations at most after the expected-step answer."""
@@ -127,6 +127,52 @@ class LoadSearch:
         return {"rate_per_s": self.rate_per_s, "tpot_slo_ms": self.tpot_slo_ms, "duration_s": self.duration_s,
                 "converged": self.converged, "why": self.why, "chosen": self.chosen,
                 "iterations": [it.as_dict() for it in self.iterations]}
+
+
+@dataclass(frozen=True)
+class RecordedIteration:
+    """An iteration as search.json holds it: its list (the simulation is not stored, so it runs again)."""
+
+    capture_sizes: tuple[int, ...]
+    points: OperatingPoints | None = None
+
+
+@dataclass(frozen=True)
+class RecordedLoadSearch:
+    """A fixed point read back from search.json (`SearchResult.load_record`): what a re-decision needs to put its
+    lists under the same load again (`cgtune validate` emitting another list than the search chose), the record
+    itself kept as it was written."""
+
+    record: dict[str, Any]
+    load: Load
+    """The workload's load at the recorded rate."""
+
+    @property
+    def rate_per_s(self) -> float:
+        return float(self.record["rate_per_s"])
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.record["duration_s"])
+
+    @property
+    def tpot_slo_ms(self) -> float | None:
+        return self.record["tpot_slo_ms"]
+
+    @property
+    def iterations(self) -> tuple[RecordedIteration, ...]:
+        return tuple(RecordedIteration(tuple(it["capture_sizes"])) for it in self.record["iterations"])
+
+    def as_dict(self) -> dict[str, object]:
+        return self.record
+
+
+def recorded_load_search(model: CostModel, record: dict[str, Any]) -> RecordedLoadSearch:
+    """The fixed point `record` (search.json's `load`) describes, on `model`'s workload's `traffic.load`."""
+    load = model.workload.load
+    if load is None:
+        raise ValueError("search.json records a search under a load, but the run's workload has no traffic.load")
+    return RecordedLoadSearch(record, load.at_rate(float(record["rate_per_s"])))
 
 
 def load_aware_search(model: CostModel, load: Load, *, rate_per_s: float, max_iterations: int = DEFAULT_ITERATIONS,

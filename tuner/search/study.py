@@ -24,7 +24,7 @@ from tuner.search.study_buffer import StudyBuffer
 if TYPE_CHECKING:  # optuna stays out of the import graph of anything that only needs the exact solver
     import optuna
 
-    from tuner.search.load_aware import LoadSearch
+    from tuner.search.load_aware import LoadSearch, RecordedLoadSearch
 
 __all__ = [
     "OBJECTIVES",
@@ -139,7 +139,7 @@ class SearchResult:
     load_record: dict[str, Any] | None = None
     """The load-aware search's record (`--rate`: `tuner.search.load_aware.LoadSearch.as_dict`, kept in search.json);
     None for a search on the workload's traffic."""
-    load_search: LoadSearch | None = field(default=None, repr=False)
+    load_search: LoadSearch | RecordedLoadSearch | None = field(default=None, repr=False)
     """The load-aware search itself, while its process runs (not in search.json): the decision simulates its load."""
 
     def to_dict(self) -> dict[str, Any]:

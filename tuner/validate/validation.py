@@ -454,6 +454,11 @@ def _emit(run_dir: Path, model: CostModel, search: SearchResult, chosen: Evaluat
     from tuner.report.run import write_run
 
     replaced = dataclasses.replace(search, chosen=chosen, notes=list(search.notes) + [note])
+    if search.load_record is not None:
+        # The search ran under a load (--rate): the lists, the emitted one now among them, are put under it again.
+        from tuner.search.load_aware import recorded_load_search
+
+        replaced = dataclasses.replace(replaced, load_search=recorded_load_search(model, search.load_record))
     write_run(run_dir, model, decide(model, replaced), command="cgtune validate", copy_inputs=False)
 
 
