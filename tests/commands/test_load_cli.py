@@ -128,6 +128,26 @@ def test_a_search_without_rate_in_the_same_dir_drops_the_load_outputs(load_run, 
     assert "## Under the load" not in (again / "report.md").read_text()
 
 
+def test_with_workers_the_fleet_study_weighs_the_fixed_points_steps(load_run, capsys, tmp_path) -> None:
+    # The fixed point runs before the study is planned, so the spec every worker rebuilds its model from carries the
+    # simulated steps: one local worker on SQLite ends where the in-process search did, and the load section follows.
+    wl, profile, out, _ = load_run
+    fleet = tmp_path / "run"
+    code, stdout, err = run(capsys, "tune", wl, "--profile", profile, "--out", fleet, "--rate", "180", "--tpot-slo",
+                            "2", "--load-duration", "4", "--trials", "20", "--storage",
+                            f"sqlite:///{tmp_path / 'fleet.db'}", "--workers", "1", "--no-progress")
+    assert code == 0, err
+    assert "load: converged: iteration" in stdout
+    alone, workers = (json.loads((d / "summary.json").read_text()) for d in (out, fleet))
+    assert workers["cost_model"]["load_steps"] == alone["cost_model"]["load_steps"] and alone["cost_model"]["load_steps"]
+    assert workers["study"]["name"].endswith("-fleet") and "-load" in workers["study"]["name"]
+    assert workers["study"]["name"] == alone["study"]["name"] + "-fleet"
+    assert workers["load"]["search"] == alone["load"]["search"]
+    assert workers["capture_sizes"] == alone["capture_sizes"]
+    assert workers["load"]["at_rate"]["tuned"] == alone["load"]["at_rate"]["tuned"]
+    assert "## Under the load" in (fleet / "report.md").read_text()
+
+
 def test_a_validation_that_emits_another_list_puts_the_lists_under_the_load_again(load_run, tmp_path) -> None:
     # The tuned list does not fit by the (scripted) measured memory, so validate emits the default and decides again:
     # the decision's lists are then the default twice, and the load section follows them, the fixed point as recorded.

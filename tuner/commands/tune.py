@@ -86,10 +86,6 @@ class TuneCommand(Command):
             except ValidationError as exc:
                 raise UsageError(f"--validate: {exc}") from None
         fleet_url = None
-        if args.workers is not None and args.rate is not None:
-            # The fleet's workers rebuild the model from the study's record, before any load search has run.
-            raise UsageError("--rate: not with --workers (the fleet study searches the workload's traffic); run "
-                             "`cgtune tune --rate` without --workers")
         if args.workers is not None:
             from tuner.search.workers import FleetError, resolve_storage
 
@@ -153,7 +149,8 @@ class TuneCommand(Command):
         """Plan (or extend) the fleet study, run --workers local workers, and write DIR when every planned trial has
         run: `done`; `pending` when workers elsewhere still have to run it; `failed` when a local worker failed
         and left it unfinished."""
-        from tuner.commands.search import _check_out, _print_summary, choose_compact, model_from_args
+        from tuner.commands.search import (_check_out, _load_aware, _print_summary, check_load_args, choose_compact,
+                                           model_from_args)
         from tuner.search.workers import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
         from tuner.model.costmodel import ModelError
         from tuner.decision.record import decide
@@ -163,10 +160,18 @@ class TuneCommand(Command):
 
         workload = load_workload_arg(args.workload)
         _check_out(args.out)
+        check_load_args(workload, args)
+        fixed_point = None
         try:
             model = model_from_args(profile, workload, args)
             # A budget nothing meets fails before any write.
-            exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
+            exact = exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
+            if args.rate is not None:
+                # The fixed point first, here (deterministic: a rerun that writes DIR finds it again): its model,
+                # load steps included, is what the study's spec carries, so every worker weighs trials on it, and
+                # its own study name keeps it apart from a study of the workload's traffic.
+                fixed_point, load_s = _load_aware(model, workload, args, exact)
+                model = fixed_point.model
             name, enqueued = create_or_extend(
                 url, args.workload, profile, model, objective=args.objective, n_trials=args.trials, seed=args.seed,
                 memory_buckets=args.memory_buckets, heartbeat_interval_s=args.heartbeat_interval,
@@ -202,6 +207,9 @@ class TuneCommand(Command):
             raise UsageError(str(exc)) from None
         choose_compact(model, result, args)
         result.ship = args.ship
+        if fixed_point is not None:
+            result.load_search, result.load_record = fixed_point, fixed_point.as_dict()
+            result.timings["load_search_s"] = load_s
         decision = decide(model, result)
         written = write_run(args.out, model, decision, command=command_line("tune", args), plots=True, report=True)
         _print_summary(decision, written, args.out, model)
