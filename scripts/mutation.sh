@@ -91,7 +91,8 @@ TESTS[compact]='tests/test_compact.py'
 FILE[saving_interval]=tuner/search/saving_interval.py; GLOBS[saving_interval]='tuner.search.saving_interval.*'
 TESTS[saving_interval]='tests/test_saving_interval.py'
 FILE[check]=tuner/check/predictions.py; GLOBS[check]='tuner.check.predictions.*'
-TESTS[check]='tests/commands/test_check_cli.py tests/vllm/test_startup_log.py tests/test_calibration.py'
+TESTS[check]='tests/commands/test_check_cli.py tests/commands/test_check_rules.py tests/vllm/test_startup_log.py
+tests/test_calibration.py'
 FILE[outliers]=tuner/profile/outliers.py; GLOBS[outliers]='tuner.profile.outliers.*'
 TESTS[outliers]='tests/test_outliers.py -k not(wild_latency or per_width_csv or bytes_below)'
 FILE[validate]=tuner/validate/validation.py
