@@ -281,3 +281,67 @@ def test_with_memory_rounded_the_floor_probes_claim_only_what_brute_force_confir
     if choice.proven:
         brute, _ = brute_compact(m, candidates, tolerance)
         assert counted_bytes(m, c) == counted_bytes(m, brute) and c.expected_step_ms == pytest.approx(min(same))
+
+
+def test_a_known_list_faster_than_the_solvers_optimum_leaves_the_fastest_unproven(tmp_path):
+    # The solver proves the optimum over its candidates only: a known list outside them that is faster sets the
+    # reference, and then the reference is not a proven optimum, so neither it nor the choice is claimed proven.
+    m, candidates = random_case(tmp_path, 102, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
+    alone = choose_compact(m, 0.01, candidates=candidates)
+    assert alone.fastest_proven and alone.proven
+    faster = min((e for w in m.candidates if (e := m.evaluate(set(alone.evaluation.capture_sizes) | {w})).feasible),
+                 key=lambda e: e.expected_step_ms)
+    assert faster.expected_step_ms < alone.fastest_ms
+    with_known = choose_compact(m, 0.01, candidates=candidates, known=[faster])
+    assert with_known.fastest_ms == faster.expected_step_ms
+    assert not with_known.fastest_proven and not with_known.proven
+
+
+def test_a_choice_stopped_before_any_capped_solve_claims_no_floor(tmp_path):
+    # A clock one second later at every reading spends the whole budget in the first, uncapped solve: no capped
+    # solve runs, nothing is proven, so the floor claimed is 0 bytes (while the list found counts more).
+    m, candidates = random_case(tmp_path, 101, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
+    ticks = iter(range(10**6))
+    choice = choose_compact(m, 0.05, candidates=candidates, seconds=5, clock=lambda: float(next(ticks)))
+    assert choice.stopped_early and choice.solves == 0 and not choice.proven
+    assert counted_bytes(m, choice.evaluation) > 0 and choice.floor_bytes == 0
+
+
+def test_where_the_real_capture_may_outgrow_the_estimate_a_probe_one_byte_below_closes_the_floor(tmp_path):
+    # random_case 6: memory counted exactly, but the real capture may outgrow the estimate, so the kept levels prove
+    # nothing. The probe one byte below the least memory found proves that no list within the tolerance counts less:
+    # the floor is the compact list's own counted memory, brute force's least (the choice still unproven: its
+    # fastest list is not proven optimal).
+    m, candidates = random_case(tmp_path, 6)
+    choice = choose_compact(m, 0.05, candidates=candidates)
+    brute, _ = brute_compact(m, candidates, 0.05)
+    assert not choice.fastest_proven and not choice.proven
+    assert choice.floor_bytes == counted_bytes(m, choice.evaluation) == counted_bytes(m, brute) > 0
+
+
+@pytest.mark.parametrize("seed, shift", [(4, 8), (13, 6)])
+def test_with_memory_rounded_the_first_probe_that_proves_sets_the_floor(tmp_path, seed, shift):
+    # Four buckets round the memory, so the probes below the answer run at 1/256, 1/64, then 1/16 of its counted
+    # memory below it, stopping at the first proof. Here the probe 1/2^shift below proves (brute force agrees that
+    # nothing within the tolerance counts less): the floor is one byte above that probe's cap.
+    m, candidates = random_case(tmp_path, seed)
+    tolerance = (0.0, 0.01, 0.05, 0.2)[seed % 4]
+    choice = choose_compact(m, tolerance, candidates=candidates, memory_buckets=4)
+    hi = counted_bytes(m, choice.evaluation)
+    brute, _ = brute_compact(m, candidates, tolerance)
+    assert hi == counted_bytes(m, brute)
+    assert choice.floor_bytes == hi - (hi >> shift) + 1
+
+
+@pytest.mark.parametrize("seed, util, buckets", [(30, 1.0, 2048), (33, None, 4)])
+def test_a_probe_that_finds_a_faster_list_of_the_same_memory_takes_it(tmp_path, seed, util, buckets):
+    # Unproven cases (the real capture may outgrow the estimate; memory rounded to four buckets) where a capped solve
+    # finds a list counting exactly the least memory found but faster than the list holding it: the choice takes the
+    # faster one. Brute force: the choice is the least counted memory within 5% and the fastest list counting that.
+    m, candidates = random_case(tmp_path, seed, util=util)
+    choice = choose_compact(m, 0.05, candidates=candidates, memory_buckets=buckets)
+    brute, _ = brute_compact(m, candidates, 0.05)
+    c = choice.evaluation
+    assert not choice.proven and c.feasible
+    assert counted_bytes(m, c) == counted_bytes(m, brute)
+    assert c.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
