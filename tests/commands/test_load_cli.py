@@ -139,7 +139,8 @@ def test_with_workers_the_fleet_study_weighs_the_fixed_points_steps(load_run, ca
     assert code == 0, err
     assert "load: converged: iteration" in stdout
     alone, workers = (json.loads((d / "summary.json").read_text()) for d in (out, fleet))
-    assert workers["cost_model"]["load_steps"] == alone["cost_model"]["load_steps"] and alone["cost_model"]["load_steps"]
+    steps = alone["cost_model"]["load_steps"]
+    assert steps and workers["cost_model"]["load_steps"] == steps
     assert workers["study"]["name"].endswith("-fleet") and "-load" in workers["study"]["name"]
     assert workers["study"]["name"] == alone["study"]["name"] + "-fleet"
     assert workers["load"]["search"] == alone["load"]["search"]
