@@ -208,6 +208,10 @@ def test_past_its_time_budget_the_choice_says_so_and_claims_only_what_it_proved(
     assert choice.floor_bytes <= least
     unhurried = choose_compact(m, 0.05, candidates=candidates)
     assert unhurried.proven and not unhurried.stopped_early and counted_bytes(m, unhurried.evaluation) == least
+    # A budget its clock never spends (it stands still) changes nothing: the choice made with no budget at all.
+    still = choose_compact(m, 0.05, candidates=candidates, seconds=5, clock=lambda: 0.0)
+    assert still.proven and not still.stopped_early
+    assert still.evaluation.capture_sizes == unhurried.evaluation.capture_sizes
 
 
 def test_the_kept_levels_prove_most_cases_in_one_capped_solve(tmp_path):
