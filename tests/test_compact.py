@@ -214,6 +214,21 @@ def test_past_its_time_budget_the_choice_says_so_and_claims_only_what_it_proved(
     assert still.evaluation.capture_sizes == unhurried.evaluation.capture_sizes
 
 
+def test_the_capped_solves_keep_to_the_time_budget_and_its_clock(tmp_path):
+    # The fastest list solved already (as `cgtune search` hands it over), so the whole budget is left for the capped
+    # solves: a clock one second later at every reading spends it inside the first, which must stop there, not run
+    # past the user's --exact-seconds (with no budget, or the real clock's seconds, the same solve proves the choice).
+    m, candidates = random_case(tmp_path, 101, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
+    fastest = exact_solve(m, candidates=candidates)
+    ticks = iter(range(10**6))
+    choice = choose_compact(m, 0.05, candidates=candidates, fastest=fastest, seconds=5,
+                            clock=lambda: float(next(ticks)))
+    assert choice.solves == 1 and choice.stopped_early and not choice.proven
+    assert choice.evaluation.feasible and choice.evaluation.expected_step_ms <= choice.limit_ms + 1e-12
+    unhurried = choose_compact(m, 0.05, candidates=candidates, fastest=fastest)
+    assert unhurried.solves == 1 and unhurried.proven and not unhurried.stopped_early
+
+
 def test_the_kept_levels_prove_most_cases_in_one_capped_solve(tmp_path):
     # The compact choice costs one capped solve where the solver counts memory exactly (the floor probes are for
     # rounded memory and a real capture that could outgrow the estimate).
