@@ -12,12 +12,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the fixtures of the brute-force tests
 from handmade_profiles import MIB, handmade_profile, handmade_workload  # noqa: E402
-from test_exact import random_case  # noqa: E402
+from test_exact import UNPROVEN_SEEDS, random_case  # noqa: E402
 from test_exact_dynamic import dynamic_case  # noqa: E402
 from test_exact_scaling import StepClock, binding_case  # noqa: E402
 
 from tuner.model.costmodel import CostModel, Evaluation  # noqa: E402
-from tuner.search.exact import APPROXIMATED, KEPT, brute_force, exact_solve, improve_locally  # noqa: E402
+from tuner.search.exact import APPROXIMATED, KEPT, ROUNDED, brute_force, exact_solve, improve_locally  # noqa: E402
 from tuner.search.exact_program import counted_bytes  # noqa: E402
 
 KEEP_SEEDS = (0, 1, 2, 4, 8, 9)
@@ -80,11 +80,11 @@ def test_a_stopped_solve_names_the_time_budget_it_ran_out_of(tmp_path):
 
 @pytest.mark.parametrize("mode", ["FULL_AND_PIECEWISE", "NONE"])
 def test_nothing_to_search_answers_the_empty_list_proven(tmp_path, mode):
-    # No candidates (any mode), or no graphs at all (NONE): the empty list is the proven answer without a program,
-    # and it is kept within a latency only when it is within it.
-    m, candidates = random_case(tmp_path, 0, mode=mode)
+    # No candidates (any mode), or no graphs at all (NONE, even given widths to search: none is ever captured): the
+    # empty list is the proven answer without a program, and it is kept within a latency only when it is within it.
+    m, _ = random_case(tmp_path, 0, mode=mode)
     empty = m.evaluate(())
-    for cands in ([], candidates) if mode == "NONE" else ([],):
+    for cands in ([], [1, 2, 4, 8]) if mode == "NONE" else ([],):
         r = exact_solve(m, candidates=cands)
         assert r.best.capture_sizes == () and r.exact_memory and r.num_candidates == 0
         assert r.lower_bound_ms == empty.expected_step_ms and r.kept == ()
@@ -184,6 +184,28 @@ def test_where_the_real_capture_may_not_fit_the_bound_is_the_fastest_list_vllm_s
     assert not r.exact_memory and r.memory_unit_bytes % MIB == 0
     assert r.lower_bound_ms == pytest.approx(starts, abs=1e-12) and starts < r.best.expected_step_ms
 
+
+OUTGROW = "the real capture could outgrow vLLM's estimate by more than the memory vLLM does not request"
+
+
+@pytest.mark.parametrize("seed", sorted(UNPROVEN_SEEDS))
+def test_an_answer_the_real_capture_leaves_unproven_says_so(tmp_path, seed):
+    # Each unproven random case (memory counted exactly, utilization 0.99 or 1.0) gives the one reason a report
+    # prints, whether or not the real capture bound the answer found (seeds 6 and 38 it did, the others not).
+    m, candidates = random_case(tmp_path, seed)
+    r = exact_solve(m, candidates=candidates)
+    assert not r.exact_memory and r.unproven == (OUTGROW,)
+    assert OUTGROW in r.caveat()
+
+
+def test_an_answer_with_memory_rounded_names_the_unit_in_mib(tmp_path):
+    # Eight buckets over a budget of tens of MiB: units of several MiB, not counted exactly. The reason names the
+    # unit the program counted in (memory_unit_bytes) in MiB, to the thousandth.
+    m, candidates = random_case(tmp_path, 0)
+    r = exact_solve(m, candidates=candidates, memory_buckets=8)
+    assert r.rounded and r.memory_unit_bytes > MIB
+    [why] = [why for why in r.unproven if why.startswith(ROUNDED)]
+    assert why.endswith(f" {r.memory_unit_bytes / MIB:.3f} MiB")
 
 
 def test_a_list_counting_nothing_that_beats_the_empty_list_is_kept_before_it(tmp_path):

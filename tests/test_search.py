@@ -30,6 +30,17 @@ def test_budget_that_no_list_meets_is_an_error(tmp_path):
         exact_solve(m)
 
 
+def test_the_budget_error_names_the_kv_cache_left_and_required_in_gib(tmp_path):
+    # A 4096 MiB device at utilization 0.9 requests 3686.4 MiB; 2100 MiB of weights and a 50 MiB activation peak
+    # leave 1536.4 MiB (1.50 GiB) of KV cache without graphs, short of the 2 GiB the workload requires.
+    wl = handmade_workload(required_kv_gib=2.0)
+    path = handmade_profile(tmp_path, wl, [1, 2, 4, 8], total_memory_bytes=4096 * MIB, weights_bytes=2100 * MIB,
+                            activation_peak_bytes=50 * MIB)
+    m = CostModel.from_files(path, wl)
+    with pytest.raises(SearchError, match=r"KV cache 1\.50 GiB without graphs < required 2\.00 GiB$"):
+        exact_solve(m)
+
+
 def study_model(tmp_path, **kwargs):
     wl = handmade_workload(num_speculative_tokens=1, max_num_seqs=24, max_num_batched_tokens=64,
                            traffic={"requests": {"kind": "uniform", "min": 1, "max": 24}, "mixed_share": 0.2,
