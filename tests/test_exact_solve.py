@@ -4,6 +4,7 @@ unproven answer, the reason a stopped solve gives, and the solves with nothing t
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from itertools import combinations
 from pathlib import Path
@@ -69,10 +70,12 @@ def test_a_caveat_without_a_positive_lower_bound_claims_no_gap(proven, lb):
                           "no bound on its gap is proven")
 
 
-def test_a_stopped_solve_names_the_time_budget_it_ran_out_of(tmp_path):
+def test_a_stopped_solve_names_the_time_budget_it_ran_out_of(tmp_path, caplog):
     # binding_case 6 needs the levels program; an injected clock 10 s later at every reading stops it at its 5 s.
     m, candidates = binding_case(tmp_path, 6)
-    r = exact_solve(m, candidates=candidates, seconds=5.0, clock=StepClock(10.0))
+    with caplog.at_level(logging.INFO, logger="tuner.search.exact"):
+        r = exact_solve(m, candidates=candidates, seconds=5.0, clock=StepClock(10.0))
+    assert f"exact solver: stopped at its time budget after {r.seconds:.1f} s" in caplog.messages
     assert r.stopped_early and r.best.feasible
     assert r.unproven[0] == "stopped at its time budget of 5 s"
     assert "(stopped at its time budget of 5 s" in r.caveat()
