@@ -24,8 +24,10 @@
 # run takes 0.5-2 min per module; a mutant then about 1-2 s for the other engines' capture and defaults rules and the
 # interval, 10-30 s for vLLM's dispatch and memory rules (vLLM's own code, the oracle, joined their tests) and for the
 # cost model, 4-6 s for the solver's parts (brute-force cases) and up to a minute for `check` (its CLI runs), so a
-# 300-mutant draw of check, validate, compact or the solver outlasts the default budget. Module sizes: dispatch 227,
-# memory 179, costmodel 1344, exact 1515, exact_bounds 928, compact 353, check 720, validate 772 (its decision).
+# 300-mutant draw of check, validate, compact or the solver outlasts the default budget. A mutant that survives runs
+# every test it reaches: 1-3 min for exact and exact_bounds (2026-12-02, two draws side by side), so their draws take
+# hours; split a draw's names over two ONLY= runs (two OUT dirs) to use both cores. Module sizes: dispatch 227,
+# memory 179, costmodel 1344, exact 1033, exact_bounds 928, compact 326, check 720, validate 780 (its decision).
 # Score = (killed + timeout) / checked; "no tests" and survivors count against it. Read a survivor with
 # `cd $OUT/<module> && mutmut show NAME`.
 set -euo pipefail
