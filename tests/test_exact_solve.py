@@ -201,6 +201,15 @@ def test_an_answer_the_real_capture_leaves_unproven_says_so(tmp_path, seed):
     assert OUTGROW in r.caveat()
 
 
+@pytest.mark.parametrize("front_points", [0, 1])
+def test_a_solve_that_asks_for_no_front_still_proves_the_optimum(tmp_path, front_points):
+    # front_points <= 1 (the API's, no caller in the tool): the bounds start without the front's grid prices, and the
+    # answer is still brute force's optimum, proven.
+    m, candidates = random_case(tmp_path, 0)
+    r = exact_solve(m, candidates=candidates, front_points=front_points)
+    assert r.exact_memory
+    assert r.best.expected_step_ms == pytest.approx(brute_force(m, candidates).expected_step_ms, abs=1e-12)
+
 def test_an_answer_with_memory_rounded_names_the_unit_in_mib(tmp_path):
     # Eight buckets over a budget of tens of MiB: units of several MiB, not counted exactly. The reason names the
     # unit the program counted in (memory_unit_bytes) in MiB, to the thousandth.
