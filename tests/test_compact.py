@@ -217,7 +217,7 @@ def test_past_its_time_budget_the_choice_says_so_and_claims_only_what_it_proved(
 def test_the_capped_solves_keep_to_the_time_budget_and_its_clock(tmp_path):
     # The fastest list solved already (as `cgtune search` hands it over), so the whole budget is left for the capped
     # solves: a clock one second later at every reading spends it inside the first, which must stop there, not run
-    # past the user's --exact-seconds (with no budget, or the real clock's seconds, the same solve proves the choice).
+    # past the user's --exact-seconds (with no budget the same solve proves the choice).
     m, candidates = random_case(tmp_path, 101, mode="FULL_AND_PIECEWISE", runner="v2", util=0.9)
     fastest = exact_solve(m, candidates=candidates)
     ticks = iter(range(10**6))
