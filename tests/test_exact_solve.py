@@ -210,6 +210,7 @@ def test_a_solve_that_asks_for_no_front_still_proves_the_optimum(tmp_path, front
     assert r.exact_memory
     assert r.best.expected_step_ms == pytest.approx(brute_force(m, candidates).expected_step_ms, abs=1e-12)
 
+
 def test_an_answer_with_memory_rounded_names_the_unit_in_mib(tmp_path):
     # Eight buckets over a budget of tens of MiB: units of several MiB, not counted exactly. The reason names the
     # unit the program counted in (memory_unit_bytes) in MiB, to the thousandth.
