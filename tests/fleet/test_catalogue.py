@@ -168,3 +168,78 @@ def test_a_sweep_without_a_callback_is_followed_through_its_tables_metadata(tmp_
                 break
             time.sleep(0.01)
     assert seen == [2, 3]
+
+
+NODE = {"backend": "stand-in", "cgtune_version": "0.1.0", "vllm_version": None}
+
+
+def _done_under(tmp_path: Path, catalogue: dict) -> tuple[object, dict]:
+    """A deployment read from `catalogue` and its status written done under the fingerprint it has now."""
+    [dep] = load_catalogue(write(tmp_path, catalogue)).deployments
+    return dep, write_status(tmp_path / "store", dep.name, "done", fingerprint=fingerprint(dep, NODE))
+
+
+@pytest.mark.parametrize("field, then, now", [
+    ("backend", "auto", "stand-in"), ("max_widths", 8, 9), ("sizes", [4, 8], [4, 16]), ("warmup_ms", 5.0, 6.0),
+    ("rep_ms", 20.0, 21.0), ("min_reps", 3, 4), ("compile", False, True), ("trials", 10, 0),
+    ("validate_steps", 300, 0),
+])
+def test_a_result_made_under_other_deployment_settings_is_stale(tmp_path, field, then, now) -> None:
+    # Issue 44 (4): a settings change the fingerprint ignores would skip the deployment and keep a profile and a list
+    # made for the old settings. Each field of a deployment, changed alone, makes its stored result stale.
+    dep, status = _done_under(tmp_path, base(**{field: then}))
+    assert staleness(status, fingerprint(dep, NODE)) is None
+    [changed] = load_catalogue(write(tmp_path, base(**{field: now}))).deployments
+    assert getattr(changed, field) != getattr(dep, field)
+    assert staleness(status, fingerprint(changed, NODE)).startswith("settings was "), field
+
+
+def test_a_changed_serving_section_makes_the_result_stale_and_a_moved_identical_file_does_not(tmp_path) -> None:
+    spec = yaml.safe_load(Path(TINY).read_text())
+    first = tmp_path / "a" / "tiny.yaml"
+    first.parent.mkdir()
+    first.write_text(yaml.safe_dump(spec))
+    dep, status = _done_under(tmp_path, base(workload=str(first)))
+    moved = tmp_path / "b" / "tiny.yaml"  # the same workload elsewhere: the result is still its result
+    moved.parent.mkdir()
+    moved.write_text(first.read_text())
+    [same] = load_catalogue(write(tmp_path, base(workload=str(moved)))).deployments
+    assert staleness(status, fingerprint(same, NODE)) is None
+    for key, value in (("max_num_seqs", 192), ("gpu_memory_utilization", 0.8), ("max_model_len", 256),
+                       ("num_speculative_tokens", 1), ("max_num_batched_tokens", 2048)):
+        edited = {**spec, "serving": {**spec["serving"], key: value}}
+        moved.write_text(yaml.safe_dump(edited))
+        [changed] = load_catalogue(write(tmp_path, base(workload=str(moved)))).deployments
+        assert staleness(status, fingerprint(changed, NODE)).startswith("workload_hash was "), key
+
+
+def test_a_search_profile_whose_content_changed_makes_the_result_stale(tmp_path) -> None:
+    profile = tmp_path / "search.csv"
+    profile.write_text("a fixture: its bytes are hashed, never read as a profile here\n")
+    dep, status = _done_under(tmp_path, base(search_profile=str(profile)))
+    profile.write_text("another fixture\n")
+    [changed] = load_catalogue(write(tmp_path, base(search_profile=str(profile)))).deployments
+    assert staleness(status, fingerprint(changed, NODE)).startswith("settings was ")
+
+
+@pytest.mark.parametrize("key, value", [("backend", "vllm"), ("cgtune_version", "0.2.0"), ("vllm_version", "0.34.0")])
+def test_what_a_node_answers_differently_makes_the_result_stale(tmp_path, key, value) -> None:
+    dep, status = _done_under(tmp_path, base())
+    assert staleness(status, fingerprint(dep, {**NODE, key: value})) == f"{key} was {NODE[key]!r}, now {value!r}"
+
+
+def test_the_fingerprint_holds_every_key_the_currency_check_reads(tmp_path) -> None:
+    from tuner.fleet.store import FINGERPRINT_KEYS
+
+    dep, _ = _done_under(tmp_path, base())
+    now = fingerprint(dep, NODE)
+    assert set(now) == set(FINGERPRINT_KEYS)
+    assert now["settings"] == dep.settings_hash() and now["workload_hash"] == dep.workload_hash
+    # Every field of a deployment is either in the settings hash, or named by a fingerprint key of its own, or where it
+    # lies (a moved file is the same result), or its name (another name is another deployment).
+    from dataclasses import fields
+
+    outside = {"name", "workload_path", "workload_hash", "gpu_kind", "tensor_parallel_size", "search_profile"}
+    hashed = {f.name for f in fields(dep)} - outside
+    assert hashed == {"backend", "max_widths", "sizes", "warmup_ms", "rep_ms", "min_reps", "compile", "trials",
+                      "validate_steps"}

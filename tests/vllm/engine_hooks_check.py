@@ -73,7 +73,45 @@ def v2_checks(o: vo.Oracle) -> dict[str, Any]:
                                            0).cg_mode.name == got["vllm"]
         forced[str(width)] = got
     return {"sizes": list(r.sizes), "read": read, "expected": expected(o.pool.log), "uniform": uniform,
-            "forced": forced}
+            "forced": forced, "grid": forced_grid(o, manager)}
+
+
+def _desc(d: Any) -> list[Any]:
+    """Every field of a `BatchExecutionDescriptor`, so a descriptor built with two counts swapped shows."""
+    return [d.cg_mode.name, d.num_tokens, d.num_reqs, d.uniform_token_count, d.max_query_len, d.num_active_loras,
+            d.num_ubatches]
+
+
+def forced_grid(o: vo.Oracle, manager: Any) -> dict[str, Any]:
+    """The forced dispatch over a grid of batches, called as vLLM's runner calls `dispatch`: positionally
+    (num_reqs, num_tokens, uniform_token_count) with the rest by keyword (`dispatch_cg_and_sync_dp`, gpu/dp_utils.py),
+    and all by keyword (`attn_utils.py`'s fast-prefill padding). Requests and tokens differ in every batch but one-token
+    ones (uniform decode at q tokens a request, and mixed batches of 1..max_num_seqs requests), widths run past the
+    largest graph, and one-microbatch graphs meet a two-microbatch batch: an argument passed in another position picks
+    another graph or builds another descriptor. Each entry: [num_reqs, num_tokens, uniform, ubatches, way, vLLM's own
+    descriptor, {mode: forced descriptor or "LookupError"}]; `captured`: every captured descriptor."""
+    rows = []
+    batches = [(n, n * Q, Q) for n in range(1, 9)] + [(n, t, None) for t in (1, 3, 10, 17, 31, 40, 100)
+                                                       for n in (1, 2, 5, 8) if n <= t]
+    calls = {
+        "positional": lambda fn, n, t, u, ub: fn(n, t, u, num_active_loras=0, max_query_len=None, num_ubatches=ub),
+        "keywords": lambda fn, n, t, u, ub: fn(num_reqs=n, num_tokens=t, uniform_token_count=u, num_active_loras=0,
+                                               num_ubatches=ub),
+    }
+    for n, t, u in batches:
+        for ub in (1, 2):
+            for way, call in calls.items():
+                own = _desc(call(manager.dispatch, n, t, u, ub))
+                got: dict[str, Any] = {}
+                for mode in ("none", "piecewise", "full"):
+                    try:
+                        with hooks.forced_dispatch(manager, mode):
+                            got[mode] = _desc(call(manager.dispatch, n, t, u, ub))
+                    except LookupError:
+                        got[mode] = "LookupError"
+                rows.append([n, t, u, ub, way, own, got])
+    captured = [_desc(d) for descs in manager._capture_descs.values() for d in descs]
+    return {"rows": rows, "captured": captured, "max_num_seqs": 8}
 
 
 def v1_checks(o: vo.Oracle) -> dict[str, Any]:

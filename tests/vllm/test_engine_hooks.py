@@ -75,6 +75,40 @@ def test_forced_dispatch_runs_the_mode_asked_with_vllms_own_padding(checks):
     assert forced["40"]["piecewise"].startswith("LookupError") and forced["40"]["full"].startswith("LookupError")
 
 
+def _by_hand(captured: list[list[Any]], mode: str, num_reqs: int, num_tokens: int, uniform: int | None,
+             ubatches: int) -> list[Any] | str:
+    """The graph of `mode` a batch replays, from the rule alone: the narrowest captured graph of that mode at least as
+    wide, holding at least its requests (None: any), of its uniform token count (None: any), for its microbatches."""
+    fits = [d for d in captured if d[0] == mode.upper() and d[1] >= num_tokens and (d[2] is None or d[2] >= num_reqs)
+            and (d[3] is None or d[3] == uniform) and d[6] == ubatches]
+    return min(fits, key=lambda d: d[1]) if fits else "LookupError"
+
+
+def test_forced_dispatch_passes_requests_and_tokens_where_vllm_reads_them(checks):
+    # Issue 44 (3): a wrapper that hands vLLM's dispatch, its compatibility test or the eager descriptor its counts in
+    # another order times another graph, or an eager step of another width. Every batch of the grid has more tokens than
+    # requests (but one-token ones), and the wrapper is called both ways vLLM's runner calls `dispatch`.
+    grid = checks["v2"]["grid"]
+    captured, rows = grid["captured"], grid["rows"]
+    assert {d[0] for d in captured} == {"FULL", "PIECEWISE"}
+    lookups = 0
+    for num_reqs, num_tokens, uniform, ubatches, way, own, forced in rows:
+        where = (num_reqs, num_tokens, uniform, ubatches, way)
+        # Eager: vLLM's own NONE descriptor for the batch, every field as vLLM's dispatch would build it.
+        assert forced["none"] == ["NONE", num_tokens, num_reqs, None, None, 0, ubatches], where
+        for mode in ("piecewise", "full"):
+            assert forced[mode] == _by_hand(captured, mode, num_reqs, num_tokens, uniform, ubatches), (where, mode)
+            lookups += forced[mode] == "LookupError"
+        # Where vLLM itself picks a mode, forcing that mode is vLLM's own choice, to the field.
+        assert forced[own[0].lower()] == own, where
+    assert 0 < lookups < 2 * len(rows)
+    # Both calling conventions reach the same graphs.
+    by_way: dict[str, list[Any]] = {}
+    for row in rows:
+        by_way.setdefault(row[4], []).append(row[:4] + row[5:])
+    assert by_way["positional"] == by_way["keywords"]
+
+
 def test_kv_bytes_per_token_is_vllms_page_size_over_its_block(checks):
     for case in checks["kv"]:
         by_hand = 2 * case["layers"] * case["heads"] * case["head_dim"] * {"float32": 4}.get(case["dtype"], 2)
