@@ -1,5 +1,6 @@
 """Markers: `gpu` tests skip without CUDA; `postgres` tests skip without a server URL (but CI requires them); the
-`pg_url` fixture: a fresh database on that server per test."""
+`pg_url` fixture: a fresh database on that server per test. A workload that does not pin `serving.vllm_version` runs
+under vLLM 0.33's rules here (the suite's 0.33 tests), whatever vLLM is installed: 0.34's tests pin 0.34."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ import os
 import uuid
 
 import pytest
+
+from tuner.engines.vllm.versions import VERSION_ENV
+
+# Set before any workload is read, and inherited by every command a test runs: without it the rules would follow
+# whichever vLLM this machine has installed (CI installs 0.33's code for the oracle) or cgtune's default (0.34).
+os.environ[VERSION_ENV] = "0.33"
 
 
 def _cuda_available() -> bool:

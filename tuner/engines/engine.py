@@ -8,7 +8,7 @@ at its own edge (`in_engine_unit`, its files and its words)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -67,6 +67,11 @@ class GraphDispatcher(Protocol):
                  ) -> Dispatch: ...
 
     def uniform_token_counts(self, query_lens: np.ndarray, uniform: np.ndarray) -> np.ndarray: ...
+
+    def dispatch_steps(self, widths: np.ndarray, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`dispatch` of many steps (their uniform token counts, 0: none): (runtime mode, padded width (0: eager),
+        the FULL pad width a decode graph was looked for at (0: none))."""
+        ...
 
 
 class KvRule(Protocol):
@@ -273,6 +278,18 @@ class Engine(ABC):
     @abstractmethod
     def widest_sizes(self) -> tuple[int, ...]:
         """The engine's own grid lifted to its widest decode batch (so every decode batch gets a graph)."""
+
+    def normalise(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
+        """A list as the engine's config keeps it: sizes within the token budget, deduplicated and sorted."""
+        return tuple(sorted({int(s) for s in capture_sizes if 1 <= int(s) <= self.serving.max_num_batched_tokens}))
+
+    def every_key(self, top_width: int) -> Sequence[int]:
+        """Every size a list could hold for steps up to `top_width` tokens (the ideal list: a graph for each)."""
+        return range(1, top_width + 1)
+
+    def key_widths(self, keys: Sequence[int]) -> list[int]:
+        """The token widths of the graphs a list's keys make, ascending (a list of token widths: its own)."""
+        return sorted(set(keys))
 
     def in_engine_unit(self, capture_sizes: Sequence[int]) -> list[int]:
         """A list of token widths in the engine's unit (token engines: unchanged)."""

@@ -10,7 +10,7 @@ from tuner.engines.engine import Engine
 from tuner.engines.serving import ServingConfig
 from tuner.engines.sglang.engine import SglangEngine
 from tuner.engines.trtllm.engine import TrtllmEngine
-from tuner.engines.vllm.engine import VllmEngine
+from tuner.engines.vllm.releases import Vllm
 
 __all__ = ["ENGINES", "ENGINE_FILES", "engine_class", "engine_of", "register"]
 
@@ -44,5 +44,5 @@ def register(engine: type[Engine]) -> type[Engine]:
     return engine
 
 
-for _engine in (VllmEngine, SglangEngine, TrtllmEngine):
+for _engine in (Vllm, SglangEngine, TrtllmEngine):
     register(_engine)

@@ -16,7 +16,7 @@ import numpy as np
 from tuner.engines.engine import Deployment, Engine, Speculation
 from tuner.engines.serving import VLLM_ONLY_FIELDS, ServingConfig, read_serving
 from tuner.engines.vllm.defaults import CaptureDefaults
-from tuner.engines.vllm.dispatch import Dispatch
+from tuner.engines.vllm.dispatch import Dispatch, dispatch_steps
 from tuner.fields import FieldReader, WorkloadError
 
 if TYPE_CHECKING:
@@ -109,6 +109,10 @@ class RequestDispatcher:
     def uniform_token_counts(self, query_lens: np.ndarray, uniform: np.ndarray) -> np.ndarray:
         """Per step, the query length a decode step is dispatched at (0: not a decode step)."""
         return np.where(uniform, query_lens, 0)
+
+    def dispatch_steps(self, widths: np.ndarray, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`dispatch` of many steps at once, as vLLM's dispatcher does it (`tuner.engines.vllm.dispatch`)."""
+        return dispatch_steps(self, widths, utc)
 
     def dispatch(self, num_tokens: int, *, uniform_decode: bool = False, query_len: int | None = None) -> Dispatch:
         if num_tokens < 1:

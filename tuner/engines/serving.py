@@ -10,6 +10,9 @@ from typing import Any
 
 from tuner.engines.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES
 from tuner.engines.vllm.runner import MODEL_RUNNERS
+from tuner.engines.vllm.v034.settings import SETTING_FIELDS as VLLM_034_FIELDS
+from tuner.engines.vllm.v034.settings import read_034_settings
+from tuner.engines.vllm.versions import VERSIONS, resolve_version
 from tuner.fields import FieldReader, WorkloadError
 
 __all__ = ["MAX_CAPABILITY_MAJOR", "VLLM_ONLY_FIELDS", "ServingConfig", "parse_capability", "read_serving"]
@@ -17,7 +20,8 @@ __all__ = ["MAX_CAPABILITY_MAJOR", "VLLM_ONLY_FIELDS", "ServingConfig", "parse_c
 GIB = 1 << 30
 
 VLLM_ONLY_FIELDS = ("gpu_memory_utilization", "cudagraph_mode", "performance_mode", "max_cudagraph_capture_size",
-                    "cudagraph_capture_sizes", "speculative_schedule", "model_runner", "estimate_cudagraph_memory")
+                    "cudagraph_capture_sizes", "speculative_schedule", "model_runner", "estimate_cudagraph_memory",
+                    "vllm_version", *VLLM_034_FIELDS)
 """Serving fields only vLLM has: another engine's workload may not set them."""
 
 
@@ -68,7 +72,11 @@ class ServingConfig:
     """Tokens one request puts in a decode step as the engine resolved its speculative settings (SGLang:
     speculative_num_draft_tokens); None: 1 + num_speculative_tokens."""
     engine_settings: Any = None
-    """The engine's own settings (a frozen dataclass of its rulebook; None: it has none beyond these)."""
+    """The engine's own settings (a frozen dataclass of its rulebook; None: it has none beyond these). vLLM 0.34: its
+    split capture knobs and extensible KV cache (`tuner.engines.vllm.v034.settings.Vllm034Settings`)."""
+    vllm_version: str | None = None
+    """The vLLM release the deployment runs (`tuner.engines.vllm.versions.VERSIONS`), as the workload resolved it;
+    None: resolved when the engine is bound (`resolve_version`: --vllm-version, the installed vLLM, the default)."""
 
     @property
     def decode_query_len(self) -> int:
@@ -90,7 +98,16 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
         raise WorkloadError(f"{r.at('max_num_seqs')}: {max_num_seqs} must be <= max_num_batched_tokens={mnbt} (vLLM "
                             f"refuses a max_num_seqs above max_num_batched_tokens at start-up)")
     max_model_len = r.int("max_model_len", 8192, minimum=1)
-    util = r.float("gpu_memory_utilization", 0.9, minimum=0.0, maximum=1.0, exclusive_minimum=True)
+    version = _vllm_version(r) if engine == "vllm" else None
+    settings_034 = read_034_settings(r) if engine == "vllm" else None
+    if version == "0.33":
+        given = [key for key in VLLM_034_FIELDS if r.has(key)]
+        if given:
+            raise WorkloadError(f"{r.at(given[0])}: a vLLM 0.34 setting, but serving.vllm_version is 0.33 (0.33 "
+                                f"captures one list: cudagraph_capture_sizes)")
+    # vLLM 0.34 requests all device memory by default where its KV cache is sized after capture (0.92 without).
+    util_default = 0.9 if version != "0.34" else (1.0 if settings_034 and settings_034.extensible_kv_cache else 0.92)
+    util = r.float("gpu_memory_utilization", util_default, minimum=0.0, maximum=1.0, exclusive_minimum=True)
     required_gib = r.float("required_kv_gib", None, minimum=0.0, exclusive_minimum=True)
     sizes = r.raw("cudagraph_capture_sizes")
     if sizes is not None:
@@ -117,16 +134,31 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
         model_runner=r.str("model_runner", "auto", choices=MODEL_RUNNERS),
         estimate_cudagraph_memory=r.bool("estimate_cudagraph_memory", True),
     )
-    settings, tokens_per_request = None, None
+    settings, tokens_per_request = (settings_034 if version == "0.34" else None), None
     if own is not None:
         settings, tokens_per_request, shared["num_speculative_tokens"] = own(spec_tokens)
     config = ServingConfig(**shared, speculative_method=speculative_method, parallel_drafting=parallel_drafting,
-                           engine=engine, tokens_per_request=tokens_per_request, engine_settings=settings)
+                           engine=engine, tokens_per_request=tokens_per_request, engine_settings=settings,
+                           vllm_version=version)
     r.done()
     if config.speculative_method is not None and config.decode_query_len <= 1:
         raise WorkloadError(f"{r.at('num_speculative_tokens')}: {spec_tokens} must be >= 1 with speculative.method="
                             f"{config.speculative_method!r}")
     return config
+
+
+def _vllm_version(r: FieldReader) -> str:
+    """`serving.vllm_version` resolved (`auto` or absent: --vllm-version, the installed vLLM, the default)."""
+    value = r.raw("vllm_version", "auto")
+    # YAML reads an unquoted 0.34 as a number: the version it spells.
+    requested = f"{value:g}" if isinstance(value, float) else value
+    if requested not in ("auto", *VERSIONS):
+        raise WorkloadError(f"{r.at('vllm_version')}: {value!r} must be one of auto, {', '.join(VERSIONS)} (the vLLM "
+                            f"releases cgtune speaks; another version's rules are not modelled)")
+    try:
+        return resolve_version(requested)
+    except ValueError as exc:
+        raise WorkloadError(f"{r.at('vllm_version')}: {exc}") from None
 
 
 MAX_CAPABILITY_MAJOR = 12

@@ -595,33 +595,12 @@ class CostModel:
         graph each replays (logits for its real tokens) or `out`, its eager latency (written over where a graph
         replays). The FULL pad width is the one a uniform step's FULL graph is looked for at (0: none at or above
         it), whether or not a graph there holds it."""
-        modes = np.full(len(w), "NONE", dtype=object)
-        padded = np.zeros(len(w), dtype=np.int64)
-        full_at = np.zeros(len(w), dtype=np.int64)
-        pending = np.ones(len(w), dtype=bool)
-        if d.decode_graphs:
-            # The FULL graphs at the padded width (V2: the smallest FULL width >= T; V1: the next size of the
-            # list) replay only if one of them holds the step's uniform token count.
-            pad_to = np.array(d.full_pad_sizes, dtype=np.int64)
-            idx = np.minimum(np.searchsorted(pad_to, w, side="left"), len(pad_to) - 1)
-            at = pad_to[idx]
-            full_at = np.where((at >= w) & (utc > 0), at, 0)
-            big = int(max(self.q, int(utc.max(initial=0)))) + 1
-            held = np.array([width * big + ql for width, ql in d.decode_graphs], dtype=np.int64)
-            hit = (at >= w) & (utc > 0) & np.isin(at * big + utc, held)
-            if d.exact:  # TensorRT-LLM without padding: only an exactly captured width
-                hit &= at == w
+        modes, padded, full_at = d.dispatch_steps(w, utc)
+        for mode in ("FULL", "PIECEWISE"):
+            # FULL: decode graphs, or (cudagraph_mode FULL) the mixed graphs; PIECEWISE: the mixed graphs.
+            hit = modes == mode
             if np.any(hit):
-                out[hit] = self.graph_body_ms(at[hit], "FULL") + logits[hit]
-                modes[hit], padded[hit] = "FULL", at[hit]
-            pending &= ~hit
-        mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)
-        if len(mixed) and self.mixed_mode != "NONE":
-            idx = np.searchsorted(mixed, w, side="left")
-            sel = pending & (idx < len(mixed))
-            if np.any(sel):
-                out[sel] = self.graph_body_ms(mixed[idx[sel]], self.mixed_mode) + logits[sel]
-                modes[sel], padded[sel] = self.mixed_mode, mixed[idx[sel]]
+                out[hit] = self.graph_body_ms(padded[hit], mode) + logits[hit]
         return out, modes, padded, full_at
 
     def _dispatcher(self, sizes: Sequence[int]) -> GraphDispatcher:
@@ -773,8 +752,7 @@ class CostModel:
 
     # ------------------------------------------------------------------ all together
     def _normalise(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
-        # vLLM drops explicit sizes above the token budget, deduplicates and sorts.
-        return tuple(sorted({int(s) for s in capture_sizes if 1 <= int(s) <= self.serving.max_num_batched_tokens}))
+        return self.engine.normalise(capture_sizes)
 
     def _runs(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
         """The list the runner captures (V1's rewrite applied); an unrunnable list runs nothing."""
@@ -881,5 +859,4 @@ class CostModel:
 
     def ideal(self) -> Evaluation:
         """Every width a step can have captured, memory ignored: each step replays a graph of its own width."""
-        top = int(self._widths.max())
-        return self.evaluate(range(1, top + 1))
+        return self.evaluate(self.engine.every_key(int(self._widths.max())))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "CUDAGRAPH_MODES",
@@ -42,6 +43,9 @@ class CaptureDefaults:
     """Uniform decode widths `n * q` (n <= the tier's max requests) above `max_size`: they run eager."""
     warnings: list[str] = field(default_factory=list)
     """vLLM's warnings for this config (e.g. the silent truncation of a user max)."""
+    split: Any = None
+    """vLLM 0.34: both lists as its config resolves them (`tuner.engines.vllm.v034.defaults.SplitSizes`); `sizes`
+    then holds their keys (decode request counts negated)."""
 
 
 def capture_ceiling(gpu_capability: tuple[int, int]) -> int:

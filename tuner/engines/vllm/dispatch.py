@@ -12,7 +12,8 @@ import numpy as np
 
 from tuner.engines.vllm.defaults import CUDAGRAPH_MODES
 
-__all__ = ["Dispatch", "Dispatcher", "full_decode_sizes", "manager_graphs", "mode_parts", "uniform_token_count"]
+__all__ = ["Dispatch", "Dispatcher", "dispatch_steps", "full_decode_sizes", "manager_graphs", "mode_parts",
+           "uniform_token_count"]
 
 # (decode_mode, mixed_mode, separate decode routine) per CUDAGraphMode, as vLLM's enum defines them.
 _MODE_PARTS: dict[str, tuple[str, str, bool]] = {
@@ -99,6 +100,39 @@ def uniform_token_count(runner: str, decode_query_len: int, query_len: int | Non
     if runner == "v1":
         return query_len if query_len == decode_query_len else None
     return query_len if uniform_decode else None
+
+
+def dispatch_steps(d: object, widths: np.ndarray, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`dispatch` of many steps for a dispatcher shaped like `Dispatcher` (its `decode_graphs`, `full_pad_sizes`,
+    `mixed_graph_sizes`, `mixed_mode`, `exact`): (mode, padded width (0: eager), FULL pad width (0: none)). A uniform
+    step (utc > 0) pads to its FULL pad width (V2: the smallest FULL width >= T; V1: the next size of the list) and
+    replays FULL only if a graph there holds its uniform token count; the rest replay the mixed graph at the smallest
+    size >= T, or run eager."""
+    n = len(widths)
+    modes = np.full(n, "NONE", dtype=object)
+    padded = np.zeros(n, dtype=np.int64)
+    full_at = np.zeros(n, dtype=np.int64)
+    pending = np.ones(n, dtype=bool)
+    decode_graphs = d.decode_graphs  # type: ignore[attr-defined]
+    if decode_graphs:
+        pad_to = np.array(d.full_pad_sizes, dtype=np.int64)  # type: ignore[attr-defined]
+        idx = np.minimum(np.searchsorted(pad_to, widths, side="left"), len(pad_to) - 1)
+        at = pad_to[idx]
+        full_at = np.where((at >= widths) & (utc > 0), at, 0)
+        big = int(max(max(q for _, q in decode_graphs), int(utc.max(initial=0)))) + 1
+        held = np.array([width * big + ql for width, ql in decode_graphs], dtype=np.int64)
+        hit = (at >= widths) & (utc > 0) & np.isin(at * big + utc, held)
+        if d.exact:  # type: ignore[attr-defined]  # TensorRT-LLM without padding: only an exactly captured width
+            hit &= at == widths
+        modes[hit], padded[hit] = "FULL", at[hit]
+        pending &= ~hit
+    mixed = np.array(d.mixed_graph_sizes, dtype=np.int64)  # type: ignore[attr-defined]
+    mixed_mode = d.mixed_mode  # type: ignore[attr-defined]
+    if len(mixed) and mixed_mode != "NONE":
+        idx = np.searchsorted(mixed, widths, side="left")
+        sel = pending & (idx < len(mixed))
+        modes[sel], padded[sel] = mixed_mode, mixed[idx[sel]]
+    return modes, padded, full_at
 
 
 @dataclass(frozen=True)
@@ -198,6 +232,10 @@ class Dispatcher:
         """The widths a uniform step pads up to before its FULL decode graph is looked for: V2 the FULL graphs'
         widths, V1 the next size of the list."""
         return self.capture_sizes if self.runner == "v1" else self.decode_graph_sizes
+
+    def dispatch_steps(self, widths: np.ndarray, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`dispatch` of many steps at once (`dispatch_steps`)."""
+        return dispatch_steps(self, widths, utc)
 
     def uniform_token_counts(self, query_lens: np.ndarray, uniform: np.ndarray) -> np.ndarray:
         """`uniform_token_count` of many steps at once (0: not uniform), for steps' query lengths (0: they differ)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,7 +138,12 @@ def env_prefix(environment: Sequence[tuple[str, str, str]]) -> str:
     return "".join(f"{name}={shlex.quote(value)} " for name, value, _ in environment)
 
 
-def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> dict[str, object]:
+CompilationConfig = Callable[[Sequence[int], str], dict[str, object]]
+"""A version's `--compilation-config` mapping of a list and a cudagraph mode (0.33: `compilation_config`)."""
+
+
+def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str,
+                 compilation: CompilationConfig = compilation_config) -> dict[str, object]:
     """The `vllm serve --config` mapping (keys are CLI flag names, in the order a reader checks them)."""
     s = settings
     return {
@@ -151,14 +156,15 @@ def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: 
         "gpu-memory-utilization": s.gpu_memory_utilization,
         **({"enforce-eager": True} if s.enforce_eager else {}),
         **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
-        "compilation-config": compilation_config(sizes, cudagraph_mode),
+        "compilation-config": compilation(sizes, cudagraph_mode),
     }
 
 
-def flag_args(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> list[str]:
+def flag_args(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str,
+              compilation: CompilationConfig = compilation_config) -> list[str]:
     """The same settings as `vllm serve MODEL` arguments (the model stays positional: not among them)."""
     args: list[str] = []
-    for key, value in serve_config(sizes, settings, cudagraph_mode).items():
+    for key, value in serve_config(sizes, settings, cudagraph_mode, compilation).items():
         if key == "model":
             continue
         if value is True:
@@ -168,21 +174,27 @@ def flag_args(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str
     return args
 
 
-def flag_line(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str) -> str:
+def flag_line(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str,
+              compilation: CompilationConfig = compilation_config) -> str:
     """`--max-num-seqs N ... --compilation-config '{...}'`, shell-quoted, to append to `vllm serve MODEL`."""
-    return shlex.join(flag_args(sizes, settings, cudagraph_mode))
+    return shlex.join(flag_args(sizes, settings, cudagraph_mode, compilation))
 
 
 def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mode: str,
-                 provenance: Provenance) -> dict[str, str]:
+                 provenance: Provenance, compilation: CompilationConfig | None = None) -> dict[str, str]:
     """File name -> text for the three files; validates the list first (EmitError). The YAML and the flag file carry
-    every setting the tuning assumed, the environment it needs and what a placeholder stands for, as comments."""
+    every setting the tuning assumed, the environment it needs and what a placeholder stands for, as comments.
+    `compilation`: another version's compilation config, its list already validated by that version's rules (None:
+    0.33's, validated here)."""
     values = sorted({int(s) for s in sizes})
-    if values and cudagraph_mode != "NONE":
-        validate_capture_sizes(values, max_num_seqs=settings.max_num_seqs,
-                               num_speculative_tokens=settings.num_speculative_tokens,
-                               max_num_batched_tokens=settings.max_num_batched_tokens, cudagraph_mode=cudagraph_mode)
-    cc = compilation_config(values, cudagraph_mode)
+    if compilation is None:
+        compilation = compilation_config
+        if values and cudagraph_mode != "NONE":
+            validate_capture_sizes(values, max_num_seqs=settings.max_num_seqs,
+                                   num_speculative_tokens=settings.num_speculative_tokens,
+                                   max_num_batched_tokens=settings.max_num_batched_tokens,
+                                   cudagraph_mode=cudagraph_mode)
+    cc = compilation(values, cudagraph_mode)
     # JSON has no comments and vLLM rejects unknown keys, so provenance lives in the other two files.
     cc_text = json.dumps(cc, indent=2) + "\n"
     comments = "".join(f"# {line}\n" for line in provenance.lines())
@@ -191,10 +203,10 @@ def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mod
     comments += "".join(f"# {note}\n" for note in settings.notes)
     env = env_prefix(settings.environment)
     serve_text = (comments + f"# usage: {env}vllm serve --config {SERVE_YAML_FILE}\n"
-                  + yaml.safe_dump(serve_config(values, settings, cudagraph_mode), sort_keys=False,
+                  + yaml.safe_dump(serve_config(values, settings, cudagraph_mode, compilation), sort_keys=False,
                                    default_flow_style=None, width=100))
     flags_text = (comments + f"# usage: {env}vllm serve {shlex.quote(settings.model)} <the line below>\n"
-                  + flag_line(values, settings, cudagraph_mode) + "\n")
+                  + flag_line(values, settings, cudagraph_mode, compilation) + "\n")
     return {COMPILATION_CONFIG_FILE: cc_text, SERVE_YAML_FILE: serve_text, FLAGS_FILE: flags_text}
 
 

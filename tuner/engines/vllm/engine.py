@@ -63,8 +63,14 @@ class VllmEngine(Engine):
     exports_vllm_metrics = True
     peer_rows = ("sglang",)
 
+    version = "0.33"
+    """The vLLM release whose rules this class answers with (`tuner.engines.vllm.versions.VERSIONS`)."""
+    split_lists = False
+    """A list is one list of token widths (0.34: two lists, as keys)."""
+
     @classmethod
     def bind(cls, serving: ServingConfig) -> VllmEngine:
+        """The model runner's class (the release is `tuner.engines.vllm.releases`' to pick)."""
         runner = resolve_model_runner(serving.model_runner, serving.speculative_method,
                                       parallel_drafting=serving.parallel_drafting)
         return _BY_RUNNER[runner](serving)
@@ -73,6 +79,11 @@ class VllmEngine(Engine):
     def parse_serving(cls, r: FieldReader, *, speculative_method: str | None,
                       parallel_drafting: bool) -> ServingConfig:
         config = read_serving(r, speculative_method=speculative_method, parallel_drafting=parallel_drafting)
+        if config.vllm_version == "0.34":
+            if config.model_runner == "v1":  # Platform.validate_environ refuses VLLM_USE_V2_MODEL_RUNNER=0
+                raise WorkloadError(f"{r.at('model_runner')}: 'v1': vLLM 0.34 removed Model Runner V1 (set auto or "
+                                    f"v2, or serving.vllm_version: '0.33')")
+            return config
         try:  # a runner pinned where it cannot run the setup
             resolve_model_runner(config.model_runner, speculative_method, parallel_drafting=parallel_drafting)
         except ValueError as exc:

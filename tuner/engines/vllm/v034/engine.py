@@ -1,0 +1,189 @@
+"""vLLM 0.34 behind the Engine interface: one model runner (V2), two capture lists (decode graphs by request count,
+prefill graphs by token count), the KV cache sized after capture (the extensible KV cache) or from 0.33's estimate
+without it, and the split compilation-config fields in its files. A 0.34 list inside cgtune is one set of keys
+(`tuner.engines.vllm.v034.dispatch.split_keys`: positive keys are prefill token sizes, -n the decode graphs of n
+requests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tuner.engines.engine import Deployment, DrafterSweep
+from tuner.engines.serving import ServingConfig
+from tuner.engines.vllm.defaults import CaptureDefaults
+from tuner.engines.vllm.drafter import drafter_pass_widths
+from tuner.engines.vllm.engine import VllmV2Engine
+from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_v2_bytes
+from tuner.engines.vllm.v034.defaults import SplitSizes, decode_grid, resolve_capture_sizes
+from tuner.engines.vllm.v034.dispatch import Dispatcher034, join_keys, split_keys
+from tuner.engines.vllm.v034.emit import render_034_files
+from tuner.engines.vllm.v034.memory import ExtensibleKvRule
+from tuner.engines.vllm.v034.settings import Vllm034Settings
+
+if TYPE_CHECKING:
+    from tuner.engines.vllm.emit import Provenance
+    from tuner.profile.table import Profile
+
+__all__ = ["Vllm034Engine"]
+
+
+class Vllm034Engine(VllmV2Engine):
+    """vLLM 0.34: the V2 runner over split capture lists."""
+
+    version = "0.34"
+    report_words = "tuner.report.vllm034_words"
+    split_lists = True
+    """A list is two lists (decode request sizes, prefill token sizes): the search's keys carry both."""
+
+    @classmethod
+    def bind(cls, serving: ServingConfig) -> Vllm034Engine:
+        return cls(serving)  # one runner: nothing to pick
+
+    @property
+    def settings_034(self) -> Vllm034Settings:
+        return self.serving.engine_settings or Vllm034Settings()
+
+    @property
+    def runner_reason(self) -> str:
+        return "V2: the only model runner vLLM 0.34 has (V1 was removed)"
+
+    @property
+    def extensible(self) -> bool:
+        """The KV cache is sized after capture (the default); off, from 0.33's estimate rule."""
+        return self.settings_034.extensible_kv_cache
+
+    # ------------------------------------------------------------------ lists and their graphs
+    def resolve(self, *, prefill: Sequence[int] | None = None, decode: Sequence[int] | None = None,
+                from_workload: bool = True) -> SplitSizes:
+        """vLLM 0.34's resolution of the workload's settings (`from_workload`), or of explicit lists."""
+        s, o = self.serving, self.settings_034
+        schedule = [list(e) for e in self.dynamic_schedule] if self.dynamic_schedule else None
+        common = dict(max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+                      num_speculative_tokens=s.num_speculative_tokens, speculative_method=s.speculative_method,
+                      speculative_schedule=schedule, gpu_capability=s.gpu_capability,
+                      performance_mode=s.performance_mode, cudagraph_mode=s.cudagraph_mode,
+                      enforce_eager=s.enforce_eager, max_decode_tokens=o.max_decode_tokens)
+        if from_workload:
+            return resolve_capture_sizes(
+                **common, cudagraph_capture_sizes=s.cudagraph_capture_sizes,
+                max_cudagraph_capture_size=s.max_cudagraph_capture_size,
+                prefill_token_sizes=o.prefill_token_sizes, max_prefill_tokens=o.max_prefill_tokens,
+                decode_request_sizes=o.decode_request_sizes, max_decode_requests=o.max_decode_requests)
+        return resolve_capture_sizes(**common, prefill_token_sizes=list(prefill or ()),
+                                     decode_request_sizes=list(decode or ()))
+
+    def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:
+        split = self.resolve()
+        keys = list(join_keys(split.prefill_token_sizes, split.decode_request_sizes)) if split.max_record else []
+        d = Dispatcher034.from_split(split, max_num_seqs=self.serving.max_num_seqs,
+                                     uniform_decode_query_len=self.decode_query_len)
+        covered = set(d.decode_graph_sizes)
+        tops = {q: max((n for n, ql in d.decode_shapes if ql == q), default=0) for q in split.decode_query_lens}
+        without = sorted({w for w in self.decode_widths() if w not in covered
+                          and any(w % q == 0 and w // q > tops[q] for q in tops)})
+        return CaptureDefaults(sizes=keys, max_size=split.max_record, uniform_decode_sizes_without_graph=without,
+                               warnings=list(split.warnings), split=split)
+
+    def runs_as(self, capture_sizes: Sequence[int]) -> tuple[int, ...]:
+        """The keys vLLM keeps: prefill sizes within the token budget, decode sizes within max_num_seqs."""
+        s = self.serving
+        prefill, decode = split_keys(capture_sizes)
+        return join_keys([t for t in prefill if t <= s.max_num_batched_tokens],
+                         [n for n in decode if n <= s.max_num_seqs])
+
+    def normalise(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
+        return self.runs_as(list(capture_sizes))
+
+    def every_key(self, top_width: int) -> Sequence[int]:
+        """Every prefill size up to the widest step and every decode request count."""
+        return join_keys(range(1, top_width + 1), range(1, self.serving.max_num_seqs + 1))
+
+    def dispatcher(self, capture_sizes: Sequence[int]) -> Dispatcher034:
+        prefill, decode = split_keys(self.runs_as(capture_sizes))
+        split = self.resolve(prefill=prefill, decode=decode, from_workload=False)
+        return Dispatcher034.from_split(split, max_num_seqs=self.serving.max_num_seqs,
+                                        uniform_decode_query_len=self.decode_query_len)
+
+    def key_widths(self, keys: Sequence[int]) -> list[int]:
+        """The token widths of the graphs a list's keys make (decode: n x each query length)."""
+        return self.dispatcher(keys).capture_sizes
+
+    def widest_sizes(self) -> tuple[int, ...]:
+        """PR 50488's aim in 0.34's terms: a decode graph for every request count the grid reaches up to
+        max_num_seqs (as SM100's wide defaults do), beside the default prefill sizes."""
+        split = self.resolve()
+        return join_keys(split.prefill_token_sizes, decode_grid(self.serving.max_num_seqs))
+
+    def in_engine_unit(self, capture_sizes: Sequence[int]) -> list[int]:
+        return sorted(set(capture_sizes))
+
+    def offered_widths(self, widths: list[int], dispatcher: Any, notes: list[str]) -> list[int]:
+        """The keys worth offering: every measured graph width as a prefill size (where mixed steps replay graphs),
+        and -n for every n whose decode width n x q was measured (where decode steps replay FULL graphs)."""
+        s, q = self.serving, self.decode_query_len
+        keys: set[int] = set()
+        if dispatcher.mixed_mode != "NONE":
+            keys |= {w for w in widths if w <= s.max_num_batched_tokens}
+        if dispatcher.separate_decode and dispatcher.decode_mode == "FULL":
+            keys |= {-(w // q) for w in widths if w % q == 0 and w // q <= s.max_num_seqs}
+        notes.append("vLLM 0.34 captures two lists: the search offers the measured widths as prefill token sizes and "
+                     f"the measured multiples of q = {q} as decode request sizes")
+        return sorted(keys)
+
+    # ------------------------------------------------------------------ memory
+    def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
+                required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
+                pre_load_free_bytes: int | None = None) -> ExtensibleKvRule | KvRule:
+        s = self.serving
+        if not self.extensible:
+            return super().kv_rule(total_memory_bytes=total_memory_bytes, non_kv_cache_bytes=non_kv_cache_bytes,
+                                   weights_bytes=weights_bytes, required_kv_bytes=required_kv_bytes,
+                                   tensor_parallel_size=tensor_parallel_size, notes=notes,
+                                   pre_load_free_bytes=pre_load_free_bytes)
+        notes.append("vLLM 0.34 sizes the KV cache after capture (extensible KV cache): every graph's real pool comes "
+                     "out of it, and no estimate is made")
+        return ExtensibleKvRule(total_memory_bytes, s.gpu_memory_utilization, non_kv_cache_bytes, required_kv_bytes)
+
+    def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
+        """No estimate under the extensible KV cache (0: the real pool is what the KV cache loses); without it, 0.33's
+        V2 sampling estimate (its code is unchanged in 0.34)."""
+        return 0.0 if self.extensible else estimate_v2_bytes(costs)
+
+    def estimate_form(self, dispatcher: Any, estimate_enabled: bool) -> str:
+        return "real"
+
+    # ------------------------------------------------------------------ drafters (not modelled in 0.34 yet)
+    def drafter_cost(self, profile: Profile, speculative: Any, dispatcher: Any, name: str, notes: list[str]) -> None:
+        notes.append(f"vLLM 0.34's drafter graphs and passes ({speculative.method}) are not modelled yet: the drafter's "
+                     f"weights and KV layers are counted, its graphs and passes are not")
+        return None
+
+    def drafter_sweep(self, method: str, candidates: Sequence[int]) -> DrafterSweep:
+        s = self.serving
+        widths = drafter_pass_widths(method, runner="v2", num_speculative_tokens=s.num_speculative_tokens,
+                                     parallel_drafting=s.parallel_drafting, max_num_seqs=s.max_num_seqs,
+                                     candidates=candidates, runs=candidates)
+        return DrafterSweep("v2", widths, ())
+
+    def eager_drafter_passes(self, method: str, request_counts: Sequence[int], capture_sizes: Sequence[int]) -> list:
+        return []
+
+    def setting_notes(self, dispatcher: Any) -> list[str]:
+        return [w for w in self.resolve().warnings if "deprecated" in w]
+
+    # ------------------------------------------------------------------ files to emit
+    def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,
+                     provenance: Provenance | None = None) -> dict[str, str]:
+        """The three files with 0.34's own fields: `prefill_cudagraph_capture_token_sizes` and
+        `decode_cudagraph_capture_request_sizes` with their caps, checked against 0.34's resolution first."""
+        return render_034_files(self, capture_sizes, self.serve_settings(deployment), cudagraph_mode=cudagraph_mode,
+                                provenance=provenance)
+
+    def _environment(self) -> tuple[tuple[str, str, str], ...]:
+        """0.34 has no runner to pin; the estimate switch matters only without the extensible KV cache."""
+        s = self.serving
+        if not s.estimate_cudagraph_memory and not self.extensible:
+            return (("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0",
+                     "estimate_cudagraph_memory: false (vLLM subtracts no graph-memory estimate from the KV cache)"),)
+        return ()
