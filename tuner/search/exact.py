@@ -12,12 +12,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 
 from tuner.model.costmodel import GIB, CostModel, Evaluation
+from tuner.search.exact_answer import (APPROXIMATED, KEPT, ROUNDED, ExactResult, SearchError, improve_locally,
+                                       pareto_front)
 from tuner.search.exact_bounds import Bounds, Columns, Relaxation, TimeUp, float_slack
 from tuner.search.exact_levels import Levels
 from tuner.search.exact_program import (FIGURES, Edge, Program, counted_bytes, latency_layers, memory_figures, round_up,
@@ -31,80 +32,6 @@ log = logging.getLogger(__name__)
 _TIE = 2e-14
 """Lists within this share of the list to beat (or within twice the float error of a sum over the candidates) are
 ties, not worth proving faster: the same sums in another order differ by about as much."""
-APPROXIMATED = ("the program approximates the step latency (several speculative tiers, or DFlash under cudagraph_mode "
-                "FULL; its answer is then improved one width at a time)")
-"""Why an answer whose latency layers are not the cost model's is not proven (and has no bound)."""
-ROUNDED = "memory figures rounded to units of"
-"""How an answer says its memory was rounded (one of `ExactResult.unproven`)."""
-KEPT = 16
-"""`keep_within_ms`: at most this many of the least memory levels keep their fastest list."""
-
-
-class SearchError(ValueError):
-    """The search cannot run (e.g. not even the empty list leaves the required KV cache); one line."""
-
-
-@dataclass(frozen=True)
-class ExactResult:
-    """The exact solver's answer under the cost model."""
-
-    best: Evaluation
-    """Fastest list that fits both of vLLM's memory conditions (past the time budget: the fastest found)."""
-    front: list[Evaluation]
-    """Latency/graph-memory Pareto front of fitting lists found, by increasing memory."""
-    memory_unit_bytes: int
-    """Memory was counted in units of this many bytes (exact when `exact_memory`, else rounded to the nearest
-    unit and the answer re-checked in bytes)."""
-    exact_memory: bool
-    """True when the answer is the optimum, not just a fitting list: the unit divides every memory figure, the
-    condition the program does not carry (the real capture beside the estimate) cannot bind, the latency layers are
-    the cost model's, and the solver finished within its time budget."""
-    num_candidates: int
-    """Candidate widths the program ran over."""
-    resource: str = "estimate"
-    """What the program's memory axis counted: vLLM's `estimate` or the `real` pool."""
-    lower_bound_ms: float | None = None
-    """A proven lower bound on the optimum's expected step latency (the answer's own when proven); None where none
-    is proven (the program approximates several decode tiers)."""
-    stopped_early: bool = False
-    """The time budget ran out before the optimum was proven."""
-    seconds: float = 0.0
-    """Wall time the solver took (not written with a run: it would make the files differ from run to run)."""
-    passes: int = 1
-    """Passes of the program (one per value of vLLM's extrapolated per-graph term, and one without a second)."""
-    level_solves: int = 0
-    """Passes the dynamic program over memory levels solved (0: the bounds alone proved the answer, or stopped)."""
-    unproven: tuple[str, ...] = ()
-    """Why the answer is not proven optimal (empty when it is)."""
-    kept: tuple[Evaluation, ...] = ()
-    """With `keep_within_ms`: the fastest fitting list of each of the least memory levels whose fastest list is
-    within it (at most KEPT, by level). Proven (`exact_memory`), the first counts the least memory (`counted_bytes`)
-    of any fitting list within it, and no list counting that little is faster."""
-
-    @property
-    def rounded(self) -> bool:
-        """Memory was rounded to units: the levels count it only up to a unit."""
-        return any(why.startswith(ROUNDED) for why in self.unproven)
-
-    @property
-    def gap(self) -> float | None:
-        """Proven bound on how much slower the answer is than the optimum (0 when proven; None: no bound)."""
-        if self.exact_memory:
-            return 0.0
-        if self.lower_bound_ms is None or self.lower_bound_ms <= 0:
-            return None
-        return max(0.0, self.best.expected_step_ms / self.lower_bound_ms - 1.0)
-
-    def caveat(self, subject: str = "the exact solver's answer") -> str:
-        """One sentence on an answer not proven optimal: why, and how far from the optimum it can be ("" if proven)."""
-        if self.exact_memory:
-            return ""
-        gap = self.gap
-        bound = ("no bound on its gap is proven" if gap is None or self.lower_bound_ms is None else
-                 f"it is within {gap:.2%} of the optimum (a proven lower bound: {self.lower_bound_ms:.4f} ms)")
-        return f"{subject} fits both memory conditions but is not proven optimal ({'; '.join(self.unproven)}): {bound}"
-
-
 def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
                 front_points: int = 40, seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
                 incumbents: Sequence[Sequence[int]] = (), bounds: bool = True,
@@ -159,6 +86,12 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     """
     if memory_cap_bytes is not None and memory_cap_bytes < 0:
         raise ValueError(f"memory_cap_bytes={memory_cap_bytes} must be >= 0")
+    if model.engine.split_lists:  # two lists against a KV cache sized after capture (vLLM 0.34)
+        from tuner.search.exact_split import split_solve
+
+        return split_solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
+                           seconds=seconds, clock=clock, incumbents=incumbents, memory_cap_bytes=memory_cap_bytes,
+                           keep_within_ms=keep_within_ms)
     return _Solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
                   seconds=seconds, clock=clock, incumbents=incumbents, bounds=bounds, cap=memory_cap_bytes,
                   keep_ms=keep_within_ms).run()
@@ -471,32 +404,6 @@ class _Solve:
             for m in drops[::-1][:per_pass]:
                 if math.isfinite(totals[m]):
                     self._consider(backtrack(m))
-
-
-def improve_locally(model: CostModel, start: Evaluation, candidates: Sequence[int],
-                    evaluations: int = 4096, fits: Callable[[Evaluation], bool] | None = None) -> Evaluation:
-    """Where the program's layers only approximate the cost model (several V2 decode tiers shadowing each other), the
-    best fitting list one candidate away, repeatedly, until none is faster or `evaluations` lists were costed: a
-    better answer, still not proven optimal. `fits`: what fitting means (default: both memory conditions)."""
-    best = start
-    for _ in range(max(1, evaluations // max(1, len(candidates)))):
-        members = set(best.capture_sizes)
-        moves = [model.evaluate(members ^ {c}) for c in candidates]
-        better = [e for e in moves if (fits(e) if fits else e.feasible)
-                  and e.expected_step_ms < best.expected_step_ms - 1e-12]
-        if not better:
-            return best
-        best = min(better, key=lambda e: e.expected_step_ms)
-    return best
-
-
-def pareto_front(evals: Sequence[Evaluation]) -> list[Evaluation]:
-    """Non-dominated (expected_step_ms, graph_memory_bytes) points, by increasing memory."""
-    out: list[Evaluation] = []
-    for e in sorted(evals, key=lambda e: (e.graph_memory_bytes, e.expected_step_ms)):
-        if not out or e.expected_step_ms < out[-1].expected_step_ms - 1e-12:
-            out.append(e)
-    return out
 
 
 def brute_force(model: CostModel, candidates: Sequence[int] | None = None) -> Evaluation:

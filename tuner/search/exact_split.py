@@ -1,0 +1,495 @@
+"""The exact solver for an engine whose list is two lists (vLLM 0.34: decode graphs by request count, prefill graphs by
+token count), both costed against one KV cache sized after capture: the fastest pair whose REAL pool leaves the
+required KV cache, proven, or the best found with a proven lower bound on the optimum.
+
+The step latency separates. A decode step of n requests replays the decode graph of the smallest decode size >= n; one
+of more requests than the largest decode size (or any step, with no decode graphs) replays the token-keyed graph at the
+smallest prefill size >= its tokens, or runs eager. So with the decode list's top fixed, each list is a chain of
+padded segments (`_chain`), the decode steps above that top joining the prefill list's steps; and the real pool is
+additive (every graph its capture delta, the first captured, the widest token-keyed graph or without one the widest
+decode graph, its standalone footprint). Per decode top, a dynamic program over memory units solves each list, and
+the two are joined over the budget; where that is too much work, a Lagrangian relaxation of the budget (latency + lambda
+x bytes, both chains free of memory) gives a proven lower bound and lists that fit, improved one key at a time."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.model.costmodel import CostModel, Evaluation
+from tuner.search.exact_answer import KEPT, ROUNDED, ExactResult, SearchError, improve_locally, pareto_front
+
+__all__ = ["EXACT_WORK", "LAGRANGIAN", "split_solve"]
+
+EXACT_WORK = 3e8
+"""Most array cells the exact dynamic programs may touch (decode tops x prefill sizes^2 x memory units); beyond it
+the Lagrangian bound answers."""
+LAGRANGIAN = "too many candidates for the program over memory units: a Lagrangian bound answers"
+"""Why an answer found through the Lagrangian relaxation alone is not proven (its gap is given)."""
+_TIE_PRICE = 1e-21
+"""ms per byte: 1e-9 ms for a TB, so lists of one latency are told apart by their memory alone."""
+_MULTI_TIER = "several decode query lengths (a dynamic speculative schedule): the program covers one"
+_DRAFTER = "the drafter's passes and graphs are not in the program"
+_INF = math.inf
+
+
+class _TimeUp(Exception):
+    pass
+
+
+@dataclass
+class _Chain:
+    """One list as a chain of padded segments over sorted candidates (index 0: the start, no graph): `cost(i, j)` is
+    what the steps between candidates i and j pay replaying j's graph, `tail(j)` what the steps above j pay eager."""
+
+    sizes: np.ndarray
+    """The candidates' keys, ascending by width (index k + 1 is candidate k)."""
+    delta: np.ndarray
+    """Capture delta of each candidate's graph (bytes), index 0 unused."""
+    alone: np.ndarray
+    """Standalone footprint (bytes) of each candidate's graph as the first captured, index 0 unused."""
+    cost: np.ndarray
+    """(n + 1, n + 1) segment costs, inf where i >= j."""
+    tail: np.ndarray
+    """(n + 1,) eager cost above each candidate (index 0: every step of the chain eager)."""
+
+
+class _Problem:
+    """The steps, candidates and figures of one split solve."""
+
+    def __init__(self, model: CostModel, cands: Sequence[int]) -> None:
+        self.model = model
+        self.q = int(model.q)
+        widths, uniform, probs, eager = model.step_arrays()
+        utc = model.step_dispatch_keys()[0]
+        logits = model.logits_at_steps()
+        self.has_decode = bool(model.separate_decode and model.decode_mode == "FULL")
+        self.token_mode = model.mixed_mode
+        decode = self.has_decode & (utc == self.q) if self.has_decode else np.zeros(len(widths), dtype=bool)
+        self.pre = sorted(k for k in cands if k > 0) if self.token_mode != "NONE" else []
+        self.dec = sorted(-k for k in cands if k < 0) if self.has_decode else []
+        w = widths.astype(np.int64)
+        # Per class (decode steps by request count, the rest by width): mass, logits and eager sums at each width.
+        self._dw, self._dp, self._dl, self._de = self._sorted(w[decode], probs[decode], logits[decode], eager[decode])
+        self._mw, self._mp, self._ml, self._me = self._sorted(w[~decode], probs[~decode], logits[~decode],
+                                                               eager[~decode])
+        self.decode_top_width = self.q * max(self.dec) if self.dec else 0
+
+    @staticmethod
+    def _sorted(w: np.ndarray, p: np.ndarray, lg: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
+        order = np.argsort(w, kind="stable")
+        w, p, lg, e = w[order], p[order], lg[order], e[order]
+        return w, np.concatenate([[0.0], np.cumsum(p)]), np.concatenate([[0.0], np.cumsum(p * lg)]), \
+            np.concatenate([[0.0], np.cumsum(p * e)])
+
+    @staticmethod
+    def _at(w: np.ndarray, cum: np.ndarray, x: np.ndarray | float) -> np.ndarray:
+        """Cumulative sum over the steps of width <= x."""
+        return cum[np.searchsorted(w, x, side="right")]
+
+    def decode_chain(self) -> _Chain:
+        """The decode list over decode steps, which all its sizes serve (steps above its top spill to the other)."""
+        m, q = self.model, self.q
+        n = len(self.dec)
+        tops = np.array([0] + [r * q for r in self.dec], dtype=np.int64)
+        body = np.concatenate([[0.0], m.graph_body_ms(tops[1:], "FULL")]) if n else np.zeros(1)
+        mass = self._at(self._dw, self._dp, tops)
+        lgs = self._at(self._dw, self._dl, tops)
+        cost = np.full((n + 1, n + 1), _INF)
+        for j in range(1, n + 1):
+            cost[:j, j] = body[j] * (mass[j] - mass[:j]) + (lgs[j] - lgs[:j])
+        sa, de = m.graph_bytes("FULL", tops[1:]) if n else (np.zeros(0), np.zeros(0))
+        return _Chain(np.array([0] + [-r for r in self.dec]), np.concatenate([[0.0], de]),
+                      np.concatenate([[0.0], sa]), cost, np.zeros(n + 1))
+
+    def token_chain(self, spill_width: float) -> _Chain:
+        """The prefill list over the other steps and the decode steps wider than `spill_width` (the decode list's top
+        in tokens; 0: every decode step), each served by the graph at the smallest prefill size >= its width."""
+        m = self.model
+        n = len(self.pre)
+        tops = np.array([0] + self.pre, dtype=np.int64)
+        body = np.concatenate([[0.0], m.graph_body_ms(tops[1:], self.token_mode)]) if n else np.zeros(1)
+        mass = self._at(self._mw, self._mp, tops)
+        lgs = self._at(self._mw, self._ml, tops)
+        eag = self._at(self._mw, self._me, tops)
+        dm, dl, de = (np.maximum(self._at(self._dw, c, tops), self._at(self._dw, c, spill_width))
+                      for c in (self._dp, self._dl, self._de))
+        cost = np.full((n + 1, n + 1), _INF)
+        for j in range(1, n + 1):
+            seg_mass = (mass[j] - mass[:j]) + (dm[j] - dm[:j])
+            cost[:j, j] = body[j] * seg_mass + (lgs[j] - lgs[:j]) + (dl[j] - dl[:j])
+        tail = (self._me[-1] - eag) + (self._de[-1] - de)
+        sa, dd = m.graph_bytes(self.token_mode, tops[1:]) if n else (np.zeros(0), np.zeros(0))
+        return _Chain(tops, np.concatenate([[0.0], dd]), np.concatenate([[0.0], sa]), cost, tail)
+
+    def spill_eager(self, spill_width: float) -> float:
+        """What the steps the prefill list would serve pay with no prefill graph: all eager."""
+        return float(self._me[-1] + self._de[-1] - self._at(self._dw, self._de, spill_width))
+
+
+def _levels(chain: _Chain, delta_u: np.ndarray, top_u: np.ndarray, B: int,
+            check: Callable[[], None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The chain's dynamic program over memory units: `best[j, m]`, the least cost of a chain whose largest member is j
+    in at most m units (the top at `top_u`, the others at `delta_u`), its tail included; `back[i, m]` (the member before
+    i, a non-top member in at most m units) and `back_top[j, m]` (the member before the top) for `_backtrack`."""
+    n = len(chain.sizes) - 1
+    g = np.full((n + 1, B + 1), _INF)
+    g[0, :] = 0.0
+    back = np.zeros((n + 1, B + 1), dtype=np.int32)
+    best = np.full((n + 1, B + 1), _INF)
+    back_top = np.zeros((n + 1, B + 1), dtype=np.int32)
+    for j in range(1, n + 1):
+        check()
+        for target, units, pointers in ((g, int(delta_u[j]), back), (best, int(top_u[j]), back_top)):
+            if units > B:
+                continue
+            cand = g[:j, : B + 1 - units] + chain.cost[:j, j][:, None]
+            arg = np.argmin(cand, axis=0)
+            target[j, units:] = cand[arg, np.arange(B + 1 - units)]
+            pointers[j, units:] = arg
+        best[j] += chain.tail[j]
+    return best, back, back_top
+
+
+def _backtrack(chain: _Chain, delta_u: np.ndarray, top_u: np.ndarray, back: np.ndarray, back_top: np.ndarray,
+               j: int, m: int) -> list[int]:
+    """The keys of the chain `_levels` found topped by j in at most m units."""
+    members, i = [j], int(back_top[j, m])
+    m -= int(top_u[j])
+    while i > 0:
+        members.append(i)
+        i, m = int(back[i, m]), m - int(delta_u[i])
+    return [int(chain.sizes[k]) for k in members]
+
+
+def _min_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c[m] = min over m1 <= m of a[m1] + b[m - m1], for a nonincreasing `a` (only where it drops can it help)."""
+    c = np.full(len(b), _INF)
+    drops = np.flatnonzero(np.isfinite(a) & (np.concatenate([[_INF], a[:-1]]) > a))
+    for m1 in drops:
+        np.minimum(c[m1:], a[m1] + b[: len(b) - m1], out=c[m1:])
+    return c
+
+
+@dataclass
+class _Levels:
+    """One chain solved over memory units, with what backtracking needs."""
+
+    chain: _Chain
+    delta_u: np.ndarray
+    top_u: np.ndarray
+    best: np.ndarray
+    back: np.ndarray
+    back_top: np.ndarray
+
+    @classmethod
+    def solve(cls, chain: _Chain, unit: int, B: int, rounding: Callable[[np.ndarray], np.ndarray], *, top_alone: bool,
+              check: Callable[[], None]) -> _Levels:
+        du = rounding(np.maximum(chain.delta, 0) / unit).astype(np.int64)
+        tu = rounding(np.maximum(chain.alone if top_alone else chain.delta, 0) / unit).astype(np.int64)
+        return cls(chain, du, tu, *_levels(chain, du, tu, B, check))
+
+    def any_top(self) -> np.ndarray:
+        """The least cost in at most m units over every top (inf with no member)."""
+        return self.best[1:].min(axis=0) if len(self.best) > 1 else np.full(self.best.shape[1], _INF)
+
+    def keys(self, m: int, top: int | None = None) -> list[int]:
+        """The keys of the cheapest chain in at most m units (topped by `top` when given)."""
+        j = int(np.argmin(self.best[1:, m])) + 1 if top is None else top
+        return _backtrack(self.chain, self.delta_u, self.top_u, self.back, self.back_top, j, m)
+
+
+class _Split:
+    """One solve (see the module docstring)."""
+
+    def __init__(self, model: CostModel, *, memory_buckets: int, candidates: Sequence[int] | None,
+                 front_points: int, seconds: float | None, clock: Callable[[], float],
+                 incumbents: Sequence[Sequence[int]], cap: int | None, keep_ms: float | None) -> None:
+        self.model, self.cap, self.keep_ms, self.front_points = model, cap, keep_ms, front_points
+        self.cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
+        self.buckets, self.incumbents, self.clock = memory_buckets, incumbents, clock
+        self.started = clock()
+        self.budget_s = seconds
+        self.deadline = None if seconds is None else self.started + seconds
+        self.seen: dict[tuple[int, ...], Evaluation] = {}
+        self.kept: list[Evaluation] = []
+        self.stopped = False
+        self.solves = 0
+
+    def check(self) -> None:
+        if self.deadline is not None and self.clock() > self.deadline:
+            raise _TimeUp
+
+    def fits(self, e: Evaluation) -> bool:
+        return e.feasible and (self.cap is None or e.graph_memory_bytes <= self.cap)
+
+    def consider(self, keys: Sequence[int]) -> Evaluation:
+        sizes = tuple(sorted(set(keys)))
+        e = self.seen.get(sizes)
+        if e is None:
+            e = self.seen[sizes] = self.model.evaluate(sizes)
+        if self.fits(e) and e.expected_step_ms < self.best.expected_step_ms - 1e-12:
+            self.best = e
+        return e
+
+    # ------------------------------------------------------------------------------------------------ answer
+    def run(self) -> ExactResult:
+        model = self.model
+        empty = model.evaluate(())
+        if not empty.feasible:
+            raise SearchError(f"no capture list fits, not even the empty one: {empty.why_infeasible}")
+        self.best = empty
+        self.seen[()] = empty
+        keep_empty = self.keep_ms is not None and empty.expected_step_ms <= self.keep_ms + 1e-12
+        if model.cudagraph_mode == "NONE" or not self.cands:
+            return ExactResult(empty, [empty], 1, True, 0, "real", empty.expected_step_ms,
+                               kept=(empty,) if keep_empty else ())
+        allowed = set(self.cands)
+        for sizes in [model.default_sizes, *self.incumbents]:
+            self.consider(sorted({int(w) for w in sizes} & allowed))
+        unproven: list[str] = []
+        lower: float | None = None
+        if len(model.decode_tiers) > 1:
+            unproven.append(_MULTI_TIER)
+        elif model.drafter is not None:
+            unproven.append(_DRAFTER)
+        exact_units, unit = True, 1
+        try:
+            if not unproven:
+                self.p = _Problem(model, self.cands)
+                budget = int(model.budget.real_budget_bytes())
+                if self.cap is not None:
+                    budget = min(budget, self.cap)
+                if budget < 0:
+                    raise SearchError(f"no capture list fits: {model.evaluate(()).why_infeasible or 'no budget'}")
+                exact_units, unit = self._units(budget)
+                work = (len(self.p.dec) + 1) * (len(self.p.pre) + 1) ** 2 * (budget // unit + 1)
+                lower = self._free_optimum()
+                if lower is None and work <= EXACT_WORK:
+                    lower = self._exact(budget, unit, exact_units)
+                elif lower is None:
+                    unproven.append(LAGRANGIAN)
+                    lower = self._lagrangian(budget)
+        except _TimeUp:
+            self.stopped = True
+        met = lower is not None and self.best.expected_step_ms <= lower + 1e-12 * max(1.0, abs(lower))
+        if not met:
+            self.best = improve_locally(model, self.best, self.cands, fits=self.fits)
+            met = lower is not None and self.best.expected_step_ms <= lower + 1e-12 * max(1.0, abs(lower))
+        # A lower bound the answer meets proves it, however the bound was found (rounded units, the relaxation).
+        proven = met and not self.stopped and not unproven
+        reasons = [] if proven else [why for why, yes in (
+            (f"stopped at its time budget of {self.budget_s or 0:g} s", self.stopped),
+            (f"{ROUNDED} {unit / (1 << 20):.3f} MiB", not exact_units and LAGRANGIAN not in unproven)) if yes]
+        reasons += [] if proven else unproven
+        if lower is not None:
+            lower = min(lower, self.best.expected_step_ms)
+        if keep_empty and empty not in self.kept:
+            self.kept = ([empty] + self.kept)[:KEPT]
+        front = pareto_front([e for e in self.seen.values() if self.fits(e)] + [self.best])
+        if len(front) > self.front_points:
+            keep = np.unique(np.linspace(0, len(front) - 1, max(self.front_points, 1)).round().astype(int))
+            front = [front[i] for i in keep]
+        return ExactResult(self.best, front, unit, proven, len(self.cands), "real",
+                           self.best.expected_step_ms if proven else lower, self.stopped,
+                           self.clock() - self.started, 1, self.solves, tuple(reasons), tuple(self.kept))
+
+    def _units(self, budget: int) -> tuple[bool, int]:
+        """(exact, unit): one unit divides every figure and the budget spans at most `buckets` of them, or the unit
+        that makes it span that many (figures then rounded, the answer re-checked in bytes)."""
+        figures = []
+        for chain in (self.p.decode_chain(), self.p.token_chain(0.0)):
+            figures += [chain.delta[1:], chain.alone[1:]]
+        values = np.rint(np.concatenate(figures)).astype(np.int64)
+        values = values[values > 0]
+        gcd = int(np.gcd.reduce(values)) if len(values) else 1
+        span = max(1, min(budget, int(values.sum()) if len(values) else 1))
+        if span // gcd <= self.buckets:
+            return True, gcd
+        return False, -(-span // self.buckets)
+
+    # ------------------------------------------------------------------------------------------------ exact
+    def _exact(self, budget: int, unit: int, exact_units: bool) -> float:
+        """The program over memory units, per decode top: figures rounded up (every answer fits), and, where the unit
+        rounds, rounded down too (a proven lower bound). Returns the lower bound."""
+        value = self._solve_levels(budget, unit, np.ceil, keep=True)
+        return value if exact_units else self._solve_levels(budget, unit, np.floor, keep=False)
+
+    def _solve_levels(self, budget: int, unit: int, rounding: Callable[[np.ndarray], np.ndarray], *,
+                      keep: bool) -> float:
+        """Every decode top (none, or each decode size): the decode chain topped there (its steps above that top
+        spilled into the prefill chain), joined with the prefill chain over the budget. Returns the least latency
+        in the budget; with `keep`, the answer, the front and the kept lists are evaluated."""
+        p, B = self.p, max(0, budget // unit)
+        dchain = p.decode_chain()
+        dec = _Levels.solve(dchain, unit, B, rounding, top_alone=False, check=self.check)
+        dec_alone = _Levels.solve(dchain, unit, B, rounding, top_alone=True, check=self.check)
+        self.solves += 2
+        tops: dict[int, tuple[np.ndarray, _Levels, float]] = {}
+        for t in range(len(dchain.sizes)):
+            self.check()
+            spill = 0.0 if t == 0 else float(p.q * -dchain.sizes[t])
+            tok = _Levels.solve(p.token_chain(spill), unit, B, rounding, top_alone=True, check=self.check)
+            self.solves += 1
+            none_p = p.spill_eager(spill)
+            tok_any = tok.any_top()
+            if t == 0:  # no decode graph: the prefill list alone, or nothing
+                combined = np.minimum(tok_any, none_p)
+            else:  # both (the decode graphs at their deltas, the widest prefill graph first), or the decode list alone
+                combined = np.minimum(_min_plus(dec.best[t], tok_any), dec_alone.best[t] + none_p)
+            tops[t] = (combined, tok, none_p)
+        totals = np.min(np.stack([c for c, _, _ in tops.values()]), axis=0)
+        if not math.isfinite(totals[B]):
+            return _INF
+        if keep:
+            self.consider(self._pair(dec, dec_alone, tops, B))
+            drops = [m for m in range(B + 1) if math.isfinite(totals[m]) and (m == 0 or totals[m] < totals[m - 1]
+                                                                               - 1e-12)]
+            picks = drops if len(drops) <= self.front_points else [
+                drops[i] for i in np.unique(np.linspace(0, len(drops) - 1, self.front_points).round().astype(int))]
+            within = ([m for m in drops if totals[m] <= self.keep_ms + 1e-12][:4 * KEPT]
+                      if self.keep_ms is not None else [])
+            for m in sorted(set(picks) | set(within)):
+                self.check()
+                e = self.consider(self._pair(dec, dec_alone, tops, m))
+                if m in within and self.fits(e) and e not in self.kept and len(self.kept) < KEPT:
+                    self.kept.append(e)
+            self.kept.sort(key=lambda e: (e.graph_memory_bytes, e.expected_step_ms))
+        return float(totals[B])
+
+    @staticmethod
+    def _pair(dec: _Levels, dec_alone: _Levels, tops: dict[int, tuple[np.ndarray, _Levels, float]],
+              m: int) -> list[int]:
+        """The keys of the cheapest pair in at most m units (the decode top that reaches it, then how)."""
+        t = min(tops, key=lambda k: tops[k][0][m])
+        combined, tok, none_p = tops[t]
+        tok_any = tok.any_top()
+        if t == 0:
+            return tok.keys(m) if tok_any[m] < none_p else []
+        if dec_alone.best[t, m] + none_p <= combined[m] + 1e-12 * max(1.0, abs(combined[m])):
+            return dec_alone.keys(m, t)
+        row = dec.best[t]
+        m1 = min((k for k in range(m + 1) if math.isfinite(row[k])), key=lambda k: row[k] + tok_any[m - k])
+        return dec.keys(m1, t) + tok.keys(m - m1)
+
+    def _free_optimum(self) -> float | None:
+        """The fastest pair with memory free (the relaxation at price 0): the optimum when it fits, else None."""
+        solve = self._relaxed(self.p.decode_chain())
+        value = solve(0.0)[0]
+        # Ties broken toward less memory: a price too small to trade any latency the model tells apart.
+        e = self.consider(solve(_TIE_PRICE)[1])
+        return value if self.fits(e) and e.expected_step_ms <= value + 1e-12 * max(1.0, value) else None
+
+    def _relaxed(self, dchain: _Chain) -> Callable[[float], tuple[float, list[int]]]:
+        """min over pairs of latency + lam x pool bytes, and its keys, as a function of lam."""
+        spills = [0.0] + [float(self.p.q * -k) for k in dchain.sizes[1:]]
+        free = _FreeTokenChains(self.p, spills)
+
+        def solve(lam: float) -> tuple[float, list[int]]:
+            self.check()
+            fd, bd = _free_chain(dchain, dchain.delta * lam)
+            fa = fd + (dchain.alone - dchain.delta) * lam
+            tok, tok_keys = free.solve(lam)
+            best: tuple[float, list[int]] = (_INF, [])
+            for t in range(len(spills)):
+                none_p = free.none[t]
+                dec = _walk(dchain, bd, t)
+                options = [(fd[t] + tok[t], dec + tok_keys(t)), (fa[t] + none_p, dec)] if t else \
+                    [(tok[0], tok_keys(0)), (none_p, [])]
+                for value, keys in options:
+                    if value < best[0]:
+                        best = (value, keys)
+            return best
+
+        return solve
+
+    # ------------------------------------------------------------------------------------------------ Lagrangian
+    def _lagrangian(self, budget: int, iterations: int = 40) -> float:
+        """max over lambda of min over pairs (latency + lambda x (pool - budget)): a proven lower bound; each
+        minimiser that fits is a candidate answer. Returns the bound."""
+        solve = self._relaxed(self.p.decode_chain())
+        bound = solve(0.0)[0]  # the free optimum (which does not fit: `_free_optimum` asked first)
+        lo, hi = 0.0, 1.0  # ms per byte: 1 prices every graph out
+        for _ in range(iterations):
+            mid = math.sqrt(lo * hi) if lo > 0 else hi / 64
+            value, keys = solve(mid)
+            bound = max(bound, value - mid * budget)
+            lo, hi = (mid, hi) if not self.fits(self.consider(keys)) else (lo, mid)
+        return bound
+
+
+class _FreeTokenChains:
+    """The prefill chain without memory for every decode top at once (one array per top): the segment costs differ
+    between tops only in which decode steps spill, two vectors per top."""
+
+    def __init__(self, p: _Problem, spills: Sequence[float]) -> None:
+        base = p.token_chain(float("inf"))  # no decode step spills: the other steps alone
+        self.base, self.n = base, len(base.sizes) - 1
+        tops = base.sizes
+        body = np.concatenate([[0.0], p.model.graph_body_ms(tops[1:], p.token_mode)]) if self.n else np.zeros(1)
+        x = np.asarray(spills, dtype=float)[:, None]
+        self.body = body
+        self.dm = np.maximum(p._at(p._dw, p._dp, tops)[None, :], p._at(p._dw, p._dp, x))
+        self.dl = np.maximum(p._at(p._dw, p._dl, tops)[None, :], p._at(p._dw, p._dl, x))
+        de = np.maximum(p._at(p._dw, p._de, tops)[None, :], p._at(p._dw, p._de, x))
+        self.tail = base.tail[None, :] + (p._de[-1] - de)
+        self.none = [p.spill_eager(float(s)) for s in spills]
+        self.back = np.zeros((len(spills), self.n + 1), dtype=np.int64)
+
+    def solve(self, lam: float) -> tuple[np.ndarray, Callable[[int], list[int]]]:
+        """Per decode top, the least cost of a prefill chain with members priced lam x delta (the top lam x
+        standalone), and its keys."""
+        T, n, b = len(self.none), self.n, self.base
+        f = np.full((T, n + 1), _INF)
+        f[:, 0] = 0.0
+        for j in range(1, n + 1):
+            cand = (f[:, :j] + b.cost[:j, j][None, :] + self.body[j] * (self.dm[:, j:j + 1] - self.dm[:, :j])
+                    + (self.dl[:, j:j + 1] - self.dl[:, :j]))
+            i = np.argmin(cand, axis=1)
+            f[:, j] = cand[np.arange(T), i] + lam * b.delta[j]
+            self.back[:, j] = i
+        ends = f[:, 1:] + lam * (b.alone[1:] - b.delta[1:])[None, :] + self.tail[:, 1:] if n else np.zeros((T, 0))
+        top = np.argmin(ends, axis=1) + 1 if n else np.zeros(T, dtype=np.int64)
+        values = ends[np.arange(T), top - 1] if n else np.full(T, _INF)
+        back = self.back.copy()
+        return values, lambda t: _walk(b, back[t], int(top[t])) if n else []
+
+
+def _free_chain(chain: _Chain, price: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chain's program without memory: f[j], the least cost of a chain topped by j (members priced), and the member
+    before j."""
+    n = len(chain.sizes) - 1
+    f = np.full(n + 1, _INF)
+    f[0] = 0.0
+    back = np.zeros(n + 1, dtype=np.int64)
+    for j in range(1, n + 1):
+        cand = f[:j] + chain.cost[:j, j]
+        i = int(np.argmin(cand))
+        f[j], back[j] = cand[i] + price[j], i
+    return f, back
+
+
+def _walk(chain: _Chain, back: np.ndarray, j: int) -> list[int]:
+    out = []
+    while j > 0:
+        out.append(int(chain.sizes[j]))
+        j = int(back[j])
+    return out
+
+
+def split_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
+                front_points: int = 40, seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
+                incumbents: Sequence[Sequence[int]] = (), memory_cap_bytes: int | None = None,
+                keep_within_ms: float | None = None) -> ExactResult:
+    """The fastest pair of lists over `candidates` (default: the model's keys) whose real pool leaves the required KV
+    cache (and, with `memory_cap_bytes`, is at most that), as `tuner.search.exact.exact_solve` answers for one list:
+    proven where `exact_memory`, else with a lower bound and the reasons (`unproven`)."""
+    if memory_cap_bytes is not None and memory_cap_bytes < 0:
+        raise ValueError(f"memory_cap_bytes={memory_cap_bytes} must be >= 0")
+    return _Split(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
+                  seconds=seconds, clock=clock, incumbents=incumbents, cap=memory_cap_bytes,
+                  keep_ms=keep_within_ms).run()
