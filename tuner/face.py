@@ -2,10 +2,10 @@
 held by tests/test_layering.py, which reads every import; and the lazy face each package's `__init__.py` builds.
 
 A stage is a package under tuner/. The modules beside them at the top level are FOUNDATIONS: the vocabulary every
-stage shares (typed field reading, YAML files, model shapes, the step distribution, this file), importing nothing of
-cgtune's packages, so any stage may import them. `tuner/__init__.py` is the Python API: it sits above every stage and
-imports them only inside its functions, so `import tuner` (and `from tuner import __version__`, which any module may
-do) loads no stage.
+stage shares (typed field reading, YAML files, model shapes, the step distribution, progress bars, this file), importing
+nothing of cgtune's packages, so any stage may import them. `tuner/__init__.py` is the Python API: it sits above every
+stage and imports them only inside its functions, so `import tuner` (and `from tuner import __version__`, which any
+module may do) loads no stage.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["FOUNDATIONS", "LAYERS", "PENDING", "face_home", "lazy_face"]
 
-FOUNDATIONS = ("face", "fields", "shapes", "steps", "yaml_file")
+FOUNDATIONS = ("face", "fields", "progress", "shapes", "steps", "yaml_file")
 """Top-level modules every stage may import; they import no stage."""
 
 LAYERS: Mapping[str, tuple[str, ...]] = {

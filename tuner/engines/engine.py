@@ -294,6 +294,24 @@ class Engine(ABC):
         """The token widths of the graphs a list's keys make, ascending (a list of token widths: its own)."""
         return sorted(set(keys))
 
+    def list_text(self, capture_sizes: Sequence[int], limit: int | None = 24) -> str:
+        """A list as reports print it: `1, 2, 4, ... (51 sizes)`, cut after `limit` sizes; `(none)` when empty; whole,
+        as a list (`[1, 2, 4]`), with no limit."""
+        if limit is None:
+            return str(list(capture_sizes))
+        if not capture_sizes:
+            return "(none)"
+        return ", ".join(map(str, capture_sizes[:limit])) + (
+            f", ... ({len(capture_sizes)} sizes)" if len(capture_sizes) > limit else "")
+
+    def list_shape(self, capture_sizes: Sequence[int]) -> str:
+        """A list in a few words: `51 graphs, max 512`."""
+        return f"{len(capture_sizes)} graphs, max {max(capture_sizes) if capture_sizes else 0}"
+
+    def list_max(self, capture_sizes: Sequence[int]) -> int:
+        """The widest graph a list makes, in tokens (0: none)."""
+        return max(self.key_widths(capture_sizes), default=0)
+
     def in_engine_unit(self, capture_sizes: Sequence[int]) -> list[int]:
         """A list of token widths in the engine's unit (token engines: unchanged)."""
         return sorted(set(capture_sizes))
@@ -310,9 +328,11 @@ class Engine(ABC):
     @abstractmethod
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
-                pre_load_free_bytes: int | None = None) -> KvRule:
+                pre_load_free_bytes: int | None = None,
+                activation_peak_bytes: int | None = None) -> KvRule:
         """How the engine sizes its KV cache on this device (`weights_bytes()`: the weights on one rank;
-        `pre_load_free_bytes`: free device memory before the weights load, when the profile measured it)."""
+        `pre_load_free_bytes`: free device memory before the weights load, `activation_peak_bytes`: the transient
+        activation peak of the profile's widest step, when the profile measured them)."""
 
     def start_kv_bytes(self, kv_bytes_per_token: int) -> int:
         """The least KV memory the engine refuses to start below, whatever the workload asks (0: none)."""
@@ -326,6 +346,11 @@ class Engine(ABC):
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         """The graph-memory figure the engine's KV rule charges for graphs in capture order: its estimate, or the real
         pool where it makes none."""
+        return self.pool_bytes(costs)
+
+    def pool_bytes(self, costs: Sequence[GraphCost]) -> float:
+        """The real pool of graphs captured in this order (`tuner.engines.vllm.memory.pool_bytes`: the first one's
+        standalone footprint, every later one's delta, each captured no wider than those before it)."""
         return pool_bytes(costs)
 
     def estimate_form(self, dispatcher: GraphDispatcher, estimate_enabled: bool) -> str:

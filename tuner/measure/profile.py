@@ -644,9 +644,9 @@ def _activation_peaks(runner: StepRunner, workload: Workload, widest: int) -> di
 
 
 def _progress(total: int, name: str, *, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
+    from tuner.progress import progress_bar
 
-    return tqdm(total=total, desc=f"profile {name}", unit="width", disable=not enabled, dynamic_ncols=True)
+    return progress_bar(total, f"profile {name}", "width", enabled=enabled, dynamic_ncols=True)
 
 
 def _summary(m: Measurement) -> dict[str, Any]:

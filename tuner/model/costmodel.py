@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.engines.engine import GraphDispatcher, KvRule
-from tuner.engines.vllm.memory import GraphCost, pool_bytes
+from tuner.engines.vllm.memory import GraphCost
 from tuner.profile.calibration import apply_calibration, non_kv_from_vllm
 from tuner.profile.curve import Curve, memory_curve
 from tuner.profile.outliers import FACTOR as OUTLIER_FACTOR
@@ -445,7 +445,8 @@ class CostModel:
             weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
             required_kv_bytes=self.workload.required_kv_bytes_at(self.kv_bytes_per_token),
             tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes,
-            pre_load_free_bytes=_meta_bytes(self.profile, "pre_load_free_bytes"))
+            pre_load_free_bytes=_meta_bytes(self.profile, "pre_load_free_bytes"),
+            activation_peak_bytes=_meta_bytes(self.profile, "activation_peak_bytes"))
 
     def with_load_steps(self, rows: Sequence[Sequence[Any]] | None) -> CostModel:
         """This model's profile, workload and settings, weighing `rows` (see `load_steps`; None: the traffic)."""
@@ -693,7 +694,7 @@ class CostModel:
     def _pool_and_estimate(self, costs: Sequence[GraphCost]) -> tuple[int, int]:
         """(real pool, the engine's graph-memory estimate): vLLM's runner estimate; an engine that makes none charges
         the real pool."""
-        return int(round(pool_bytes(costs))), int(round(self.engine.estimate_bytes(costs)))
+        return int(round(self.engine.pool_bytes(costs))), int(round(self.engine.estimate_bytes(costs)))
 
     def memory_conditions(self, real: int, estimate: int, runs: Sequence[int]) -> tuple[int, int]:
         """(KV cache the engine sizes, memory left while the real capture runs) for a list that runs as `runs`."""
@@ -731,7 +732,7 @@ class CostModel:
     def graph_memory_bytes(self, capture_sizes: Sequence[int]) -> int:
         """The real pool: the first-captured graph's standalone footprint plus every later graph's capture delta
         (vLLM captures PIECEWISE graphs, then FULL decode graphs, each largest first, into one shared pool)."""
-        return int(round(pool_bytes(self.graph_costs(capture_sizes))))
+        return int(round(self.engine.pool_bytes(self.graph_costs(capture_sizes))))
 
     def graph_estimate_bytes(self, capture_sizes: Sequence[int]) -> int:
         """The graph-memory estimate vLLM subtracts for the list under the runner in use (0 with the estimate switched

@@ -133,8 +133,7 @@ def _compact_lines(model: CostModel, dec: Decision) -> list[str]:
     share = choice.saved_share
     slower = c.expected_step_ms / t.expected_step_ms - 1 if t.expected_step_ms > 0 else 0.0
     lines = [
-        f"{head}: {len(c.capture_sizes)} graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}: "
-        f"`{list(c.capture_sizes)}`",
+        f"{head}: {model.engine.list_shape(c.capture_sizes)}: `{model.engine.list_text(c.capture_sizes, None)}`",
         "",
         f"| | graphs | expected step (ms) | {what} | real pool | KV cache | capture |",
         "|---|---|---|---|---|---|---|",

@@ -16,7 +16,6 @@ from tuner.report.text import GIB, mem_text, memory_unit, mib_text, num_text, si
 from tuner.engines.vllm.defaults import CaptureDefaults, capture_ceiling, dense_speculative_schedule, validate_schedule
 from tuner.engines.vllm.defaults import widest_decode_batch
 from tuner.engines.vllm.drafter import EagerDrafterPasses, spans
-from tuner.engines.vllm.log_lines import estimate_line_note, memory_lines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,7 +47,8 @@ __all__ = [
 def keep_default_kv_utilization(model: CostModel, default: Evaluation, tuned: Evaluation) -> float:
     """The gpu_memory_utilization that gives the tuned list the KV cache the default list gets, rounded UP to
     vLLM's 4 logged decimals so it never gives less."""
-    u = model.budget.utilization_for_kv(default.kv_available_bytes, tuned.graph_estimate_bytes)
+    u = model.budget.utilization_for_kv(default.kv_available_bytes, tuned.graph_estimate_bytes,
+                                        real_bytes=tuned.graph_memory_bytes)
     return math.ceil(round(u * 10_000, 6)) / 10_000
 
 
@@ -57,12 +57,12 @@ def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
     (`tuner.engines.vllm.log_lines`): V1's estimate, the KV cache, the gpu_memory_utilization hint (a warning with the
     estimate off), the KV size and concurrency, and the pool beside the estimate after the capture."""
     b = model.budget
-    return memory_lines(runner=model.runner, captures=bool(e.runs_as),
-                        profiled_estimate_bytes=e.profiled_estimate_bytes, estimate_enabled=b.estimate_enabled,
-                        kv_available_bytes=e.kv_available_bytes, kv_tokens=kv_tokens(model, e),
-                        max_model_len=model.serving.max_model_len, max_concurrency=max_concurrency(model, e),
-                        total_memory_bytes=b.total_memory_bytes, gpu_memory_utilization=b.gpu_memory_utilization,
-                        pool_bytes=e.graph_memory_bytes)
+    return model.engine.memory_log_lines(
+        captures=bool(e.runs_as), profiled_estimate_bytes=e.profiled_estimate_bytes,
+        estimate_enabled=b.estimate_enabled, kv_available_bytes=e.kv_available_bytes, kv_tokens=kv_tokens(model, e),
+        max_model_len=model.serving.max_model_len, max_concurrency=max_concurrency(model, e),
+        total_memory_bytes=b.total_memory_bytes, gpu_memory_utilization=b.gpu_memory_utilization,
+        pool_bytes=e.graph_memory_bytes, kv_capacity_bytes=b.requested_bytes - b.non_kv_cache_bytes)
 
 
 def provenance_line(model: CostModel) -> str:
@@ -73,8 +73,8 @@ def provenance_line(model: CostModel) -> str:
 
 def list_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
     """Each list in token widths (and the list the runner runs, where it rewrites it); what a peer row is."""
-    out = [f"- {model.engine.list_label(name)}: {sizes_text(e.capture_sizes)}"
-           + ("" if e.runs_as == e.capture_sizes else f" (runs as {sizes_text(e.runs_as)})")
+    out = [f"- {model.engine.list_label(name)}: {model.engine.list_text(e.capture_sizes)}"
+           + ("" if e.runs_as == e.capture_sizes else f" (runs as {model.engine.list_text(e.runs_as)})")
            for name, e in table.items() if name != "ideal"]
     if "sglang" in table:
         out.append("- The SGLang row is SGLang 0.5.23's own default for this configuration (max_running_requests = "
@@ -127,7 +127,7 @@ def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, 
     """The decision against vLLM's default, the drafter's share, how the list was found (`how_found`), the lines vLLM
     will log and the gpu_memory_utilization that keeps the default's KV cache."""
     d, t = table["default"], table["tuned"]
-    lines = [f"Tuned list ({source}): `{list(t.capture_sizes)}`", ""]
+    lines = [f"Tuned list ({source}): `{model.engine.list_text(t.capture_sizes, None)}`", ""]
     if t.runs_as != t.capture_sizes:
         lines += [f"**It runs as a different list**: the {model.runner.upper()} runner rewrites an explicit list when "
                   f"speculating (every size rounded up to a multiple of q = {model.q}, sizes above the old max "
@@ -150,7 +150,7 @@ def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, 
     u = keep_default_kv_utilization(model, d, t)
     now = model.budget.gpu_memory_utilization
     lines += ["", f"What vLLM will log when it starts with the tuned list (predicted, in vLLM's own format strings; "
-              f"{estimate_line_note(model.runner)}; vLLM counts whole KV blocks, so the KV size and concurrency can "
+              f"{model.engine.estimate_line_note}; vLLM counts whole KV blocks, so the KV size and concurrency can "
               f"come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
     if not d.starts:
         lines.append("vLLM's default list would not start here, so there is no default KV cache size to keep.")
@@ -196,8 +196,8 @@ def what_changed_lines(model: CostModel, dec: Decision) -> list[str]:
                   ""]
     if not c.added and not c.removed:
         return lines + ["Nothing: the tuned list is vLLM's default list.", ""]
-    lines += [f"- added ({len(c.added)}): {sizes_text(c.added, 40)}",
-              f"- removed ({len(c.removed)}): {sizes_text(c.removed, 40)}", ""]
+    lines += [f"- added ({len(c.added)}): {model.engine.list_text(c.added, 40)}",
+              f"- removed ({len(c.removed)}): {model.engine.list_text(c.removed, 40)}", ""]
     if c.above_max:
         lines += [
             f"Each width added above the default max ({c.default_max}), judged by the tuned list with and without "
@@ -237,10 +237,10 @@ def side_by_side_lines(model: CostModel, dec: Decision) -> list[str]:
     for name, e in dec.table.items():
         feasible = feasible_cell(name, e)
         runs = "same" if e.runs_as == e.capture_sizes else (
-            f"{len(e.runs_as)} graphs, max {e.runs_as[-1]}" if e.runs_as else "nothing (refused)")
+            model.engine.list_shape(e.runs_as) if e.runs_as else "nothing (refused)")
         lines.append(
             f"| {model.engine.list_label(name)} | {len(e.capture_sizes)} "
-            f"| {e.capture_sizes[-1] if e.capture_sizes else 0} "
+            f"| {model.engine.list_max(e.capture_sizes)} "
             f"| {runs} | {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} "
             f"| {num_text(model, e.graph_estimate_bytes)} | {num_text(model, e.graph_memory_bytes)} "
             f"| {num_text(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
@@ -256,8 +256,7 @@ def console_lines(model: CostModel, dec: Decision, how: str) -> list[str]:
     beside the real pool, the KV cache vLLM sizes (GiB, tokens, max concurrency), the off-peak check, noisy timings."""
     t, d = dec.tuned, dec.default
     change = t.expected_step_ms / d.expected_step_ms - 1 if d.expected_step_ms else 0.0
-    top = t.capture_sizes[-1] if t.capture_sizes else 0
-    lines = [f"tuned list ({how}): {len(t.capture_sizes)} graphs, max {top}"]
+    lines = [f"tuned list ({how}): {model.engine.list_shape(t.capture_sizes)}"]
     if t.runs_as != t.capture_sizes:
         lines.append(f"it runs as another list: the {model.runner.upper()} runner rewrites it to {len(t.runs_as)} "
                      f"graphs (multiples of q = {model.q}): {list(t.runs_as)}")
@@ -285,7 +284,7 @@ def console_lines(model: CostModel, dec: Decision, how: str) -> list[str]:
 def files_shipped_line(model: CostModel, dec: Decision, run_dir: Path) -> str:
     """The shipped list in one line, and the files that hold it and the other list."""
     return decision.shipped_line(model, dec, run_dir,
-                                 lambda sizes: f"{len(sizes)} graphs, max {sizes[-1] if sizes else 0}")
+                                 model.engine.list_shape)
 
 
 # ---------------------------------------------------------------------------------------------- cgtune defaults

@@ -32,6 +32,8 @@ LAGRANGIAN = "too many candidates for the program over memory units: a Lagrangia
 """Why an answer found through the Lagrangian relaxation alone is not proven (its gap is given)."""
 _TIE_PRICE = 1e-21
 """ms per byte: 1e-9 ms for a TB, so lists of one latency are told apart by their memory alone."""
+_WIDEST = ("a graph below a list's top holds wider activations than the top (standalone footprints that do not grow "
+           "with width): the program counts the pool above and below it, and the answer is bounded")
 _MULTI_TIER = "several decode query lengths (a dynamic speculative schedule): the program covers one"
 _DRAFTER = "the drafter's passes and graphs are not in the program"
 _INF = math.inf
@@ -166,6 +168,14 @@ def _backtrack(chain: _Chain, delta_u: np.ndarray, top_u: np.ndarray, back: np.n
     return [int(chain.sizes[k]) for k in members]
 
 
+def _extra(chain: _Chain, safe: bool) -> np.ndarray:
+    """What a chain's top costs beyond its delta when the chain holds the pair's widest activations (standalone less
+    delta): the top's own (a lower bound when a member below has more), or, `safe`, the most of any member up to it."""
+    extra = np.maximum(chain.alone - chain.delta, 0)
+    extra[0] = 0.0
+    return np.maximum.accumulate(extra) if safe else extra
+
+
 def _min_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c[m] = min over m1 <= m of a[m1] + b[m - m1], for a nonincreasing `a` (only where it drops can it help)."""
     c = np.full(len(b), _INF)
@@ -187,10 +197,12 @@ class _Levels:
     back_top: np.ndarray
 
     @classmethod
-    def solve(cls, chain: _Chain, unit: int, B: int, rounding: Callable[[np.ndarray], np.ndarray], *, top_alone: bool,
-              check: Callable[[], None]) -> _Levels:
+    def solve(cls, chain: _Chain, unit: int, B: int, rounding: Callable[[np.ndarray], np.ndarray],
+              top_extra: np.ndarray | float, check: Callable[[], None]) -> _Levels:
+        """`top_extra`: what the chain's top costs beyond its delta (bytes, per candidate): the widest activations the
+        pool holds once, where this chain holds the pair's widest graph (0: the other chain does)."""
         du = rounding(np.maximum(chain.delta, 0) / unit).astype(np.int64)
-        tu = rounding(np.maximum(chain.alone if top_alone else chain.delta, 0) / unit).astype(np.int64)
+        tu = rounding(np.maximum(chain.delta + top_extra, 0) / unit).astype(np.int64)
         return cls(chain, du, tu, *_levels(chain, du, tu, B, check))
 
     def any_top(self) -> np.ndarray:
@@ -219,6 +231,7 @@ class _Split:
         self.kept: list[Evaluation] = []
         self.stopped = False
         self.solves = 0
+        self.monotone = True
 
     def check(self) -> None:
         if self.deadline is not None and self.clock() > self.deadline:
@@ -286,6 +299,8 @@ class _Split:
             (f"stopped at its time budget of {self.budget_s or 0:g} s", self.stopped),
             (f"{ROUNDED} {unit / (1 << 20):.3f} MiB", not exact_units and LAGRANGIAN not in unproven)) if yes]
         reasons += [] if proven else unproven
+        if not proven and not reasons:
+            reasons = [_WIDEST if not self.monotone else "its lower bound stays below it"]
         if lower is not None:
             lower = min(lower, self.best.expected_step_ms)
         if keep_empty and empty not in self.kept:
@@ -316,24 +331,30 @@ class _Split:
     def _exact(self, budget: int, unit: int, exact_units: bool) -> float:
         """The program over memory units, per decode top: figures rounded up (every answer fits), and, where the unit
         rounds, rounded down too (a proven lower bound). Returns the lower bound."""
-        value = self._solve_levels(budget, unit, np.ceil, keep=True)
-        return value if exact_units else self._solve_levels(budget, unit, np.floor, keep=False)
+        value = self._solve_levels(budget, unit, safe=True)
+        self.monotone = all(np.all(np.diff(c.alone[1:] - c.delta[1:]) >= 0)
+                            for c in (self.p.decode_chain(), self.p.token_chain(0.0)))
+        return value if exact_units and self.monotone else self._solve_levels(budget, unit, safe=False)
 
-    def _solve_levels(self, budget: int, unit: int, rounding: Callable[[np.ndarray], np.ndarray], *,
-                      keep: bool) -> float:
+    def _solve_levels(self, budget: int, unit: int, *, safe: bool) -> float:
         """Every decode top (none, or each decode size): the decode chain topped there (its steps above that top
         spilled into the prefill chain), joined with the prefill chain over the budget. Returns the least latency
-        in the budget; with `keep`, the answer, the front and the kept lists are evaluated."""
+        in the budget. `safe`: figures rounded up and the widest activations taken as the most any member below the
+        top has (every answer counts at least its memory: it fits), its answer, front and kept lists evaluated; else
+        rounded down and the top's own (at most its memory: a lower bound)."""
         p, B = self.p, max(0, budget // unit)
+        rounding = np.ceil if safe else np.floor
         dchain = p.decode_chain()
-        dec = _Levels.solve(dchain, unit, B, rounding, top_alone=False, check=self.check)
-        dec_alone = _Levels.solve(dchain, unit, B, rounding, top_alone=True, check=self.check)
+        extra_d = _extra(dchain, safe)
+        dec = _Levels.solve(dchain, unit, B, rounding, 0.0, self.check)
+        dec_alone = _Levels.solve(dchain, unit, B, rounding, extra_d, self.check)
         self.solves += 2
         tops: dict[int, tuple[np.ndarray, _Levels, float]] = {}
         for t in range(len(dchain.sizes)):
             self.check()
             spill = 0.0 if t == 0 else float(p.q * -dchain.sizes[t])
-            tok = _Levels.solve(p.token_chain(spill), unit, B, rounding, top_alone=True, check=self.check)
+            tchain = p.token_chain(spill)
+            tok = _Levels.solve(tchain, unit, B, rounding, np.maximum(_extra(tchain, safe), extra_d[t]), self.check)
             self.solves += 1
             none_p = p.spill_eager(spill)
             tok_any = tok.any_top()
@@ -345,7 +366,7 @@ class _Split:
         totals = np.min(np.stack([c for c, _, _ in tops.values()]), axis=0)
         if not math.isfinite(totals[B]):
             return _INF
-        if keep:
+        if safe:
             self.consider(self._pair(dec, dec_alone, tops, B))
             drops = [m for m in range(B + 1) if math.isfinite(totals[m]) and (m == 0 or totals[m] < totals[m - 1]
                                                                                - 1e-12)]
@@ -392,8 +413,9 @@ class _Split:
         def solve(lam: float) -> tuple[float, list[int]]:
             self.check()
             fd, bd = _free_chain(dchain, dchain.delta * lam)
-            fa = fd + (dchain.alone - dchain.delta) * lam
-            tok, tok_keys = free.solve(lam)
+            extra_d = dchain.alone - dchain.delta
+            fa = fd + extra_d * lam
+            tok, tok_keys = free.solve(lam, extra_d)
             best: tuple[float, list[int]] = (_INF, [])
             for t in range(len(spills)):
                 none_p = free.none[t]
@@ -440,9 +462,9 @@ class _FreeTokenChains:
         self.none = [p.spill_eager(float(s)) for s in spills]
         self.back = np.zeros((len(spills), self.n + 1), dtype=np.int64)
 
-    def solve(self, lam: float) -> tuple[np.ndarray, Callable[[int], list[int]]]:
-        """Per decode top, the least cost of a prefill chain with members priced lam x delta (the top lam x
-        standalone), and its keys."""
+    def solve(self, lam: float, extra_d: np.ndarray) -> tuple[np.ndarray, Callable[[int], list[int]]]:
+        """Per decode top, the least cost of a prefill chain with members priced lam x delta (the top lam x its
+        delta and the widest activations of the pair, `extra_d` the decode top's), and its keys."""
         T, n, b = len(self.none), self.n, self.base
         f = np.full((T, n + 1), _INF)
         f[:, 0] = 0.0
@@ -452,7 +474,8 @@ class _FreeTokenChains:
             i = np.argmin(cand, axis=1)
             f[:, j] = cand[np.arange(T), i] + lam * b.delta[j]
             self.back[:, j] = i
-        ends = f[:, 1:] + lam * (b.alone[1:] - b.delta[1:])[None, :] + self.tail[:, 1:] if n else np.zeros((T, 0))
+        widest = np.maximum((b.alone[1:] - b.delta[1:])[None, :], np.asarray(extra_d)[:, None]) if n else None
+        ends = f[:, 1:] + lam * widest + self.tail[:, 1:] if n else np.zeros((T, 0))
         top = np.argmin(ends, axis=1) + 1 if n else np.zeros(T, dtype=np.int64)
         values = ends[np.arange(T), top - 1] if n else np.full(T, _INF)
         back = self.back.copy()

@@ -193,10 +193,8 @@ class ListValidation:
 def target_memory(model: CostModel, evaluation: Evaluation) -> tuple[int, int]:
     """(pool, vLLM's estimate) the cost model predicts for the list's TARGET graphs alone: what validation captures.
     The drafter's share is the rest of `evaluation`'s (0 without a draft model)."""
-    from tuner.engines.vllm.memory import pool_bytes
-
     costs = [g for g in model.graph_costs(evaluation.capture_sizes) if g.owner == "target"]
-    return int(round(pool_bytes(costs))), int(round(model.engine.estimate_bytes(costs)))
+    return int(round(model.engine.pool_bytes(costs))), int(round(model.engine.estimate_bytes(costs)))
 
 
 def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequence[PlannedStep],

@@ -28,6 +28,7 @@ from tuner.engines.vllm.emit import (
     env_prefix,
     render_files,
 )
+from tuner.engines.vllm.log_lines import estimate_line_note, memory_lines
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_bytes, kv_capacity, start_kv_bytes
 from tuner.engines.vllm.runner import (
     effective_cudagraph_mode,
@@ -179,7 +180,8 @@ class VllmEngine(Engine):
     # ------------------------------------------------------------------ memory
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
-                pre_load_free_bytes: int | None = None) -> KvRule:
+                pre_load_free_bytes: int | None = None,
+                activation_peak_bytes: int | None = None) -> KvRule:
         s = self.serving
         if not s.estimate_cudagraph_memory:
             notes.append("estimate_cudagraph_memory: false (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM "
@@ -317,6 +319,16 @@ class VllmEngine(Engine):
                         "estimate_cudagraph_memory: false (vLLM subtracts no graph-memory estimate from the KV "
                         "cache)"))
         return tuple(env)
+
+    def memory_log_lines(self, **figures: Any) -> list[str]:
+        """The memory lines vLLM logs at start-up for a list with these figures (`tuner.engines.vllm.log_lines`)."""
+        figures.pop("kv_capacity_bytes", None)
+        return memory_lines(runner=self.runner, **figures)
+
+    @property
+    def estimate_line_note(self) -> str:
+        """Where the runner logs its graph-memory estimate, in words."""
+        return estimate_line_note(self.runner)
 
     def serve_line(self, out_dir: Path, checkpoint: str | None) -> str | None:
         line = flag_file_line(out_dir / FLAGS_FILE)

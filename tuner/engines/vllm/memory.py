@@ -190,6 +190,7 @@ class KvRule:
             return self.estimate_budget_bytes, "largest estimate that leaves the required KV"
         return self.slack_bytes, "memory vLLM does not request"
 
-    def utilization_for_kv(self, kv_bytes: int, estimate_bytes: float) -> float:
-        """The gpu_memory_utilization that gives `kv_bytes` of KV cache with this estimate."""
+    def utilization_for_kv(self, kv_bytes: int, estimate_bytes: float, *, real_bytes: float = 0.0) -> float:
+        """The gpu_memory_utilization that gives `kv_bytes` of KV cache with this estimate (`real_bytes`: for a rule
+        that sizes the KV cache after capture)."""
         return (kv_bytes + self.non_kv_cache_bytes + self.applied_estimate(estimate_bytes)) / self.total_memory_bytes

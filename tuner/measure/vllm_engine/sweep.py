@@ -257,7 +257,7 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
 
     write(complete=False)
     llm.collective_rpc(_worker.warm, args=(pending, worker_options))
-    from tqdm.auto import tqdm
+    from tuner.progress import progress_bar
 
     # Rounds interleave the widths: each round times every pending width (largest first) with 1/rounds of the budget,
     # and a width's samples pool over the rounds, so drift (clocks, a busy host) spreads over all widths instead of
@@ -269,8 +269,8 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
     measured: list[int] = []
     complete = True
     modes = [m for m in SWEEP_MODES if graphs_reason is None or m not in ("full", "piecewise")]
-    with tqdm(total=len(pending) * rounds, desc=f"profile {name} (vLLM)", unit="width", disable=not progress,
-              dynamic_ncols=True) as bar:
+    with progress_bar(len(pending) * rounds, f"profile {name} (vLLM)", "width", enabled=progress,
+                      dynamic_ncols=True) as bar:
         try:
             for r in range(rounds):
                 for w in pending:

@@ -14,6 +14,7 @@ from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import CaptureDefaults
 from tuner.engines.vllm.drafter import drafter_pass_widths
 from tuner.engines.vllm.engine import VllmV2Engine
+from tuner.engines.vllm.log_lines import CAPTURE, GIB, KV_AVAILABLE, KV_SIZE, format_gib
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_v2_bytes
 from tuner.engines.vllm.v034.defaults import SplitSizes, decode_grid, resolve_capture_sizes
 from tuner.engines.vllm.v034.dispatch import Dispatcher034, join_keys, split_keys
@@ -118,6 +119,19 @@ class Vllm034Engine(VllmV2Engine):
     def in_engine_unit(self, capture_sizes: Sequence[int]) -> list[int]:
         return sorted(set(capture_sizes))
 
+    def list_text(self, capture_sizes: Sequence[int], limit: int | None = 24) -> str:
+        """`decode requests 1, 2, ... (30 sizes); prefill tokens 1, 2, 4, ... (55 sizes)`."""
+        prefill, decode = split_keys(capture_sizes)
+        return (f"decode requests {super().list_text(decode, limit)}; prefill tokens "
+                f"{super().list_text(prefill, limit)}")
+
+    def list_shape(self, capture_sizes: Sequence[int]) -> str:
+        """`30 decode graphs (max 30 requests = 510 tokens), 55 prefill graphs (max 512 tokens)`."""
+        prefill, decode = split_keys(capture_sizes)
+        q = self.decode_query_len
+        return (f"{len(decode)} decode sizes (max {max(decode, default=0)} requests = {q * max(decode, default=0)} "
+                f"tokens), {len(prefill)} prefill sizes (max {max(prefill, default=0)} tokens)")
+
     def offered_widths(self, widths: list[int], dispatcher: Any, notes: list[str]) -> list[int]:
         """The keys worth offering: every measured graph width as a prefill size (where mixed steps replay graphs),
         and -n for every n whose decode width n x q was measured (where decode steps replay FULL graphs)."""
@@ -134,7 +148,8 @@ class Vllm034Engine(VllmV2Engine):
     # ------------------------------------------------------------------ memory
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
-                pre_load_free_bytes: int | None = None) -> ExtensibleKvRule | KvRule:
+                pre_load_free_bytes: int | None = None,
+                activation_peak_bytes: int | None = None) -> ExtensibleKvRule | KvRule:
         s = self.serving
         if not self.extensible:
             return super().kv_rule(total_memory_bytes=total_memory_bytes, non_kv_cache_bytes=non_kv_cache_bytes,
@@ -143,12 +158,26 @@ class Vllm034Engine(VllmV2Engine):
                                    pre_load_free_bytes=pre_load_free_bytes)
         notes.append("vLLM 0.34 sizes the KV cache after capture (extensible KV cache): every graph's real pool comes "
                      "out of it, and no estimate is made")
-        return ExtensibleKvRule(total_memory_bytes, s.gpu_memory_utilization, non_kv_cache_bytes, required_kv_bytes)
+        if activation_peak_bytes is None:
+            notes.append("the profile records no activation peak: the memory vLLM 0.34 keeps free beside the KV cache "
+                         "is taken at its 1 GiB floor")
+        return ExtensibleKvRule(total_memory_bytes, s.gpu_memory_utilization, non_kv_cache_bytes, required_kv_bytes,
+                                peak_bytes=activation_peak_bytes or 0)
 
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         """No estimate under the extensible KV cache (0: the real pool is what the KV cache loses); without it, 0.33's
         V2 sampling estimate (its code is unchanged in 0.34)."""
         return 0.0 if self.extensible else estimate_v2_bytes(costs)
+
+    def pool_bytes(self, costs: Sequence[GraphCost]) -> float:
+        """The real pool: the widest activations once (the graph of the largest standalone footprint), every other
+        graph its delta. 0.34 captures PIECEWISE graphs before FULL ones, and a decode graph wider than every prefill
+        graph does not fit in their buffers, so the first captured is not always the one whose buffers the others
+        share (vLLM 0.33's lists kept every FULL graph within the widest PIECEWISE one)."""
+        if not costs:
+            return 0.0
+        widest = max(range(len(costs)), key=lambda i: costs[i].standalone_bytes - costs[i].delta_bytes)
+        return float(costs[widest].standalone_bytes + sum(g.delta_bytes for i, g in enumerate(costs) if i != widest))
 
     def estimate_form(self, dispatcher: Any, estimate_enabled: bool) -> str:
         return "real"
@@ -171,6 +200,26 @@ class Vllm034Engine(VllmV2Engine):
 
     def setting_notes(self, dispatcher: Any) -> list[str]:
         return [w for w in self.resolve().warnings if "deprecated" in w]
+
+    def memory_log_lines(self, **figures: Any) -> list[str]:
+        """The memory lines vLLM 0.34 logs at start-up. With the extensible KV cache: the capacity it reserves
+        ("Available KV cache memory", no estimate subtracted), the real capture, then the KV cache measured after it;
+        without, 0.33's V2 lines (the same format strings, facts §5)."""
+        capacity = figures.pop("kv_capacity_bytes")
+        if not self.extensible:
+            return super().memory_log_lines(**figures)
+        lines = [KV_AVAILABLE % format_gib(capacity)]
+        if figures["captures"]:
+            lines.append(CAPTURE % (0, figures["pool_bytes"] / GIB))
+        lines.append(KV_SIZE % ("GPU", f"{figures['kv_tokens']:,}", f"{figures['max_model_len']:,}",
+                                figures["max_concurrency"]))
+        return lines
+
+    @property
+    def estimate_line_note(self) -> str:
+        return ("0.34 makes no estimate under the extensible KV cache: it reserves the capacity, captures, then sizes "
+                "the KV cache from what is left; the capture's seconds are not predicted (0 here)" if self.extensible
+                else super().estimate_line_note)
 
     # ------------------------------------------------------------------ files to emit
     def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,

@@ -72,6 +72,13 @@ class ExtensibleKvRule:
     def graph_budget(self, top: int = 0) -> tuple[int, str]:
         return self.real_budget_bytes(), "most real graph memory the KV cache, sized after capture, leaves required"
 
+    def utilization_for_kv(self, kv_bytes: int, estimate_bytes: float = 0.0, *, real_bytes: float = 0.0) -> float:
+        """The gpu_memory_utilization that gives `kv_bytes` of KV cache beside a real pool of `real_bytes` (above 1
+        where the margin the device keeps free would have to go)."""
+        if kv_bytes > self.total_memory_bytes - self.non_kv_cache_bytes - self.margin_bytes - real_bytes:
+            return math.inf
+        return (kv_bytes + self.non_kv_cache_bytes + real_bytes) / self.total_memory_bytes
+
     @property
     def slack_bytes(self) -> int:
         return self.total_memory_bytes - self.requested_bytes
