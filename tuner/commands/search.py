@@ -285,8 +285,10 @@ def _load_aware(model: CostModel, workload: Workload, args: argparse.Namespace,
     def said(it: LoadIteration) -> None:
         p99 = f"{it.tpot_p99_ms:.3f} ms" if it.tpot_p99_ms != float("inf") else "none finished"
         change = f"+{len(it.added)} -{len(it.removed)} widths" if it.index else "the expected-step answer"
-        print(f"load {args.rate:g} req/s, iteration {it.index}: {len(it.capture_sizes)} graphs (max "
-              f"{max(it.capture_sizes, default=0)}; {change}), TPOT p99 {p99}"
+        shape = model.engine.list_shape(it.capture_sizes, short=True)
+        print(f"load {args.rate:g} req/s, iteration {it.index}: {shape} "
+              f"(max {model.engine.tops_text(it.capture_sizes)}; "
+              f"{change}), TPOT p99 {p99}"
               + (" (two operating points)" if it.points.cliff else ""), flush=True)
 
     found = load_aware_search(model, workload.load, rate_per_s=args.rate, max_iterations=args.load_iterations,
@@ -322,7 +324,7 @@ def _decision_summary(dec: Decision, out: Path, model: CostModel, *, report: boo
     if c.capture_sizes == t.capture_sizes:
         print(f"{head}): the tuned list itself")
     else:
-        print(f"{head}): {len(c.capture_sizes)} graphs, max {c.capture_sizes[-1] if c.capture_sizes else 0}, {what} "
+        print(f"{head}): {model.engine.list_shape(c.capture_sizes)}, {what} "
               f"{dec.counted(c) / GIB:.3f} GiB vs {dec.counted(t) / GIB:.3f} "
               f"({choice.saved_share:.0%} less), expected step {c.expected_step_ms:.4f} ms "
               f"({c.expected_step_ms / t.expected_step_ms - 1:+.2%})"
@@ -366,7 +368,8 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
 
     ship = dec.ship
     files = model.engine.files
-    print(f"shipped: the {ship.name} list ({len(ship.evaluation.capture_sizes)} graphs) in {', '.join(files)}: "
+    print(f"shipped: the {ship.name} list ({model.engine.list_shape(ship.evaluation.capture_sizes, short=True)}) in "
+          f"{', '.join(files)}: "
           f"{ship.why}" + (f"; the {ship.other[0]} list's files: "
                            f"{', '.join(alternative_name(f, ship.other[0]) for f in files)}" if ship.other else ""))
     serve = model.engine.serve_line(out, model.workload.model.checkpoint)

@@ -140,7 +140,7 @@ def what_changed(model: CostModel, default: Evaluation, tuned: Evaluation) -> Wh
     evaluated with and without it (so each row is that width's own marginal cost and saving, the rest kept)."""
     d, t = set(default.runs_as), set(tuned.runs_as)
     top = max(d, default=0)
-    above = [w for w in sorted(t - d) if w > top]
+    above = model.engine.added_above(sorted(d), sorted(t - d))
     # Each width's list without it, one pass over the list's graphs each (CostModel.without_each), not a full
     # evaluation: a tuned list of thousands of widths made this quadratic (issue 34).
     without = model.without_each(tuned, above)

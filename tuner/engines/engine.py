@@ -294,6 +294,19 @@ class Engine(ABC):
         """The token widths of the graphs a list's keys make, ascending (a list of token widths: its own)."""
         return sorted(set(keys))
 
+    def added_above(self, default: Sequence[int], added: Sequence[int]) -> list[int]:
+        """The sizes a tuned list adds above the default list's max (what the report weighs one by one)."""
+        top = max(default, default=0)
+        return [w for w in sorted(added) if w > top]
+
+    def key_text(self, key: int) -> str:
+        """One size of a list, as a report names it (a token width: the number)."""
+        return str(key)
+
+    def tops_text(self, capture_sizes: Sequence[int]) -> str:
+        """A list's max, as a report names it (`512`)."""
+        return str(max(capture_sizes, default=0))
+
     def list_text(self, capture_sizes: Sequence[int], limit: int | None = 24) -> str:
         """A list as reports print it: `1, 2, 4, ... (51 sizes)`, cut after `limit` sizes; `(none)` when empty; whole,
         as a list (`[1, 2, 4]`), with no limit."""
@@ -304,8 +317,10 @@ class Engine(ABC):
         return ", ".join(map(str, capture_sizes[:limit])) + (
             f", ... ({len(capture_sizes)} sizes)" if len(capture_sizes) > limit else "")
 
-    def list_shape(self, capture_sizes: Sequence[int]) -> str:
-        """A list in a few words: `51 graphs, max 512`."""
+    def list_shape(self, capture_sizes: Sequence[int], *, short: bool = False) -> str:
+        """A list in a few words: `51 graphs, max 512` (`short`: `51 graphs`)."""
+        if short:
+            return f"{len(capture_sizes)} graphs"
         return f"{len(capture_sizes)} graphs, max {max(capture_sizes) if capture_sizes else 0}"
 
     def list_max(self, capture_sizes: Sequence[int]) -> int:

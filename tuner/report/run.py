@@ -88,7 +88,7 @@ def _list_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
         "per_token_ms": e.per_token_ms,
         "num_graphs": len(e.capture_sizes),
         "capture_s": decision.capture_s(model, e),
-        "max_capture_size": e.capture_sizes[-1] if e.capture_sizes else 0,
+        "max_capture_size": model.engine.list_max(e.capture_sizes),
         "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
         "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
         "graph_memory_bytes": e.graph_memory_bytes,
@@ -321,13 +321,13 @@ def summary_json(data: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- run directory
-def _with_list(provenance: Any, name: str, why: str, e: Evaluation) -> Any:
+def _with_list(model: CostModel, provenance: Any, name: str, why: str, e: Evaluation) -> Any:
     """The files' provenance with which list they carry and why."""
     import dataclasses
 
     label = "compact list" if name == "compact" else "fastest (tuned) list"
     return dataclasses.replace(provenance, extra={
-        "list": f"the {label}, {len(e.capture_sizes)} graphs: {why}",
+        "list": f"the {label}, {model.engine.list_shape(e.capture_sizes, short=True)}: {why}",
         **provenance.extra, "expected_step_ms": f"{e.expected_step_ms:.4f} under the cgtune cost model"})
 
 
@@ -389,12 +389,13 @@ def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: 
         ship = dec.ship
         files = model.engine.render_files(ship.evaluation.capture_sizes, model.workload.deployment,
                                           cudagraph_mode=model.cudagraph_mode,
-                                          provenance=_with_list(provenance, ship.name, ship.why, ship.evaluation))
+                                          provenance=_with_list(model, provenance, ship.name, ship.why,
+                                                                ship.evaluation))
         if ship.other is not None:
             other_name, other = ship.other
             alt = model.engine.render_files(other.capture_sizes, model.workload.deployment,
                                             cudagraph_mode=model.cudagraph_mode,
-                                            provenance=_with_list(provenance, other_name,
+                                            provenance=_with_list(model, provenance, other_name,
                                                                   f"not shipped; the {ship.name} list is ({ship.why})",
                                                                   other))
             renamed = {name: decision.alternative_name(name, other_name) for name in alt}

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from tuner.engines.vllm.v034.dispatch import split_keys
 from tuner.report import vllm_words
 from tuner.report.text import GIB, mem_text, memory_unit
 from tuner.report.vllm_words import (  # noqa: F401 - the words 0.34 shares with 0.33, re-exported
     console_lines,
     decision_lines,
     drafter_lines,
-    figures,
     files_line,
     files_shipped_line,
     keep_default_kv_utilization,
@@ -29,6 +29,13 @@ if TYPE_CHECKING:
     from tuner.workload.spec import Workload
 
 __all__ = [*vllm_words.__all__]
+
+
+def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
+    """summary.json figures of one list beyond every engine's: its two lists under 0.34's names (its keys, in
+    `capture_sizes`, hold the decode request counts negated)."""
+    prefill, decode = split_keys(e.capture_sizes)
+    return {"decode_cudagraph_capture_request_sizes": decode, "prefill_cudagraph_capture_token_sizes": prefill}
 
 
 def provenance_line(model: CostModel) -> str:

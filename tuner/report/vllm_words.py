@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.report import decision
 from tuner.decision.compare import LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency
 from tuner.model.eager_share import EagerShare, drafter_eager_passes, eager_share, uniform_decode_steps
-from tuner.report.text import GIB, mem_text, memory_unit, mib_text, num_text, sizes_text
+from tuner.report.text import GIB, mem_text, memory_unit, mib_text, num_text
 from tuner.engines.vllm.defaults import CaptureDefaults, capture_ceiling, dense_speculative_schedule, validate_schedule
 from tuner.engines.vllm.defaults import widest_decode_batch
 from tuner.engines.vllm.drafter import EagerDrafterPasses, spans
@@ -200,7 +200,8 @@ def what_changed_lines(model: CostModel, dec: Decision) -> list[str]:
               f"- removed ({len(c.removed)}): {model.engine.list_text(c.removed, 40)}", ""]
     if c.above_max:
         lines += [
-            f"Each width added above the default max ({c.default_max}), judged by the tuned list with and without "
+            f"Each width added above the default max ({model.engine.tops_text(d.runs_as)}), judged by the tuned "
+            f"list with and without "
             f"it (the rest kept):",
             "",
             "| width | vLLM estimate added (MiB) | real pool added (MiB) | expected step saved (ms) | saved (% of the "
@@ -210,16 +211,16 @@ def what_changed_lines(model: CostModel, dec: Decision) -> list[str]:
         listed, rest = listed_and_rest(c.above_max, t.expected_step_ms)
         for w in listed:
             share = w.saved_ms / t.expected_step_ms if t.expected_step_ms > 0 else 0.0
-            lines.append(f"| {w.num_tokens} | {mib_text(w.estimate_bytes)} | {mib_text(w.real_bytes)} "
-                         f"| {w.saved_ms:+.4f} | {share:+.2%} |")
+            lines.append(f"| {model.engine.key_text(w.num_tokens)} | {mib_text(w.estimate_bytes)} "
+                         f"| {mib_text(w.real_bytes)} | {w.saved_ms:+.4f} | {share:+.2%} |")
         if rest:
             lines.append(f"| {len(rest)} more, each saving less than {LIST_SAVING_SHARE:.1%} "
-                         f"({sizes_text(tuple(w.num_tokens for w in rest), 8)}), row by row summed | "
+                         f"({model.engine.list_text(tuple(w.num_tokens for w in rest), 8)}), row by row summed | "
                          f"{mib_text(sum(w.estimate_bytes for w in rest))} "
                          f"| {mib_text(sum(w.real_bytes for w in rest))} | {sum(w.saved_ms for w in rest):+.4f} | |")
         lines.append("")
     else:
-        lines += [f"No width is added above the default max ({c.default_max}).", ""]
+        lines += [f"No width is added above the default max ({model.engine.tops_text(d.runs_as)}).", ""]
     return lines
 
 

@@ -316,7 +316,7 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
         graphs = model.graphs(sizes)
         plan = plan_trace(trace, dispatcher)
         if progress:
-            progress(f"{name}: capturing {len(graphs)} graphs, max {sizes[-1] if sizes else 0}")
+            progress(f"{name}: capturing {len(graphs)} graphs, max {model.engine.list_max(sizes)}")
         estimate = None
         measure_estimate = getattr(backend, "measure_estimate", None)
         if measure_estimate is not None and model.engine.makes_estimate:  # the KV cache is sized from it

@@ -28,9 +28,9 @@ def compilation_config_034(keys: Sequence[int], cudagraph_mode: str) -> dict[str
 
 
 def validate_034_lists(engine: Any, keys: Sequence[int]) -> None:
-    """EmitError when vLLM 0.34 (`engine`: its rulebook's Engine) would drop a size or capture another graph than the keys say: a prefill size above the
-    token budget, a decode size above max_num_seqs, or one past the most requests a decode graph may hold (its token
-    budget), which vLLM captures at that limit instead."""
+    """EmitError when vLLM 0.34 (`engine`: its rulebook's Engine) would drop a size or capture another graph than the
+    keys say: a prefill size above the token budget, a decode size above max_num_seqs, or one past the most requests a
+    decode graph may hold (its token budget), which vLLM captures at that limit instead."""
     s = engine.serving
     prefill, decode = split_keys(keys)
     if [t for t in prefill if t > s.max_num_batched_tokens]:

@@ -119,15 +119,31 @@ class Vllm034Engine(VllmV2Engine):
     def in_engine_unit(self, capture_sizes: Sequence[int]) -> list[int]:
         return sorted(set(capture_sizes))
 
+    def added_above(self, default: Sequence[int], added: Sequence[int]) -> list[int]:
+        """Decode sizes above the default's most requests, and prefill sizes above its widest prefill graph."""
+        prefill, decode = split_keys(default)
+        return sorted(k for k in added if (k < 0 and -k > max(decode, default=0))
+                      or (k > 0 and k > max(prefill, default=0)))
+
+    def key_text(self, key: int) -> str:
+        return f"{-key} requests" if key < 0 else f"{key} tokens"
+
+    def tops_text(self, capture_sizes: Sequence[int]) -> str:
+        prefill, decode = split_keys(capture_sizes)
+        return f"{max(decode, default=0)} requests, {max(prefill, default=0)} tokens"
+
     def list_text(self, capture_sizes: Sequence[int], limit: int | None = 24) -> str:
         """`decode requests 1, 2, ... (30 sizes); prefill tokens 1, 2, 4, ... (55 sizes)`."""
         prefill, decode = split_keys(capture_sizes)
         return (f"decode requests {super().list_text(decode, limit)}; prefill tokens "
                 f"{super().list_text(prefill, limit)}")
 
-    def list_shape(self, capture_sizes: Sequence[int]) -> str:
-        """`30 decode graphs (max 30 requests = 510 tokens), 55 prefill graphs (max 512 tokens)`."""
+    def list_shape(self, capture_sizes: Sequence[int], *, short: bool = False) -> str:
+        """`30 decode sizes (max 30 requests = 510 tokens), 55 prefill sizes (max 512 tokens)` (`short`: `30 decode
+        + 55 prefill sizes`)."""
         prefill, decode = split_keys(capture_sizes)
+        if short:
+            return f"{len(decode)} decode + {len(prefill)} prefill sizes"
         q = self.decode_query_len
         return (f"{len(decode)} decode sizes (max {max(decode, default=0)} requests = {q * max(decode, default=0)} "
                 f"tokens), {len(prefill)} prefill sizes (max {max(prefill, default=0)} tokens)")
@@ -183,7 +199,8 @@ class Vllm034Engine(VllmV2Engine):
         return "real"
 
     # ------------------------------------------------------------------ drafters (not modelled in 0.34 yet)
-    def drafter_cost(self, profile: Profile, speculative: Any, dispatcher: Any, name: str, notes: list[str]) -> None:
+    def drafter_cost(self, profile: Profile, speculative: Any, dispatcher: Any, name: str,
+                     notes: list[str]) -> None:
         notes.append(f"vLLM 0.34's drafter graphs and passes ({speculative.method}) are not modelled yet: the drafter's "
                      f"weights and KV layers are counted, its graphs and passes are not")
         return None
