@@ -1,15 +1,22 @@
 """Markers: `gpu` tests skip without CUDA; `postgres` tests skip without a server URL (but CI requires them); the
 `pg_url` fixture: a fresh database on that server per test. A workload that does not pin `serving.vllm_version` runs
-under vLLM 0.33's rules here (the suite's 0.33 tests), whatever vLLM is installed: 0.34's tests pin 0.34."""
+under vLLM 0.33's rules here (the suite's 0.33 tests), whatever vLLM is installed: 0.34's tests pin 0.34. A run ends
+with one line counting what it skipped, by cause, and what each cause needs (tests/skip_summary.py)."""
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
+from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
 from tuner.engines.vllm.versions import VERSION_ENV
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/skip_summary.py (import-mode=importlib)
+from skip_summary import skip_line  # noqa: E402
 
 # Set before any workload is read, and inherited by every command a test runs: without it the rules would follow
 # whichever vLLM this machine has installed (CI installs 0.33's code for the oracle) or cgtune's default (0.34).
@@ -36,6 +43,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise pytest.UsageError("CGTUNE_REQUIRE_POSTGRES=1 but CGTUNE_TEST_POSTGRES_URL is not set")
             item.add_marker(pytest.mark.skip(
                 reason="no PostgreSQL server: run `eval \"$(scripts/ci_postgres.sh start)\"` to start one"))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Generator[None]:
+    # A wrapper run first, so its code after the yield runs last: below pytest's own "short test summary info" (whose
+    # -ra lists every skip, one line each), right above the final counts, where a reader looks.
+    yield
+    reports = terminalreporter.stats.get("skipped", [])
+    # A skip's longrepr is (path, line, "Skipped: reason"), for a test and for a module skipped at collection alike.
+    line = skip_line(r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr) for r in reports)
+    if line:
+        terminalreporter.write_line(line, yellow=True)
 
 
 @pytest.fixture()

@@ -1,5 +1,5 @@
-"""`vllm serve`'s own argument parsing, vLLM 0.33.0's code run on CPU, in a process of its own (vLLM's import sets
-process-wide options): the parser `vllm serve` builds (`FlexibleArgumentParser` + `make_arg_parser`, which reads a
+"""`vllm serve`'s own argument parsing, vLLM 0.33.0's code (or 0.34.0's: `"version"` in the request) run on CPU, in a
+process of its own (vLLM's import sets process-wide options): the parser `vllm serve` builds (`FlexibleArgumentParser` + `make_arg_parser`, which reads a
 `--config` YAML the way the CLI does), `AsyncEngineArgs.from_cli_args`, and `ModelConfig` for a checkpoint vLLM must
 refuse. Nothing is stubbed: `VLLM_TARGET_DEVICE=cpu` gives vLLM its CPU platform (its DeviceConfig default needs a
 device type); the refusal check runs with huggingface_hub offline, so no lookup leaves this machine.
@@ -41,6 +41,10 @@ def parse(argv: list[str]) -> dict[str, Any]:
         "cudagraph_mode": cc.cudagraph_mode.name if cc.cudagraph_mode is not None else None,
         "cudagraph_capture_sizes": cc.cudagraph_capture_sizes,
         "max_cudagraph_capture_size": cc.max_cudagraph_capture_size,
+        # vLLM 0.34's split lists and their caps (absent in 0.33: None)
+        **{name: getattr(cc, name, None) for name in (
+            "prefill_cudagraph_capture_token_sizes", "max_prefill_cudagraph_capture_tokens",
+            "decode_cudagraph_capture_request_sizes", "max_decode_cudagraph_capture_requests")},
     }
 
 
@@ -80,16 +84,17 @@ def method_refusal(method: str) -> str | None:
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
+    version = request.get("version", "0.33.0")
     try:
         import vllm
 
-        if vllm.__version__ != "0.33.0":
-            raise ImportError(f"vllm {vllm.__version__} is installed, not 0.33.0")
+        if vllm.__version__ != version:
+            raise ImportError(f"vllm {vllm.__version__} is installed, not {version}")
         parsed = {name: parse(argv) for name, argv in request.get("parse", {}).items()}
         refused = {c: refusal(c) for c in request.get("refuse", [])}
         refused_methods = {m: method_refusal(m) for m in request.get("refuse_method", [])}
     except ImportError as exc:
-        print(json.dumps({"status": "unavailable", "reason": f"vLLM 0.33.0's modules do not import here: {exc!r}"}))
+        print(json.dumps({"status": "unavailable", "reason": f"vLLM {version}'s modules do not import here: {exc!r}"}))
         return
     print(json.dumps({"status": "ok", "parsed": parsed, "refused": refused, "refused_methods": refused_methods},
                      default=str))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 SCRIPT = Path(__file__).resolve().parent / "answers.py"
 SEED, CONFIGS = 34, 2000
@@ -442,3 +443,41 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
     assert seen["mixed batch past every prefill graph"] >= 3000
     for mode in ("NONE", "PIECEWISE", "FULL"):
         assert seen[f"dispatched {mode}"] >= 5000, mode
+
+
+# --------------------------------------------------------------------------------- `cgtune defaults` against vLLM 0.34
+def _case_workload(tmp_path: Path, name: str, config: dict[str, Any]) -> Path:
+    """The case as a workload pinned to vLLM 0.34 (a model-based method gets a drafter shape)."""
+    method = config.get("speculative_method")
+    spec: dict[str, Any] = {
+        "name": f"case-{name}", "model": {"preset": "llama-3.1-8b", "dtype": "bfloat16"},
+        "serving": {"max_num_seqs": config["max_num_seqs"], "max_num_batched_tokens": config["max_num_batched_tokens"],
+                    "num_speculative_tokens": config.get("num_speculative_tokens", 0), "vllm_version": "0.34",
+                    "gpu_capability": ".".join(map(str, config.get("gpu_capability", (9, 0)))),
+                    "cudagraph_mode": config.get("cudagraph_mode", "FULL_AND_PIECEWISE"),
+                    "performance_mode": config.get("performance_mode", "balanced")},
+        "traffic": {"requests": {"kind": "uniform", "min": 1, "max": config["max_num_seqs"]}},
+    }
+    if method is not None:
+        spec["speculative"] = {"method": method, **({"drafter": {"num_layers": 1}} if method != "ngram" else {})}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.parametrize("case", ["a", "b", "c", "d"])
+def test_cgtune_defaults_prints_vllm_034s_own_resolution_of_the_four_cases(answers, tmp_path, case):
+    # Issue 42's must-show: `cgtune defaults` for a 0.34 workload is 0.34's own resolution, every list and field.
+    vllm = answers["cases"][case]
+    proc = subprocess.run([sys.executable, "-m", "tuner.cli", "defaults", str(_case_workload(tmp_path, case,
+                                                                                             vllm["config"])),
+                           "--json"], capture_output=True, text=True, timeout=300, cwd=SCRIPT.parents[2])
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["vllm_version"] == "0.34"
+    assert got["decode_cudagraph_capture_request_sizes"] == vllm["decode_request_sizes"]
+    assert got["prefill_cudagraph_capture_token_sizes"] == vllm["prefill_token_sizes"]
+    assert got["cudagraph_capture_sizes"] == vllm["record"] and got["max_cudagraph_capture_size"] == vllm["max_record"]
+    assert got["max_decode_cudagraph_capture_tokens"] == vllm["max_decode_tokens"]
+    assert got["draft_decode_request_sizes"] == vllm["draft_decode_request_sizes"]
+    assert got["cudagraph_mode"] == vllm["cudagraph_mode"]

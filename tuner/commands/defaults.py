@@ -1,5 +1,5 @@
-"""`cgtune defaults`: the capture list an engine picks by default for a serving config (vLLM 0.33; SGLang 0.5.23 and
-TensorRT-LLM for their workloads), and what it leaves eager."""
+"""`cgtune defaults`: the capture list an engine picks by default for a serving config (vLLM 0.33, or 0.34's two lists;
+SGLang 0.5.23 and TensorRT-LLM for their workloads), and what it leaves eager."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ _FLAGS = (
 class DefaultsCommand(Command):
     help = "print the capture sizes an engine derives by default for a serving config, and what runs eager"
     description = (
-        "Reproduce vLLM 0.33's default cudagraph_capture_sizes (VllmConfig._set_cudagraph_sizes) for a\n"
+        "Reproduce vLLM's default capture sizes (VllmConfig._set_cudagraph_sizes; under vLLM 0.34 both\n"
+        "lists: decode_cudagraph_capture_request_sizes and prefill_cudagraph_capture_token_sizes) for a\n"
         "serving config given as flags (named as vLLM names them) or as a workload file, and list the\n"
         "uniform decode widths (requests x (1 + draft tokens)) that get no graph and run eager; the model\n"
         "runner and the list it runs (V1 rewrites it when speculating); the share of the traffic's decode\n"
