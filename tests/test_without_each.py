@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the case builders of
 from test_engines import random_engine_case  # noqa: E402
 from test_exact import random_case, random_drafter_case  # noqa: E402
 from test_exact_dynamic import dynamic_case  # noqa: E402
+from test_exact_split import split_case  # noqa: E402
 
 from tuner.model.costmodel import CostModel  # noqa: E402
 
@@ -38,11 +39,14 @@ def _case(tmp_path: Path, family: str, seed: int) -> tuple[CostModel, list[int]]
         return random_engine_case(tmp_path, seed)
     if family == "drafter":
         return random_drafter_case(tmp_path, seed)
+    if family == "vllm034":  # two lists: decode request sizes and prefill token sizes as keys
+        return split_case(tmp_path, seed)
     return random_case(tmp_path, seed)  # vLLM: both runners, every cudagraph mode, with and without speculation
 
 
 @pytest.mark.parametrize("family, seed", [("vllm", s) for s in range(24)] + [("tiers", s) for s in range(8)]
-                         + [("engines", s) for s in range(8)] + [("drafter", s) for s in range(4)])
+                         + [("engines", s) for s in range(8)] + [("drafter", s) for s in range(4)]
+                         + [("vllm034", s) for s in range(8)])
 def test_each_width_dropped_is_the_full_evaluation(tmp_path, family, seed):
     m, candidates = _case(tmp_path, family, seed)
     assert_as_evaluated(m, candidates, seed)
@@ -94,3 +98,88 @@ def test_a_step_whose_graph_pair_goes_while_its_width_stays_is_dispatched_again(
     e = m.evaluate((5, 7, 9))
     x = m.evaluate((5, 9))
     assert m.without_each(e, [7])[7] == (x.expected_step_ms, x.graph_memory_bytes, x.graph_estimate_bytes)
+
+
+def _lost(m: CostModel, runs: tuple[int, ...], width: int) -> int:
+    """Steps whose graph or FULL pad width goes with `width`, from each step's scalar dispatch (`Dispatcher.dispatch`)
+    under the list and the list without it: what `without_each` promises to dispatch again, and no more."""
+    d, d_w = m.engine.dispatcher(runs), m.engine.dispatcher([r for r in runs if r != width])
+    widths, utc = m.step_arrays()[0], m.step_dispatch_keys()[0]
+    held, held_w = set(d.decode_graphs), set(d_w.decode_graphs)
+    lost = 0
+    for t, u in zip(widths.tolist(), utc.tolist()):
+        got = d.dispatch(t, uniform_decode=u > 0, query_len=u or None)
+        decode_hit = got.runtime_mode == "FULL" and u > 0 and (got.padded_size, u) in held
+        pads = [p for p in d.full_pad_sizes if p >= t] if u > 0 and held else []
+        lost += ((decode_hit and (got.padded_size, u) not in held_w)
+                 or (not decode_hit and got.runtime_mode == d.mixed_mode != "NONE"
+                     and got.padded_size not in d_w.mixed_graph_sizes)
+                 or bool(pads and pads[0] not in d_w.full_pad_sizes))
+    return lost
+
+
+@pytest.mark.parametrize("family, seed", [("vllm", s) for s in range(32)] + [("tiers", s) for s in range(6)]
+                         + [("engines", s) for s in range(4)] + [("vllm034", s) for s in range(6)])
+def test_each_width_dropped_dispatches_again_only_the_steps_it_takes_a_graph_or_pad_width_from(tmp_path, family,
+                                                                                                 seed, monkeypatch):
+    # Issue 44 (2): without_each's figures are a full evaluation's (above) whichever of the engine's lists decides
+    # which steps lose their FULL pad width, where the wrong one only picks more steps; what then tells them apart is
+    # the work promised (issue 34): the steps dispatched again without a width are exactly those losing their graph
+    # or pad width, counted here step by step.
+    m, candidates = _case(tmp_path, family, seed)
+    if m.drafter is not None or m.cudagraph_mode == "NONE" or not candidates:
+        pytest.skip("a full evaluation per width, or no list: nothing is dispatched again")
+    rnd = random.Random(seed)
+    e = m.evaluate(rnd.sample(candidates, rnd.randint(1, len(candidates))))
+    calls: list[int] = []
+    evaluated: list[object] = []
+    real, real_evaluate = m._dispatch_steps, m.evaluate
+    monkeypatch.setattr(m, "_dispatch_steps", lambda d, w, *a: calls.append(len(w)) or real(d, w, *a))
+    monkeypatch.setattr(m, "evaluate", lambda sizes: evaluated.append(sizes) or real_evaluate(sizes))
+    looked_up = 0
+    for width in e.runs_as:
+        calls.clear()
+        evaluated.clear()
+        m.without_each(e, [width])
+        if evaluated:  # a list the lookups do not cover (a graph it did not hold): evaluated in full instead
+            continue
+        looked_up += 1
+        # The first call: every step, under the list; none at all without any width left (every step eager).
+        expected = _lost(m, e.runs_as, width) if len(e.runs_as) > 1 else 0
+        assert sum(calls[1:]) == expected, width
+    assert looked_up or len(e.runs_as) == 0
+
+
+def test_the_pad_width_rule_picks_a_step_whose_graph_stays(tmp_path):
+    # The case the count above rests on, by hand: [5, 12] at q 2 and 4 (see the tier tests above). The 4-request
+    # step of q 2 (8 tokens) pads to the FULL width 8 (a q 4 graph: it misses) and replays PIECEWISE 12; without 5,
+    # width 8 is gone, so it is dispatched again though its own graph (PIECEWISE 12) stays.
+    m = _two_tier_model(tmp_path)
+    assert _lost(m, (5, 12), 5) >= 1
+    d_w = m.engine.dispatcher((12,))
+    assert 8 not in d_w.full_pad_sizes and 12 in d_w.mixed_graph_sizes
+
+
+def test_v1_steps_padded_to_a_size_without_a_full_graph_stay_where_they_are(tmp_path, monkeypatch):
+    # By hand, V1 (q = 1, max_num_seqs 8, sizes [4, 16]): a decode step pads to the next size of the list; 16 is above
+    # 8 requests, so it has no FULL graph and its steps (5..8 requests) replay PIECEWISE 16 whatever happens to 4.
+    # Without 4 only the steps of 1..4 requests move (their FULL graph went): 4 of the 8 decode steps, and the mixed
+    # steps of 1..4 tokens, which replayed PIECEWISE 4. Steps of 9..16 tokens keep PIECEWISE 16.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from handmade_profiles import handmade_profile, handmade_workload
+
+    wl = handmade_workload(max_num_seqs=8, max_num_batched_tokens=16, model_runner="v1",
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": 8}, "mixed_share": 0.5,
+                                    "mixed_tokens": {"kind": "uniform", "min": 1, "max": 16}})
+    path = handmade_profile(tmp_path, wl, list(range(1, 17)), piecewise_ms=lambda w: 0.8 + 0.01 * w)
+    m = CostModel.from_files(path, wl)
+    assert m.runner == "v1" and m.engine.dispatcher((4, 16)).decode_graphs == [(4, 1)]
+    calls: list[int] = []
+    real = m._dispatch_steps
+    monkeypatch.setattr(m, "_dispatch_steps", lambda d, w, *a: calls.append(len(w)) or real(d, w, *a))
+    e = m.evaluate((4, 16))
+    calls.clear()
+    without = m.without_each(e, [4])[4][0]
+    moved = calls[1:]
+    assert without == m.evaluate((16,)).expected_step_ms
+    assert moved == [4 + 4] == [_lost(m, (4, 16), 4)]

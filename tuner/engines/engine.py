@@ -286,6 +286,10 @@ class Engine(ABC):
         """A list as the engine's config keeps it: sizes within the token budget, deduplicated and sorted."""
         return tuple(sorted({int(s) for s in capture_sizes if 1 <= int(s) <= self.serving.max_num_batched_tokens}))
 
+    def probe_sizes(self) -> Sequence[int]:
+        """A list whose dispatcher shows the engine's modes and rules for steps in bulk: the widest size."""
+        return [self.serving.max_num_batched_tokens]
+
     def every_key(self, top_width: int) -> Sequence[int]:
         """Every size a list could hold for steps up to `top_width` tokens (the ideal list: a graph for each)."""
         return range(1, top_width + 1)

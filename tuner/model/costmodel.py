@@ -309,7 +309,7 @@ class CostModel:
         self.runner = self.engine.runner
         self.q = self.engine.decode_query_len
         self.decode_limit = self.q * s.max_num_seqs
-        probe = self.engine.dispatcher([s.max_num_batched_tokens])
+        probe = self.engine.dispatcher(self.engine.probe_sizes())
         self.probe: GraphDispatcher = probe
         """The engine's dispatcher for the widest list: its modes, and its rules for steps in bulk."""
         self.cudagraph_mode = probe.cudagraph_mode
@@ -827,7 +827,9 @@ class CostModel:
         d = self._dispatcher(runs)
         target, modes, padded, full_at = self._dispatch_steps(d, steps, utc, logits, eager.copy())
         known = {(g.mode, g.num_tokens): g for g in self._target_costs(self.graphs(runs))}
-        full_hit, mixed_hit = modes == "FULL", modes == self.mixed_mode
+        # A decode graph's hit has a FULL pad width; under cudagraph_mode FULL the mixed graphs are FULL too.
+        full_hit = (modes == "FULL") & (full_at > 0)
+        mixed_hit = (modes == self.mixed_mode) & ~full_hit & (self.mixed_mode != "NONE")  # not an eager step
         big = int(max(self.q, int(utc.max(initial=0)))) + 1  # codes (width, query length) as _dispatch_steps does
         pair_code = np.where(full_hit, padded * big + utc, -1)
         no_drafter = np.zeros(len(steps))

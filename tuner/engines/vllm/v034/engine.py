@@ -96,6 +96,11 @@ class Vllm034Engine(VllmV2Engine):
     def normalise(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
         return self.runs_as(list(capture_sizes))
 
+    def probe_sizes(self) -> Sequence[int]:
+        """Both lists' widest sizes: with one list empty a mode that captures only the other would capture nothing."""
+        s = self.serving
+        return join_keys([s.max_num_batched_tokens], [s.max_num_seqs])
+
     def every_key(self, top_width: int) -> Sequence[int]:
         """Every prefill size up to the widest step and every decode request count."""
         return join_keys(range(1, top_width + 1), range(1, self.serving.max_num_seqs + 1))
