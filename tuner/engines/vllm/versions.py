@@ -6,6 +6,7 @@ version resolved here. A 0.35 is one more entry in VERSIONS and a rulebook packa
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 
 __all__ = ["DEFAULT_VERSION", "VERSION_ENV", "VERSIONS", "installed_version", "resolve_version"]
@@ -15,6 +16,8 @@ VERSIONS = ("0.33", "0.34")
 DEFAULT_VERSION = "0.34"
 """The version a deployment is taken to run when neither the workload, the command line nor an installed vLLM says:
 the newest release cgtune speaks."""
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 VERSION_ENV = "CGTUNE_VLLM_VERSION"
 """Environment variable `--vllm-version` sets for the command it is given to (and a test session pins)."""
 
@@ -41,4 +44,8 @@ def resolve_version(requested: str | None) -> str:
                              f"version's rules are not modelled")
         return value
     found = installed_version()
+    if found is not None and found not in VERSIONS and found not in _WARNED:
+        _WARNED.add(found)
+        log.warning("vLLM %s is installed; cgtune speaks vLLM %s: a workload that does not pin serving.vllm_version "
+                    "runs under %s's rules", found, ", ".join(VERSIONS), DEFAULT_VERSION)
     return found if found in VERSIONS else DEFAULT_VERSION
