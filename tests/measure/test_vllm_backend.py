@@ -58,7 +58,7 @@ def test_cpu_check_skips_the_names_only_cuda_uses():
     assert api.check_api(gpu=False, names=fake) == [] and len(api.check_api(names=fake)) == 1
 
 
-@pytest.mark.parametrize("version", ["0.31.0", "0.34.0", "0.33.1"])
+@pytest.mark.parametrize("version", ["0.31.0", "0.35.0", "0.33.1"])
 def test_a_version_the_adapter_was_not_written_for_is_refused_in_one_line(version):
     with pytest.raises(api.VersionError) as exc:
         api.check_version(version)
@@ -68,7 +68,7 @@ def test_a_version_the_adapter_was_not_written_for_is_refused_in_one_line(versio
 
 
 def test_the_versions_it_was_written_for_pass_and_a_missing_vllm_says_so():
-    for version in ("0.33.0", "0.32.0"):
+    for version in ("0.33.0", "0.34.0", "0.32.0"):
         api.check_version(version)
     with pytest.raises(api.VersionError, match="not installed"):
         api.check_version(None)

@@ -76,3 +76,36 @@ def test_vllm_034s_own_parser_reads_both_lists_from_the_yaml_and_the_flag_line(r
         # No deprecated field: 0.34 takes the lists as given instead of deriving them.
         assert got["cudagraph_capture_sizes"] is None and got["max_cudagraph_capture_size"] is None, form
         assert got["max_num_seqs"] == 128 and got["speculative_config"]["num_speculative_tokens"] == 16
+
+
+def test_every_private_name_the_adapter_touches_is_in_the_034_wheel():
+    # `--backend vllm` on a CUDA host with vLLM 0.34: the names, parameters and fields its hooks use (V1's, which 0.34
+    # removed, left out), read from 0.34's own modules.
+    path = os.environ.get("CGTUNE_VLLM034_PATH")
+    if not path:
+        if os.environ.get("CGTUNE_REQUIRE_VLLM") == "1":
+            pytest.fail("CGTUNE_REQUIRE_VLLM=1 but CGTUNE_VLLM034_PATH is not set")
+        pytest.skip("CGTUNE_VLLM034_PATH does not name vLLM 0.34.0's code")
+    code = ("import json, vllm; from tuner.measure.vllm_engine.api import check_api; "
+            "print(json.dumps([vllm.__version__, check_api()]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([path, str(ROOT)])})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["0.34.0", []]
+
+
+def test_a_profile_through_vllm_034_asks_for_both_lists(tmp_path):
+    # What `--backend vllm` hands LLM(compilation_config=...) under 0.34: every timed width a prefill size, every
+    # multiple of q a decode size of its requests (the deprecated list would leave the decode sizes to vLLM).
+    from tuner.measure.vllm_engine.engine import engine_args
+    from tuner.workload.spec import parse_workload
+
+    sys.path.insert(0, str(TESTS))
+    from handmade_profiles import handmade_spec
+
+    wl = parse_workload(handmade_spec(max_num_seqs=8, num_speculative_tokens=3, max_num_batched_tokens=32,
+                                      vllm_version="0.34"))
+    args = engine_args(wl, "m", [1, 4, 8, 10, 32], device="cuda", compile=True)
+    assert args["compilation_config"] == {"prefill_cudagraph_capture_token_sizes": [1, 4, 8, 10, 32],
+                                          "decode_cudagraph_capture_request_sizes": [1, 2, 8],
+                                          "cudagraph_mode": "FULL_AND_PIECEWISE"}

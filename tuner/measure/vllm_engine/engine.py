@@ -68,7 +68,8 @@ def engine_args(workload: Workload, model: str, widths: Sequence[int], *, device
         "worker_extension_cls": "tuner.measure.vllm_engine.hooks.CgtuneWorkerExtension",
     }
     if device == "cuda" and compile:
-        args["compilation_config"] = {"cudagraph_capture_sizes": sorted(set(widths)), "cudagraph_mode": s.cudagraph_mode}
+        args["compilation_config"] = {**workload.engine.measured_capture_config(widths),
+                                      "cudagraph_mode": s.cudagraph_mode}
     spec = workload.speculative
     if s.num_speculative_tokens and (spec is None or spec.method in _MODEL_FREE):
         args["speculative_config"] = {"method": "ngram", "num_speculative_tokens": s.num_speculative_tokens,

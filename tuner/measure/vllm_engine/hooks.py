@@ -105,9 +105,10 @@ def install_capture_hooks() -> None:
     _INSTALLED.append(True)
     try:
         import vllm.v1.worker.gpu_model_runner as v1
-    except ImportError:
-        return
-    v1.GPUModelRunner._warmup_and_capture = wrap_v1_capture(v1.GPUModelRunner._warmup_and_capture)
+    except ImportError:  # vLLM 0.34 removed the V1 runner
+        pass
+    else:
+        v1.GPUModelRunner._warmup_and_capture = wrap_v1_capture(v1.GPUModelRunner._warmup_and_capture)
     try:
         import vllm.v1.worker.gpu.cudagraph_utils as v2
     except ImportError:  # a build without the V2 runner
@@ -120,9 +121,12 @@ def uninstall_capture_hooks() -> None:
     if not _INSTALLED:
         return
     _INSTALLED.clear()
-    import vllm.v1.worker.gpu_model_runner as v1
-
-    v1.GPUModelRunner._warmup_and_capture = v1.GPUModelRunner._warmup_and_capture.__wrapped__
+    try:
+        import vllm.v1.worker.gpu_model_runner as v1
+    except ImportError:
+        pass
+    else:
+        v1.GPUModelRunner._warmup_and_capture = v1.GPUModelRunner._warmup_and_capture.__wrapped__
     try:
         import vllm.v1.worker.gpu.cudagraph_utils as v2
     except ImportError:

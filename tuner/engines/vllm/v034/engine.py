@@ -223,6 +223,14 @@ class Vllm034Engine(VllmV2Engine):
     def setting_notes(self, dispatcher: Any) -> list[str]:
         return [w for w in self.resolve().warnings if "deprecated" in w]
 
+    def measured_capture_config(self, widths: Sequence[int]) -> dict[str, object]:
+        """Both of 0.34's lists: every width a prefill size, every multiple of q a decode size of its requests (the
+        deprecated single list would make 0.34 derive the decode sizes itself, with a warning)."""
+        s, q = self.serving, self.decode_query_len
+        decode = sorted({w // q for w in widths if w % q == 0 and w // q <= s.max_num_seqs})
+        prefill = sorted({w for w in widths if w <= s.max_num_batched_tokens})
+        return {"prefill_cudagraph_capture_token_sizes": prefill, "decode_cudagraph_capture_request_sizes": decode}
+
     def memory_log_lines(self, **figures: Any) -> list[str]:
         """The memory lines vLLM 0.34 logs at start-up. With the extensible KV cache: the capacity it reserves
         ("Available KV cache memory", no estimate subtracted), the real capture, then the KV cache measured after it;
