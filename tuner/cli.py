@@ -8,9 +8,9 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tuner import __version__
-from tuner.engines.vllm.versions import DEFAULT_VERSION, VERSION_ENV, VERSIONS
 
 __all__ = ["Command", "UsageError", "main"]
 
@@ -56,6 +56,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+_COMMON = "tuner.commands.common"
+"""Every command's shared flags (`--vllm-version`), loaded by name as the commands are."""
+
+
+def _common() -> Any:
+    return importlib.import_module(_COMMON)
+
+
 def _load(spec: str) -> Command:
     module, cls = spec.split(":")
     return getattr(importlib.import_module(module), cls)()
@@ -75,10 +83,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         p = sub.add_parser(name, help=command.help, description=command.description or command.help,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         command.add_arguments(p)
-        p.add_argument("--vllm-version", choices=("auto", *VERSIONS), default=None,
-                       help=f"the vLLM release whose rules a vLLM workload runs under when its serving.vllm_version "
-                            f"does not pin one (auto, the default: the vLLM installed here if cgtune speaks it, "
-                            f"else {DEFAULT_VERSION}); cgtune speaks {', '.join(VERSIONS)}")
+        _common().add_common_arguments(p)
         commands[name] = command
     return parser, commands
 
@@ -87,16 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, commands = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
-    saved = os.environ.get(VERSION_ENV)
-    if getattr(args, "vllm_version", None) not in (None, "auto"):
-        os.environ[VERSION_ENV] = args.vllm_version  # read when workloads are parsed, and by the commands it runs
-    try:
+    with _common().common_arguments_applied(args):
         return _run(commands[args.command], args)
-    finally:  # an in-process caller (a notebook, a test) keeps its own
-        if saved is None:
-            os.environ.pop(VERSION_ENV, None)
-        else:
-            os.environ[VERSION_ENV] = saved
 
 
 def _run(command: Command, args: argparse.Namespace) -> int:

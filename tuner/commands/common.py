@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from tuner.cli import UsageError
 from tuner.engines.vllm.defaults import InvalidScheduleError, validate_schedule
+from tuner.engines.vllm.versions import DEFAULT_VERSION, VERSION_ENV, VERSIONS
 from tuner.workload.spec import Workload, WorkloadError, load_workload
 
-__all__ = ["capability", "check_out_dir", "load_workload_arg", "non_negative_float", "non_negative_int",
-           "positive_float", "positive_int", "schedule_json", "storage_url"]
+__all__ = ["add_common_arguments", "capability", "check_out_dir", "common_arguments_applied", "load_workload_arg",
+           "non_negative_float", "non_negative_int", "positive_float", "positive_int", "schedule_json", "storage_url"]
 
 
 def _int_at_least(minimum: int, text: str) -> int:
@@ -116,3 +119,27 @@ def check_out_dir(path: Path, flag: str = "--out", *, directory: bool = True) ->
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UsageError(f"{flag}: {str(path)!r} cannot be written: {str(ancestor)!r} is not writable")
     return path
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags every command takes: `--vllm-version`."""
+    p.add_argument("--vllm-version", choices=("auto", *VERSIONS), default=None,
+                   help=f"the vLLM release whose rules a vLLM workload runs under when its serving.vllm_version does "
+                        f"not pin one (auto, the default: the vLLM installed here if cgtune speaks it, else "
+                        f"{DEFAULT_VERSION}); cgtune speaks {', '.join(VERSIONS)}")
+
+
+@contextlib.contextmanager
+def common_arguments_applied(args: argparse.Namespace) -> Iterator[None]:
+    """`--vllm-version` in force while the command runs (read when workloads are parsed, and by the processes it
+    starts); an in-process caller (a notebook, a test) gets its own environment back."""
+    saved = os.environ.get(VERSION_ENV)
+    if getattr(args, "vllm_version", None) not in (None, "auto"):
+        os.environ[VERSION_ENV] = args.vllm_version
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(VERSION_ENV, None)
+        else:
+            os.environ[VERSION_ENV] = saved
