@@ -1,7 +1,9 @@
-"""Markers: `gpu` tests skip without CUDA; `postgres` tests skip without a server URL (but CI requires them); the
-`pg_url` fixture: a fresh database on that server per test. A workload that does not pin `serving.vllm_version` runs
-under vLLM 0.33's rules here (the suite's 0.33 tests), whatever vLLM is installed: 0.34's tests pin 0.34. A run ends
-with one line counting what it skipped, by cause, and what each cause needs (tests/skip_summary.py)."""
+"""Markers: `gpu` tests skip without CUDA; `postgres` tests skip without a server URL (but CI requires them); `slow`
+end-to-end cases are left out of the whole suite run bare (`python -m pytest -q`: no -m, no paths; `-m slow` runs them,
+and a run naming paths runs what they hold); the `pg_url` fixture: a fresh database on that server per test. A workload
+that does not pin `serving.vllm_version` runs under vLLM 0.33's rules here (the suite's 0.33 tests), whatever vLLM is
+installed: 0.34's tests pin 0.34. A run ends with one line counting what it skipped, by cause, what each cause needs,
+and the slow cases it left out (tests/skip_summary.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from skip_summary import skip_line  # noqa: E402
 # whichever vLLM this machine has installed (CI installs 0.33's code for the oracle) or cgtune's default (0.34).
 os.environ[VERSION_ENV] = "0.33"
 
+_SLOW_LEFT_OUT = pytest.StashKey[int]()
+
 
 def _cuda_available() -> bool:
     try:
@@ -32,7 +36,8 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    has_cuda = _cuda_available()
+    # torch only where a test asks for a GPU: importing it costs a run that has none (a one-file run) seconds
+    has_cuda = any("gpu" in item.keywords for item in items) and _cuda_available()
     pg_url = os.environ.get("CGTUNE_TEST_POSTGRES_URL")
     require_pg = os.environ.get("CGTUNE_REQUIRE_POSTGRES") == "1"
     for item in items:
@@ -43,6 +48,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise pytest.UsageError("CGTUNE_REQUIRE_POSTGRES=1 but CGTUNE_TEST_POSTGRES_URL is not set")
             item.add_marker(pytest.mark.skip(
                 reason="no PostgreSQL server: run `eval \"$(scripts/ci_postgres.sh start)\"` to start one"))
+    # Only the bare whole-suite run leaves the slow cases out, so it stays short on a laptop; a run that names paths
+    # (.ci/run's other jobs, a developer's one file or node id) or a -m expression gets exactly what it asked for.
+    if not config.option.markexpr and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+        config.stash[_SLOW_LEFT_OUT] = len(slow)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -52,7 +65,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Genera
     yield
     reports = terminalreporter.stats.get("skipped", [])
     # A skip's longrepr is (path, line, "Skipped: reason"), for a test and for a module skipped at collection alike.
-    line = skip_line(r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr) for r in reports)
+    line = skip_line((r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr) for r in reports),
+                     terminalreporter.config.stash.get(_SLOW_LEFT_OUT, 0))
     if line:
         terminalreporter.write_line(line, yellow=True)
 

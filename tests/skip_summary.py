@@ -1,4 +1,4 @@
-"""The line tests/conftest.py prints at the end of a run: what was skipped, counted by cause, and what to do."""
+"""The line tests/conftest.py ends a run with: what was skipped, by cause and what to do, and what was left out."""
 
 from __future__ import annotations
 
@@ -45,12 +45,21 @@ def cause_of(reason: str) -> str:
     return "other"
 
 
-def skip_line(reasons: Iterable[str]) -> str | None:
-    """One line naming what was skipped, most common cause first, each with its count and what it needs; None when
-    nothing was. `reasons` are pytest's skip messages, one per skipped test ("Skipped: " before them or not)."""
+def skip_line(reasons: Iterable[str], slow_left_out: int = 0) -> str | None:
+    """One line naming what was skipped, most common cause first, each with its count and what it needs, then the slow
+    cases the run left out; None when it skipped and left out nothing. `reasons` are pytest's skip messages, one per
+    skipped test ("Skipped: " before them or not)."""
     reasons = [r.removeprefix("Skipped: ").strip() for r in reasons]
-    if not reasons:
-        return None
+    said = []
+    if reasons:
+        said.append(f"skipped {len(reasons)}: " + ", ".join(_parts(reasons)))
+    if slow_left_out:
+        said.append(f"left out {slow_left_out} slow end-to-end case{'s' if slow_left_out > 1 else ''} "
+                    f"(python -m pytest -q -m slow runs them)")
+    return "; ".join(said) or None
+
+
+def _parts(reasons: list[str]) -> list[str]:
     counts = Counter(cause_of(r) for r in reasons)
     needs = {cause: need for cause, need, _ in CAUSES}
     order = [c for c, _, _ in CAUSES] + ["other"]
@@ -67,4 +76,4 @@ def skip_line(reasons: Iterable[str]) -> str | None:
             parts.append(f"{n} other: " + "; ".join(quoted) + (f"; {more} more reasons" if more else ""))
         else:
             parts.append(f"{n} {verb} {needs[cause]}")
-    return f"skipped {len(reasons)}: " + ", ".join(parts)
+    return parts

@@ -160,6 +160,7 @@ def test_bytes_below_zero_are_one_line_and_exit_2_with_nothing_written(tmp_path,
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_wild_latency_is_kept_out_of_the_search_and_flagged_and_allowed_on_request(tmp_path, capsys):
     width = 1088  # a decode width above vLLM's ceiling that the lists of this profile hold
     csv_path = _edited(tmp_path, width, "full", "latency_ms", "1e308")
@@ -201,6 +202,7 @@ def test_the_shipped_example_profile_has_no_outliers():
     assert find_outliers(read_profile(EXAMPLE)) == []
 
 
+@pytest.mark.slow
 def test_the_per_width_csv_flags_the_outlier_and_holds_the_profile_as_read(tmp_path, capsys):
     import pandas as pd
 

@@ -1,5 +1,6 @@
-"""The end-of-run skip line (tests/skip_summary.py, printed by tests/conftest.py): every reason the suite's tests give
-grouped under the cause it names, counts and what to do; and the line printed below pytest's own summary, or none."""
+"""The end-of-run line (tests/skip_summary.py, printed by tests/conftest.py): every skip reason the suite's tests give
+grouped under the cause it names, counts and what to do, the slow cases left out; the line printed below pytest's own
+summary, or none; and `slow` cases left out of the bare whole-suite run only."""
 
 from __future__ import annotations
 
@@ -103,31 +104,54 @@ def test_missing_packages_are_named_once_each() -> None:
     assert line == "skipped 3: 3 need optuna, ray (Python packages not installed here)"
 
 
-def test_a_run_that_skips_nothing_gets_no_line() -> None:
+def test_a_run_that_skips_nothing_gets_no_line_unless_it_left_slow_cases_out() -> None:
     assert skip_line([]) is None
+    assert skip_line([], 1) == "left out 1 slow end-to-end case (python -m pytest -q -m slow runs them)"
+    assert skip_line(["needs a CUDA device"], 40) == (
+        "skipped 1: 1 needs a CUDA device; left out 40 slow end-to-end cases (python -m pytest -q -m slow runs them)")
 
 
-def _pytest(tmp_path: Path, body: str) -> list[str]:
-    """Run pytest with this suite's conftest (as a plugin) on one test file; its output lines."""
-    (tmp_path / "test_sample.py").write_text(body)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])}
+SAMPLE = ("import pytest\n\n"
+          "def test_runs():\n    pass\n\n"
+          "def test_on_a_gpu():\n    pytest.skip('needs a CUDA device')\n\n"
+          "def test_needs_a_package():\n    pytest.importorskip('no_such_package_here')\n\n"
+          "@pytest.mark.slow\ndef test_slow():\n    pass\n")
+
+
+def _pytest(folder: Path, *args: str) -> list[str]:
+    """Run pytest with this suite's conftest (as a plugin) in `folder`, whose pytest.ini has testpaths as this
+    project's has; its output lines."""
+    (folder / "pytest.ini").write_text("[pytest]\ntestpaths = .\nmarkers =\n    slow: slow\n")
+    # No installed plugin (hypothesis, anyio, ...) matters to these samples, and loading them all costs seconds.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "-p", "conftest",
-                           "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_sample.py")],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+                           *args], capture_output=True, text=True, timeout=300, cwd=folder, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.splitlines()
 
 
-def test_a_run_ends_with_the_line_below_pytests_summary_and_a_run_without_skips_without_it(tmp_path) -> None:
-    lines = _pytest(tmp_path, "import pytest\n\n"
-                              "def test_runs():\n    pass\n\n"
-                              "def test_on_a_gpu():\n    pytest.skip('needs a CUDA device')\n\n"
-                              "def test_needs_a_package():\n    pytest.importorskip('no_such_package_here')\n")
+def test_the_bare_run_ends_with_the_line_below_pytests_summary_and_leaves_the_slow_case_out(tmp_path) -> None:
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    lines = _pytest(tmp_path)
     summary = lines.index(next(line for line in lines if "short test summary info" in line))
     ours = [i for i, line in enumerate(lines) if line.startswith("skipped ")]
     assert len(ours) == 1 and ours[0] > summary, lines
-    assert lines[ours[0]] == ("skipped 2: 1 needs a CUDA device, "
-                              "1 needs no_such_package_here (Python packages not installed here)")
-    assert lines[ours[0] + 1].startswith("1 passed, 2 skipped")  # the last line, the counts, follows it
-    quiet = _pytest(tmp_path, "def test_runs():\n    pass\n")
-    assert not any(line.startswith("skipped") for line in quiet), quiet
+    assert lines[ours[0]] == ("skipped 2: 1 needs a CUDA device, 1 needs no_such_package_here (Python packages not "
+                              "installed here); left out 1 slow end-to-end case (python -m pytest -q -m slow runs "
+                              "them)")
+    assert lines[ours[0] + 1].startswith("1 passed, 2 skipped, 1 deselected")  # the counts, last, follow it
+
+
+def test_minus_m_slow_runs_the_slow_cases_only_and_naming_a_path_runs_them_too(tmp_path) -> None:
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    assert _pytest(tmp_path, "-m", "slow")[-1].startswith("1 passed, 3 deselected")
+    named = _pytest(tmp_path, "test_sample.py")
+    assert named[-1].startswith("2 passed, 2 skipped in"), named
+    assert not any(line.startswith("left out") or "left out" in line for line in named), named
+
+
+def test_a_run_that_skips_and_leaves_out_nothing_prints_no_line(tmp_path) -> None:
+    (tmp_path / "test_sample.py").write_text("def test_runs():\n    pass\n")
+    lines = _pytest(tmp_path)
+    assert lines[-1].startswith("1 passed in") and not any(line.startswith(("skipped", "left out")) for line in lines)

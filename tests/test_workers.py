@@ -110,6 +110,7 @@ _KILLER = textwrap.dedent("""
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_three_workers_on_postgres_one_killed_mid_trial(inputs, pg_url, tmp_path):
     name, _ = create(pg_url, inputs)
     env = {**os.environ, STORAGE_ENV: pg_url, "PYTHONPATH": str(REPO)}
@@ -158,6 +159,7 @@ def test_three_workers_on_postgres_one_killed_mid_trial(inputs, pg_url, tmp_path
     assert "cgtune-test" not in fleet.storage and fleet.storage.startswith("postgresql+psycopg2://cgtune:***@")
 
 
+@pytest.mark.slow
 def test_a_trial_abandoned_by_a_dead_worker_is_retried_on_sqlite(inputs, tmp_path, monkeypatch):
     """The stale-trial retry without PostgreSQL: a worker claims a trial, beats, and dies without a word; past the
     grace period the next worker fails it and reruns it in the same slot, and the study counts one retry."""
@@ -273,6 +275,7 @@ def test_tune_workers_0_plans_and_a_rerun_collects(inputs, tmp_path, capsys, mon
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_tune_on_sqlite_and_on_postgres_give_the_same_answer_and_hide_the_password(inputs, tmp_path, capsys,
                                                                                   pg_url):
     wl, profile, _ = inputs
@@ -313,6 +316,7 @@ def test_status_lists_single_process_studies_too(inputs, tmp_path, capsys):
     assert "no study 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_three_local_workers_on_sqlite_never_claim_one_trial_twice(inputs, tmp_path):
     from tuner.search.workers import run_local_workers
 

@@ -265,6 +265,7 @@ def test_a_list_as_the_v1_runner_runs_it_is_accepted_and_said_so(tp2_run, tmp_pa
 
 
 # ---------------------------------------------------------------------------------------------- --calibrate
+@pytest.mark.slow
 def test_calibrate_writes_a_profile_pair_that_replans_on_vllms_non_kv_and_real_pool(dflash_run, tmp_path, capsys):
     p = predicted(dflash_run)
     log = write(tmp_path, log_from_predictions(dflash_run, kv_error=-0.02, pool_error=0.05))

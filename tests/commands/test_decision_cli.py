@@ -48,6 +48,7 @@ def dflash_tune(tmp_path_factory):
     return out, stdout
 
 
+@pytest.mark.slow
 def test_dflash_summary_holds_the_compact_list_shaped_like_tuned_and_every_list_its_capture_time(dflash_tune):
     out, _ = dflash_tune
     data = json.loads((out / "summary.json").read_text())
@@ -83,6 +84,7 @@ def test_dflash_summary_holds_the_compact_list_shaped_like_tuned_and_every_list_
     assert 0.9 * c.graph_estimate_bytes < floor <= c.graph_estimate_bytes
 
 
+@pytest.mark.slow
 def test_dflash_saving_interval_is_the_seeded_bootstrap_on_the_profiles_samples(dflash_tune):
     out, stdout = dflash_tune
     data = json.loads((out / "summary.json").read_text())
@@ -97,6 +99,7 @@ def test_dflash_saving_interval_is_the_seeded_bootstrap_on_the_profiles_samples(
     assert f"95% bootstrap interval [{iv.low_ms:+.4f}, {iv.high_ms:+.4f}] ms" in stdout
 
 
+@pytest.mark.slow
 def test_dflash_report_shows_both_lists_recommends_the_compact_one_and_the_drafters_share(dflash_tune):
     out, stdout = dflash_tune
     data = json.loads((out / "summary.json").read_text())

@@ -123,6 +123,7 @@ def vllm_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["dflash", "eagle-v1", "example"])
 @pytest.mark.parametrize("form", ["yaml", "flags"])
+@pytest.mark.slow
 def test_vllms_own_parser_reads_the_tuned_deployment(vllm_runs, name, form):
     runs, answer = vllm_runs
     out, workload = runs[name]
@@ -152,6 +153,7 @@ def test_vllms_own_parser_reads_the_tuned_deployment(vllm_runs, name, form):
     assert spec["method"] == workload.speculative.method
 
 
+@pytest.mark.slow
 def test_the_examples_deployment_carries_the_recommended_compact_list_and_the_fastest_beside_it(vllm_runs):
     """Issue 29: on the shipped DFlash workload with the shipped example profile, vllm-serve.yaml holds the compact
     list the report recommends and vllm-serve.fastest.yaml the fastest, both as vLLM 0.33's own parser reads them."""
@@ -166,6 +168,7 @@ def test_the_examples_deployment_carries_the_recommended_compact_list_and_the_fa
     assert "usage: vllm serve --config vllm-serve.fastest.yaml" in (out / "vllm-serve.fastest.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_the_unnamed_drafter_is_a_value_vllm_refuses(vllm_runs):
     runs, answer = vllm_runs
     out, _ = runs["dflash"]
@@ -182,6 +185,7 @@ def test_the_unnamed_drafter_is_a_value_vllm_refuses(vllm_runs):
     assert answer["refused_methods"]["ngram"] is None  # a method vLLM has (and needs no checkpoint for)
 
 
+@pytest.mark.slow
 def test_a_named_drafter_the_pinned_runner_and_the_estimate_switch_reach_vllm(vllm_runs):
     runs, answer = vllm_runs
     out, _ = runs["eagle-v1"]
@@ -236,6 +240,7 @@ def sglang_runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["shipped", "six"])
+@pytest.mark.slow
 def test_sglangs_own_parser_reads_the_tuned_deployment(sglang_runs, name):
     runs, answer = sglang_runs
     out, workload = runs[name]
@@ -255,6 +260,7 @@ def test_sglangs_own_parser_reads_the_tuned_deployment(sglang_runs, name):
     assert parsed["mem_fraction_static"] is None  # SGLang's automatic fraction, as modelled
 
 
+@pytest.mark.slow
 def test_sglang_draft_model_path_is_named_or_a_value_sglang_refuses(sglang_runs):
     runs, answer = sglang_runs
     assert answer["parsed"]["six"]["speculative_draft_model_path"] == "my-org/eagle-llama"
@@ -265,6 +271,7 @@ def test_sglang_draft_model_path_is_named_or_a_value_sglang_refuses(sglang_runs)
                                                                           ).read_text()
 
 
+@pytest.mark.slow
 def test_sglang_report_says_what_sglang_resolved(sglang_runs):
     runs, _ = sglang_runs
     out, _ = runs["six"]

@@ -57,6 +57,7 @@ def load_run(tmp_path_factory: pytest.TempPathFactory):
     return wl, profile, out, stdout.getvalue()
 
 
+@pytest.mark.slow
 def test_the_search_iterates_to_the_fixed_point_and_records_it(load_run) -> None:
     _, _, out, stdout = load_run
     assert "load 180 req/s, iteration 0: 8 graphs (max 8; the expected-step answer)" in stdout
@@ -85,6 +86,7 @@ def test_the_search_iterates_to_the_fixed_point_and_records_it(load_run) -> None
     assert {"load_search_s", "load_s"} <= set(summary["timings"])
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_load_and_re_renders_without_simulating(load_run, capsys, monkeypatch) -> None:
     import tuner.decision.record as record
     import tuner.load.cliff as cliff
@@ -114,6 +116,7 @@ def test_the_report_shows_the_load_and_re_renders_without_simulating(load_run, c
         assert (out / name).read_bytes() == data, f"{name} changed on re-render"
 
 
+@pytest.mark.slow
 def test_a_search_without_rate_in_the_same_dir_drops_the_load_outputs(load_run, capsys, tmp_path) -> None:
     wl, profile, out, _ = load_run
     import shutil
@@ -128,6 +131,7 @@ def test_a_search_without_rate_in_the_same_dir_drops_the_load_outputs(load_run, 
     assert "## Under the load" not in (again / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_with_workers_the_fleet_study_weighs_the_fixed_points_steps(load_run, capsys, tmp_path) -> None:
     # The fixed point runs before the study is planned, so the spec every worker rebuilds its model from carries the
     # simulated steps: one local worker on SQLite ends where the in-process search did, and the load section follows.
@@ -149,6 +153,7 @@ def test_with_workers_the_fleet_study_weighs_the_fixed_points_steps(load_run, ca
     assert "## Under the load" in (fleet / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_validation_that_emits_another_list_puts_the_lists_under_the_load_again(load_run, tmp_path) -> None:
     # The tuned list does not fit by the (scripted) measured memory, so validate emits the default and decides again:
     # the decision's lists are then the default twice, and the load section follows them, the fixed point as recorded.

@@ -37,6 +37,7 @@ def _sizes(path: Path) -> list[int]:
     return json.loads(path.read_text())["cudagraph_capture_sizes"]
 
 
+@pytest.mark.slow
 def test_auto_ships_the_recommended_compact_list_and_keeps_the_fastest_beside_it(profile, tmp_path, capsys):
     out = tmp_path / "run"
     stdout, summary = _search(capsys, profile, out)
@@ -61,6 +62,7 @@ def test_auto_ships_the_recommended_compact_list_and_keeps_the_fastest_beside_it
     assert "`vllm-serve.fastest.yaml`" in report
 
 
+@pytest.mark.slow
 def test_ship_names_the_list_and_a_rerun_leaves_no_file_of_the_other_choice(profile, tmp_path, capsys):
     out = tmp_path / "run"
     _, summary = _search(capsys, profile, out, "--ship", "fastest")

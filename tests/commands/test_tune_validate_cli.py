@@ -70,6 +70,7 @@ def scripted(monkeypatch):
     return made
 
 
+@pytest.mark.slow
 def test_validate_ships_the_measured_winner_and_keeps_it_out_of_the_model_ranking(inputs, tmp_path, capsys,
                                                                                     scripted):
     import optuna

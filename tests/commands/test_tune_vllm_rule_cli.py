@@ -32,6 +32,7 @@ def candidate_widths(wl) -> list[int]:
 
 
 @pytest.mark.parametrize("name", ["dflash-llama-3.1-8b-shared", "suffix-llama-3.1-8b"])
+@pytest.mark.slow
 def test_tune_never_emits_a_list_vllm_would_refuse(tmp_path, capsys, name):
     src = ROOT / "workloads" / f"{name}.yaml"
     wl_path = tmp_path / src.name

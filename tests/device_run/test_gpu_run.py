@@ -34,6 +34,7 @@ def _validate_profile(directory: Path) -> Path:
                             piecewise_ms=lambda w: 0.8 + 0.01 * w)
 
 
+@pytest.mark.slow
 def test_cpu_rehearsal_goes_through_every_stage_and_returns_at_most_8_files(tmp_path) -> None:
     out, work = tmp_path / "OUT", tmp_path / "work"
     _validate_profile(tmp_path / "hand")
@@ -94,6 +95,7 @@ def test_validation_seconds_come_from_the_profile_and_the_lists(tmp_path) -> Non
                                               + summary["tuned"]["expected_step_ms"]) / 1e3, rel=0.5)
 
 
+@pytest.mark.slow
 def test_a_validation_killed_midway_still_reaches_the_summary(tmp_path) -> None:
     # The tiny model on this CPU; its second list's capture faults, as a device error would on the GPU.
     from tuner.decision.run_dir import load_run

@@ -44,6 +44,7 @@ def _cgtune(*args: object, env: dict[str, str], timeout: float) -> tuple[int, in
 
 
 @pytest.mark.skipif(RAY is None, reason="Ray's `ray` command is not installed (the fleet extra)")
+@pytest.mark.slow
 def test_fleet_run_joins_a_running_cluster_by_address_and_leaves_it_running(tmp_path: Path) -> None:
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="/tmp/rayt")  # Ray's socket paths must stay short

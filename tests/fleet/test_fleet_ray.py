@@ -28,6 +28,9 @@ from tuner.fleet.tasks import KILL_AFTER_ENV  # noqa: E402
 from tuner.profile.table import read_profile  # noqa: E402
 from tuner.workload.spec import load_workload  # noqa: E402
 
+# Every test here runs on a Ray cluster of its own, started once for the module.
+pytestmark = pytest.mark.slow
+
 NAMES = ("tiny-a", "tiny-b", "tiny-c")
 SIZES = [1, 2, 4, 8, 16, 32]
 """The widths each deployment's profile measures (`sizes`): a handful, so the tests stay fast."""

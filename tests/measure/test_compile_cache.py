@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # One compiled step of the tiny model in a fresh interpreter; prints Inductor's FX-graph cache counters. Only the
@@ -36,6 +38,7 @@ def _compile_in_a_new_process(cache_dir: Path) -> dict[str, int]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_second_process_hits_the_compile_cache(tmp_path) -> None:
     first = _compile_in_a_new_process(tmp_path)
     assert first.get("fxgraph_cache_miss", 0) >= 1  # an empty cache: compiled for real

@@ -110,6 +110,7 @@ def test_resume_of_another_workload_is_refused(tmp_path, capsys) -> None:
                  "--no-progress"]) == 0
 
 
+@pytest.mark.slow
 def test_profile_runs_where_optuna_is_missing(tmp_path) -> None:
     """The GPU box has no optuna: `cgtune profile` (and the parser that loads every command) must not need it."""
     import subprocess

@@ -572,8 +572,9 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
 def _optimize(runs: Any, buffer: StudyBuffer | None, model: CostModel, config: SearchConfig, remaining: int) -> bool:
     """Run `remaining` trials of `runs` (the stored study, or the buffer's in-memory twin, whose trials all reach the
     file before this returns); True when Ctrl-C ended it."""
-    from tqdm.auto import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from tuner.progress import progress_bar
 
     objective = make_objective(model, config.objective)
     interrupted = False
@@ -592,8 +593,7 @@ def _optimize(runs: Any, buffer: StudyBuffer | None, model: CostModel, config: S
             raise optuna.TrialPruned("interrupted") from None
 
     try:
-        with logging_redirect_tqdm(), tqdm(total=remaining, desc="search", unit="trial",
-                                           disable=not config.progress) as bar:
+        with logging_redirect_tqdm(), progress_bar(remaining, "search", "trial", enabled=config.progress) as bar:
             runs.optimize(quiet_on_interrupt, n_trials=remaining, catch=(ValueError, ArithmeticError),
                           callbacks=[lambda s, t: bar.update(1), *([buffer.callback] if buffer else [])])
     except KeyboardInterrupt:

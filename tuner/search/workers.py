@@ -358,9 +358,9 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
     with optuna's retry callback), so a worker killed mid-trial loses nothing: another worker reruns its trial.
     While other workers' trials run, this one waits, since one of them may yet be retried."""
     import optuna
-    from tqdm.auto import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from tuner.progress import progress_bar
     from tuner.search.study import make_objective
 
     spec = load_spec(url, study_name)
@@ -373,7 +373,7 @@ def run_worker(url: str, study_name: str, *, device: str | None = None, poll_s: 
     log.info("worker %s joined study %s in %s (%d trials planned)", worker, study_name, display_url(url),
              spec.n_trials)
     with fleet_model(spec) as model, logging_redirect_tqdm(), \
-            tqdm(total=spec.n_trials, desc=f"worker {study_name[:24]}", unit="trial", disable=not progress) as bar:
+            progress_bar(spec.n_trials, f"worker {study_name[:24]}", "trial", enabled=progress) as bar:
         objective = make_objective(model, spec.objective)
         shown = 0.0
         while max_trials is None or counts["complete"] + counts["failed"] < max_trials:
@@ -425,9 +425,9 @@ def run_local_workers(url: str, study_name: str, n: int, *, timeout_s: float | N
     study's finished trials; returns their exit codes. The URL goes to them through $CGTUNE_STORAGE, never on a
     command line another user could read with `ps`."""
     import optuna
-    from tqdm.auto import tqdm
 
     import tuner
+    from tuner.progress import progress_bar
 
     root = str(Path(tuner.__file__).resolve().parents[1])  # the workers import this very cgtune
     env = {**os.environ, STORAGE_ENV: url,
@@ -439,7 +439,7 @@ def run_local_workers(url: str, study_name: str, n: int, *, timeout_s: float | N
     procs = [subprocess.Popen(cmd, env=env) for _ in range(n)]
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        with tqdm(total=spec.n_trials, desc=f"{n} workers", unit="trial", disable=not progress) as bar:
+        with progress_bar(spec.n_trials, f"{n} workers", "trial", enabled=progress) as bar:
             while any(p.poll() is None for p in procs):
                 if deadline is not None and time.monotonic() > deadline:
                     break
