@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+# The GPU stand-ins no version changed (a graph pool handle, the offloader's streams, a CUDA graph), shared with 0.33's
+# oracle: it imports nothing of vLLM's at its top, so importing it here loads nothing of 0.33.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))
+from vllm_oracle import _Graph, _Offloader, _PlatformStandIn  # noqa: E402
 
 VLLM_VERSION = "0.34.0"
 
@@ -567,29 +574,3 @@ class SimulatedPool:
         standalone, delta = self.costs(owner, mode, width)
         self.used += standalone if not self.log else delta
         self.log.append((owner, mode, width, note))
-
-
-class _PlatformStandIn:
-    """The CUDA platform's graph-pool handles (opaque tokens here)."""
-
-    _global_graph_pool: Any = None
-
-    def graph_pool_handle(self) -> object:
-        return object()
-
-    def get_global_graph_pool(self) -> object:
-        if type(self)._global_graph_pool is None:
-            type(self)._global_graph_pool = object()
-        return type(self)._global_graph_pool
-
-
-class _Offloader:
-    """The weight offloader's copy-stream joins (CUDA streams)."""
-
-    def sync_prev_onload(self) -> None: ...
-
-    def join_after_forward(self) -> None: ...
-
-
-class _Graph:
-    """torch.cuda.CUDAGraph: nothing is recorded on CPU."""
