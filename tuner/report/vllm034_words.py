@@ -5,6 +5,7 @@ the KV cache sized after capture in the memory rule, and the release in the head
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from tuner.engines.vllm.v034.dispatch import split_keys
@@ -46,8 +47,10 @@ def provenance_line(model: CostModel) -> str:
 def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, Any]:
     """summary.json's vLLM fields: the release, the KV rule's figures, the predicted log lines."""
     b, d, t = model.budget, table["default"], table["tuned"]
+    keep = keep_default_kv_utilization(model, d, t)
     out: dict[str, Any] = {"vllm_version": "0.34", "gpu_memory_utilization": b.gpu_memory_utilization,
-                           "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
+                           # None: no utilization keeps it (the device's margin would have to go)
+                           "gpu_memory_utilization_to_keep_default_kv": keep if math.isfinite(keep) else None,
                            "vllm_log_lines": vllm_log_lines(model, t)}
     if model.engine.extensible:
         out["kv_sized_after_capture"] = True

@@ -49,7 +49,7 @@ def keep_default_kv_utilization(model: CostModel, default: Evaluation, tuned: Ev
     vLLM's 4 logged decimals so it never gives less."""
     u = model.budget.utilization_for_kv(default.kv_available_bytes, tuned.graph_estimate_bytes,
                                         real_bytes=tuned.graph_memory_bytes)
-    return math.ceil(round(u * 10_000, 6)) / 10_000
+    return math.ceil(round(u * 10_000, 6)) / 10_000 if math.isfinite(u) else u
 
 
 def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
