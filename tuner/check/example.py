@@ -17,8 +17,8 @@ from typing import Any
 from tuner.engines.vllm.log_writer import VllmWorker, startup_log
 from tuner.workload.spec import load_workload
 
-__all__ = ["EXAMPLE_PROFILE", "EXAMPLE_WORKLOAD", "LOG_HEADER", "LOG_NAME", "MADE_UP_ERRORS", "predicted_log",
-           "run_predictions"]
+__all__ = ["EXAMPLE_PROFILE", "EXAMPLE_WORKLOAD", "LOG_HEADER", "LOG_NAME", "MADE_UP_ERRORS", "example_log",
+           "predicted_log", "run_predictions"]
 
 EXAMPLE_WORKLOAD = Path("workloads/dflash-llama-3.1-8b.yaml")
 """The shipped DFlash workload (V2 runner, one H200, K = 16), relative to a cgtune checkout."""
@@ -28,9 +28,10 @@ LOG_NAME = "vllm-startup.synthetic.log"
 """The start-up log's name in the run directory: it says what it is."""
 MADE_UP_ERRORS = {"kv_error": -0.02, "pool_error": 0.05}
 """What the written log puts in against the run's predictions: vLLM's KV cache 2% smaller, its real pool 5% larger."""
-LOG_HEADER = ("# SYNTHETIC: not vLLM's output. cgtune example wrote this start-up log in vLLM 0.33's format from the "
-              "run's own predictions, with made-up errors put in (KV cache {kv_error:+.0%}, real graph pool "
+LOG_HEADER = ("# SYNTHETIC: not vLLM's output. cgtune example wrote this start-up log in vLLM {version}'s format from "
+              "the run's own predictions, with made-up errors put in (KV cache {kv_error:+.0%}, real graph pool "
               "{pool_error:+.0%}); `cgtune check` reads it as it reads a real one.\n")
+"""The log's first line; `version` is the run's vLLM release."""
 
 
 def _shipped_key(summary: dict[str, Any]) -> str:
@@ -39,26 +40,36 @@ def _shipped_key(summary: dict[str, Any]) -> str:
 
 
 def run_predictions(run_dir: Path) -> dict[str, Any]:
-    """What a run directory predicts for the list it ships (summary.json) and that list (compilation_config.json)."""
+    """What a run directory predicts for the list it ships (summary.json) and that list (compilation_config.json, as
+    the run's engine reads it: vLLM 0.34's two lists as keys). `kv_cache` is the KV cache the engine keeps, `kv` what
+    its "Available KV cache memory" line shows (the same in vLLM 0.33; 0.34's extensible KV cache logs the capacity it
+    reserves before capture there), as the run's engine says (`kv_line_figure`)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     shipped = summary[_shipped_key(summary)]
-    return {"sizes": json.loads((run_dir / "compilation_config.json").read_text())["cudagraph_capture_sizes"],
-            "estimate": shipped["vllm_graph_estimate_bytes"], "kv": shipped["kv_available_bytes"],
+    engine = load_workload(run_dir / "workload.yaml").engine
+    _, kv_line = engine.kv_line_figure(shipped["kv_available_bytes"], requested_bytes=summary["requested_bytes"],
+                                       non_kv_cache_bytes=summary["non_kv_cache_bytes"])
+    sizes = engine.read_compilation_config(json.loads((run_dir / "compilation_config.json").read_text()))
+    return {"sizes": list(sizes),
+            "estimate": shipped["vllm_graph_estimate_bytes"], "kv": kv_line, "kv_cache": shipped["kv_available_bytes"],
             "pool": shipped["graph_memory_bytes"], "capture_s": shipped["capture_s"],
             "requested": summary["requested_bytes"], "total": summary["total_memory_bytes"],
             "kv_bytes_per_token": summary["kv_bytes_per_token"], "max_model_len": summary["max_model_len"],
-            "non_kv": summary["non_kv_cache_bytes"]}
+            "non_kv": summary["non_kv_cache_bytes"],
+            "kv_sized_after_capture": bool(summary.get("kv_sized_after_capture"))}
 
 
 def predicted_log(run_dir: Path, *, kv_error: float, pool_error: float, tp: int = 1,
                   worst_pool_error: float | None = None, capture_s: float | None = None, **overrides: Any) -> str:
     """vLLM's start-up log for the run's shipped list, BUILT FROM THE RUN'S OWN PREDICTIONS with the errors given
-    put in (KV cache, real pool; the estimate and the capture time as predicted unless `capture_s` says otherwise),
-    vLLM counting the KV cache in whole 16-token blocks; with `tp` > 1 every worker but the first off by
-    `worst_pool_error`. `overrides` go to `startup_log` (another list, runner, ...). A fixture, never a measurement."""
+    put in (KV cache: the figure of the "Available KV cache memory" line and the KV cache kept alike; real pool; the
+    estimate and the capture time as predicted unless `capture_s` says otherwise), vLLM counting the KV cache in
+    whole 16-token blocks; with `tp` > 1 every worker but the first off by `worst_pool_error`. The log is of the run's
+    vLLM release (its engine's), with the run's KV-cache sizing. `overrides` go to `startup_log` (another list,
+    runner, ...). A fixture, never a measurement."""
     p = run_predictions(run_dir)
     kv = p["kv"] * (1 + kv_error)
-    tokens = int(kv // p["kv_bytes_per_token"]) // 16 * 16
+    tokens = int(p["kv_cache"] * (1 + kv_error) // p["kv_bytes_per_token"]) // 16 * 16
     errors = [pool_error] + [worst_pool_error if worst_pool_error is not None else pool_error] * (tp - 1)
     workers = [VllmWorker(kv, p["estimate"], p["pool"] * (1 + err),
                           capture_s=p["capture_s"] if capture_s is None else capture_s,
@@ -68,6 +79,15 @@ def predicted_log(run_dir: Path, *, kv_error: float, pool_error: float, tp: int 
     spec: dict[str, Any] = dict(method=wl.serving.speculative_method, k=wl.serving.num_speculative_tokens,
                                 max_num_seqs=wl.serving.max_num_seqs, runner=wl.engine.runner,
                                 gpu_memory_utilization=wl.serving.gpu_memory_utilization,
-                                max_model_len=p["max_model_len"], capture_sizes=p["sizes"])
+                                max_model_len=p["max_model_len"], capture_sizes=p["sizes"],
+                                version=f"{wl.engine.version}.0", extensible=p["kv_sized_after_capture"],
+                                record=wl.engine.key_widths(p["sizes"]))
     spec.update(overrides)
     return startup_log(workers, kv_tokens=tokens, max_concurrency=tokens / spec["max_model_len"], **spec)
+
+
+def example_log(run_dir: Path) -> str:
+    """The log `cgtune example` writes: LOG_HEADER naming the run's vLLM release, then `predicted_log` with
+    MADE_UP_ERRORS."""
+    version = load_workload(run_dir / "workload.yaml").engine.version
+    return LOG_HEADER.format(version=version, **MADE_UP_ERRORS) + predicted_log(run_dir, **MADE_UP_ERRORS)

@@ -1,7 +1,10 @@
 """Hold a run's predictions to vLLM's own start-up log (`cgtune check`): the log must be of the run's capture list and
 serving settings; then every figure vLLM logs about the list (its graph-memory estimate, the KV cache it sized in
 bytes, tokens and concurrency, the real graph pool, the capture time, its non-KV memory) beside cgtune's prediction,
-with the error and whether the log line's rounding or cgtune's stated tolerance covers it."""
+with the error and whether the log line's rounding or cgtune's stated tolerance covers it. What a release logs
+differs (vLLM 0.34 under its extensible KV cache: no estimate, and the capacity it reserves before capture where 0.33
+logs the KV cache); the run's engine says what its log shows (`kv_line_figure`, `no_estimate_note`,
+`estimate_refusal`, `config_lists`, `read_compilation_config`)."""
 
 from __future__ import annotations
 
@@ -30,9 +33,10 @@ __all__ = [
     "write_calibration",
 ]
 
-QUANTITIES = ("vllm_graph_estimate_bytes", "kv_available_bytes", "kv_tokens", "max_concurrency", "graph_pool_bytes",
-              "capture_s", "non_kv_cache_bytes")
-"""What `cgtune check` compares, in table order (summary.json's names where it has them)."""
+QUANTITIES = ("vllm_graph_estimate_bytes", "kv_available_bytes", "kv_capacity_bytes", "kv_tokens", "max_concurrency",
+              "graph_pool_bytes", "capture_s", "non_kv_cache_bytes")
+"""What `cgtune check` compares, in table order (summary.json's names where it has them; `kv_capacity_bytes`: the
+capacity vLLM 0.34 reserves before capture under its extensible KV cache, where 0.33 logs `kv_available_bytes`)."""
 
 
 class CheckError(ValueError):
@@ -116,13 +120,12 @@ def _runs_as(workload: Workload, sizes: tuple[int, ...]) -> tuple[int, ...] | No
         return None
 
 
-def _run_list(run_dir: Path, name: str = COMPILATION_CONFIG_FILE) -> tuple[int, ...]:
+def _run_list(workload: Workload, run_dir: Path, name: str = COMPILATION_CONFIG_FILE) -> tuple[int, ...]:
     """The list the run emitted (what `vllm serve` was given), from its compilation_config.json (or the other list's,
-    `name`)."""
+    `name`), as the run's engine reads its own file (vLLM 0.34: two lists, as keys)."""
     path = run_dir / name
     try:
-        sizes = json.loads(path.read_text())["cudagraph_capture_sizes"]
-        return tuple(int(s) for s in sizes)
+        return workload.engine.read_compilation_config(json.loads(path.read_text()))
     except FileNotFoundError:
         raise CheckError(f"run_dir: {run_dir} has no {COMPILATION_CONFIG_FILE} (the run emitted no vLLM list)"
                          ) from None
@@ -138,21 +141,43 @@ def _brief(sizes: tuple[int, ...]) -> str:
     return f"[{head}{', ...' if len(sizes) > 6 else ''}] ({len(sizes)} sizes, max {sizes[-1]})"
 
 
+def _named(workload: Workload, sizes: tuple[int, ...]) -> str:
+    """A list as vLLM's compilation config names it: `cudagraph_capture_sizes=[...] (...)`, or both 0.34 lists."""
+    return ", ".join(f"{field}={_brief(part)}" for field, part in workload.engine.config_lists(sizes))
+
+
+def _unnamed(workload: Workload, sizes: tuple[int, ...]) -> str:
+    """The run's list in a refusal: `[...] (...)` when the engine takes one list, each named when it takes two."""
+    parts = workload.engine.config_lists(sizes)
+    return _brief(parts[0][1]) if len(parts) == 1 else _named(workload, sizes)
+
+
 def _refuse_other_configuration(workload: Workload, log: StartupLog, sizes: tuple[int, ...],
                                 runs: tuple[int, ...]) -> str:
     """One line when the log is not of this run's list and settings; returns what the log's list is of the run's."""
     src, s, engine = log.source, workload.serving, workload.engine
+    # A release that captures another number of lists than the run's (0.33 one, 0.34 two) ran another list.
+    if log.split_lists != engine.split_lists:
+        form = {True: "two capture lists", False: "one capture list"}
+        release = ".".join(log.vllm_version.split(".")[:2])
+        raise CheckError(f"--vllm-log: {src}: the log is of vLLM {log.vllm_version}, which ran "
+                         f"{form[log.split_lists]}; the run follows vLLM {engine.version}'s rules "
+                         f"({form[engine.split_lists]}): start vLLM {engine.version} with the run's vllm-serve.yaml, "
+                         f"or tune for the log's release (--vllm-version {release})")
     if log.enforce_eager or log.cudagraph_mode == "NONE" or not log.capture_sizes:
+        fields = [field for field, _ in engine.config_lists(())]
+        empty = f"an empty {fields[0]}" if len(fields) == 1 else f"empty {' and '.join(fields)}"
         why = ("enforce_eager=True" if log.enforce_eager else
-               "cudagraph_mode NONE" if log.cudagraph_mode == "NONE" else "an empty cudagraph_capture_sizes")
+               "cudagraph_mode NONE" if log.cudagraph_mode == "NONE" else empty)
         raise CheckError(f"--vllm-log: {src}: vLLM ran without CUDA graphs ({why}), so it logged no graph memory to "
                          f"compare")
     if log.capture_sizes not in (sizes, runs):
         default = (" (it is vLLM's default for the workload)" if log.capture_sizes == tuple(engine.defaults().sizes)
                    else "")
-        runs_note = f" nor what it runs as, {_brief(runs)}" if runs != sizes else ""
-        raise CheckError(f"--vllm-log: {src}: vLLM ran cudagraph_capture_sizes={_brief(log.capture_sizes)}{default}, "
-                         f"not the run's list {_brief(sizes)}{runs_note}; start vLLM with the run's vllm-serve.yaml")
+        runs_note = f" nor what it runs as, {_unnamed(workload, runs)}" if runs != sizes else ""
+        lists = "list" if len(engine.config_lists(())) == 1 else "lists"
+        raise CheckError(f"--vllm-log: {src}: vLLM ran {_named(workload, log.capture_sizes)}{default}, not the run's "
+                         f"{lists} {_unnamed(workload, sizes)}{runs_note}; start vLLM with the run's vllm-serve.yaml")
     if log.num_speculative_tokens != s.num_speculative_tokens:
         raise CheckError(f"--vllm-log: {src}: vLLM ran num_speculative_tokens={log.num_speculative_tokens} (its "
                          f"speculative_config), the run's workload has {s.num_speculative_tokens}; start vLLM with "
@@ -164,11 +189,11 @@ def _refuse_other_configuration(workload: Workload, log: StartupLog, sizes: tupl
         got = log.settings.get(name)
         if got is not None and not math.isclose(got, value, abs_tol=5e-5):
             raise CheckError(f"--vllm-log: {src}: vLLM ran {name}={got:g}, the run's workload has {value:g}")
-    enabled = s.estimate_cudagraph_memory
-    if log.estimate_disabled == enabled:
-        raise CheckError(f"--vllm-log: {src}: vLLM ran with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="
-                         f"{0 if log.estimate_disabled else 1}, the run's workload has estimate_cudagraph_memory: "
-                         f"{str(enabled).lower()}")
+    logged_estimate = any(w.pool_estimated_gib is not None or w.utilization is not None
+                          or w.v1_estimate_gib is not None for w in log.workers)
+    why = engine.estimate_refusal(warned_disabled=log.estimate_disabled, logged_estimate=logged_estimate)
+    if why is not None:
+        raise CheckError(f"--vllm-log: {src}: {why}")
     return "as written" if log.capture_sizes == sizes else f"as the {engine.runner.upper()} runner runs it"
 
 
@@ -221,7 +246,8 @@ def _bytes(figures: dict[str, tuple[float, float, str]]) -> dict[str, tuple[floa
 
 
 def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: list[str]) -> list[Quantity | None]:
-    enabled = model.budget.estimate_enabled
+    b = model.budget
+    enabled = b.estimate_enabled
     estimates = _per_worker(log, lambda w: _estimate_gib(model, w))
 
     def pool(w: WorkerFigures) -> tuple[float, float, str] | None:
@@ -241,16 +267,18 @@ def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
                 "requested (memory summary) - Available KV cache memory - the estimate")
 
     if not enabled:
-        notes.append("the estimate is off (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM subtracted none, so "
-                     "vllm_graph_estimate_bytes is not compared")
+        notes.append(model.engine.no_estimate_note)
     if not _per_worker(log, non_kv):
         notes.append("non_kv_cache_bytes is not compared: the log has no memory summary line (\"Free memory on device "
                      "... Desired GPU memory utilization is ...\") to read vLLM's requested memory from")
     kv_line = "Available KV cache memory"
+    # What that line shows is the engine's to say (0.34's extensible KV cache: the capacity, not the KV cache).
+    kv_name, kv_predicted = model.engine.kv_line_figure(e.kv_available_bytes, requested_bytes=b.requested_bytes,
+                                                        non_kv_cache_bytes=b.non_kv_cache_bytes)
     return [
         _quantity("vllm_graph_estimate_bytes", "bytes", e.graph_estimate_bytes if enabled else None,
                   _bytes(estimates), MEMORY_GOAL),
-        _quantity("kv_available_bytes", "bytes", e.kv_available_bytes,
+        _quantity(kv_name, "bytes", kv_predicted,
                   _bytes(_per_worker(log, lambda w: (w.kv_available_gib, GIB_RESOLUTION, kv_line))), None),
         _quantity("graph_pool_bytes", "bytes", e.graph_memory_bytes, _bytes(_per_worker(log, pool)), MEMORY_GOAL),
         _quantity("non_kv_cache_bytes", "bytes", model.budget.non_kv_cache_bytes, _bytes(_per_worker(log, non_kv)),
@@ -279,8 +307,9 @@ def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
 
 def _context_notes(model: CostModel, log: StartupLog, list_kind: str) -> list[str]:
     notes = []
-    if not log.vllm_version.startswith("0.33"):
-        notes.append(f"the log is of vLLM {log.vllm_version}; cgtune mirrors vLLM 0.33's rules")
+    # The run's own release (its engine's), held to the log's.
+    if ".".join(log.vllm_version.split(".")[:2]) != model.engine.version:
+        notes.append(f"the log is of vLLM {log.vllm_version}; cgtune mirrors vLLM {model.engine.version}'s rules")
     if log.starts > 1:
         notes.append(f"the log holds {log.starts} start-ups; the last one is read")
     if list_kind != "as written":
@@ -320,13 +349,13 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
     # read.
     if workload.serving.engine != "vllm":
         raise CheckError(f"run_dir: {run_dir} is a {workload.serving.engine} run; cgtune check reads vLLM's log only")
-    sizes = _run_list(run_dir)
+    sizes = _run_list(workload, run_dir)
     # A run ships one list and keeps the other's files beside it (compilation_config.fastest.json or .compact.json):
     # a log of that one is checked against it.
     for other in ("fastest", "compact"):
         path = run_dir / alternative_name(COMPILATION_CONFIG_FILE, other)
         if log.capture_sizes != sizes and path.is_file():
-            alt = _run_list(run_dir, path.name)
+            alt = _run_list(workload, run_dir, path.name)
             if log.capture_sizes in (alt, _runs_as(workload, alt)):
                 sizes = alt
     try:
@@ -369,7 +398,9 @@ def write_calibration(result: CheckResult, out_json: Path, *, command: str) -> d
     # comes out at vLLM's; the estimate moves by the same scale, so what it still misses shows here.
     again = CostModel.from_files(csv_path, result.model.workload, **result.model.settings())
     e = again.evaluate(result.evaluation.capture_sizes)
-    repredicted = {"vllm_graph_estimate_bytes": e.graph_estimate_bytes, "kv_available_bytes": e.kv_available_bytes,
+    kv_name, kv_bytes = again.engine.kv_line_figure(e.kv_available_bytes, requested_bytes=again.budget.requested_bytes,
+                                                    non_kv_cache_bytes=again.budget.non_kv_cache_bytes)
+    repredicted = {"vllm_graph_estimate_bytes": e.graph_estimate_bytes, kv_name: kv_bytes,
                    "graph_pool_bytes": e.graph_memory_bytes, "non_kv_cache_bytes": again.budget.non_kv_cache_bytes}
     return {"json": str(json_path), "csv": str(csv_path), "graph_memory_scale": block["graph_memory_scale"],
             "non_kv_cache_bytes": metadata.get("non_kv_cache_bytes"), "from_vllm_log": block["from_vllm_log"],

@@ -116,7 +116,8 @@ class CheckCommand(Command):
         sizes = log.capture_sizes
         workers = ", ".join(w.tag or "untagged" for w in log.workers)
         print(f"cgtune check {args.run_dir} against vLLM {log.vllm_version}'s log {log.source}")
-        print(f"capture list: vLLM ran the run's list {result.list_kind} ({len(sizes)} sizes, max {sizes[-1]}); "
+        print(f"capture list: vLLM ran the run's list {result.list_kind} ({len(sizes)} sizes, max "
+              f"{model.engine.tops_text(sizes)}); "
               f"runner {(log.runner or '?').upper()} (predicted {model.runner.upper()}); {len(log.workers)} "
               f"worker(s): {workers}")
         print()

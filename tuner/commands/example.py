@@ -45,7 +45,7 @@ class ExampleCommand(Command):
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.check.example import LOG_HEADER, LOG_NAME, MADE_UP_ERRORS, predicted_log
+        from tuner.check.example import LOG_NAME, MADE_UP_ERRORS, example_log
         from tuner.profile.table import atomic_write_text
 
         for flag, path in (("--workload", Path(args.workload)), ("--profile", args.profile),
@@ -61,7 +61,7 @@ class ExampleCommand(Command):
         if code:
             return code
         # The start-up log `vllm serve` would print, stood in for.
-        atomic_write_text(log_path, LOG_HEADER.format(**MADE_UP_ERRORS) + predicted_log(args.out, **MADE_UP_ERRORS))
+        atomic_write_text(log_path, example_log(args.out))
         print(f"\n== wrote {log_path}: a SYNTHETIC vLLM start-up log for the shipped list, from the run's own "
               f"predictions with made-up errors (KV cache {MADE_UP_ERRORS['kv_error']:+.0%}, real graph pool "
               f"{MADE_UP_ERRORS['pool_error']:+.0%})", flush=True)

@@ -335,6 +335,38 @@ class VllmEngine(Engine):
         """Where the runner logs its graph-memory estimate, in words."""
         return estimate_line_note(self.runner)
 
+    # ------------------------------------------------------------------ its start-up log, read back (cgtune check)
+    def read_compilation_config(self, config: dict[str, Any]) -> tuple[int, ...]:
+        """The list a run's compilation_config.json gives vLLM, as cgtune carries it (KeyError, TypeError or
+        ValueError for a file of another shape)."""
+        return tuple(int(s) for s in config["cudagraph_capture_sizes"])
+
+    def config_lists(self, capture_sizes: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
+        """A list as vLLM's compilation config names it: (field, sizes) for each list vLLM takes."""
+        return [("cudagraph_capture_sizes", tuple(capture_sizes))]
+
+    def kv_line_figure(self, kv_available_bytes: float, *, requested_bytes: float,
+                       non_kv_cache_bytes: float) -> tuple[str, float]:
+        """What vLLM's "Available KV cache memory" line shows for a list whose KV cache is `kv_available_bytes`, as
+        (cgtune check's name for the figure, bytes): vLLM 0.33 logs the KV cache it sized, the estimate subtracted."""
+        return "kv_available_bytes", kv_available_bytes
+
+    @property
+    def no_estimate_note(self) -> str:
+        """Why `cgtune check` compares no graph-memory estimate, where vLLM made or subtracted none."""
+        return ("the estimate is off (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM subtracted none, so "
+                "vllm_graph_estimate_bytes is not compared")
+
+    def estimate_refusal(self, *, warned_disabled: bool, logged_estimate: bool) -> str | None:
+        """Why a start-up log's graph-memory estimate is not this deployment's (None: it is): vLLM warns when the
+        estimate is switched off, and the workload says whether it is (`logged_estimate`: the log holds an estimate's
+        line; 0.33 makes one either way)."""
+        enabled = self.serving.estimate_cudagraph_memory
+        if warned_disabled == enabled:
+            return (f"vLLM ran with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS={0 if warned_disabled else 1}, the run's "
+                    f"workload has estimate_cudagraph_memory: {str(enabled).lower()}")
+        return None
+
     def serve_line(self, out_dir: Path, checkpoint: str | None) -> str | None:
         line = flag_file_line(out_dir / FLAGS_FILE)
         if not line:

@@ -1,10 +1,14 @@
-"""Read vLLM 0.33's start-up log: the capture list and serving settings the engine ran with, and each worker's own
-figures for graph memory, KV cache and capture time, from a whole server log (any prefixes; other lines ignored).
+"""Read vLLM 0.33's or 0.34's start-up log: the capture list and serving settings the engine ran with, and each
+worker's own figures for graph memory, KV cache and capture time, from a whole server log (any prefixes; other lines
+ignored).
 
-Every pattern below is one of vLLM 0.33.0's INFO format strings (file and line beside it); numbers are kept as
-printed, in vLLM's units (GiB to 2 decimals, whole seconds), with the resolution of the line they came from. Lines
-are assigned to processes by vLLM's process tag, `(Worker_TP1 pid=4242)` (vllm/logger.py `_FORMAT`), so with tensor
-parallelism every worker's figures are read separately."""
+Every pattern below is one of vLLM 0.33.0's INFO format strings (file and line beside it); 0.34.0 logs the same
+strings (tuner/engines/vllm/v034/log_lines.py says where), in another order under its extensible KV cache, and no
+runner line. Numbers are kept as printed, in vLLM's units (GiB to 2 decimals, whole seconds), with the resolution of
+the line they came from. Lines are assigned to processes by vLLM's process tag, `(Worker_TP1 pid=4242)` (vllm/logger.py
+`_FORMAT`), so with tensor parallelism every worker's figures are read separately. A 0.34 list is two lists (prefill
+token sizes, decode request sizes), read from its compilation config and carried as 0.34's keys
+(`tuner.engines.vllm.v034.dispatch.join_keys`)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tuner.engines.vllm.v034.dispatch import join_keys
 
 __all__ = [
     "GIB",
@@ -66,6 +72,11 @@ _MEMORY_SUMMARY = re.compile(
 # Inside the engine-config line: CompilationConfig.__repr__ (config/compilation.py:824, a dict repr) and
 # SpeculativeConfig.__repr__ (config/speculative.py:2196).
 _SIZES = re.compile(r"'cudagraph_capture_sizes': \[([\d,\s]*)\]")  # the quote keeps decoder_replay_... out
+# 0.34's two lists (config/compilation.py:762 and :775; their repr at :974), in the engine config after resolution and
+# among the non-default args as `--compilation-config` parsed them (None where not given).
+_SPLIT = {kind: re.compile(rf"'{field}': (None|\[[\d,\s]*\])")
+          for kind, field in (("prefill", "prefill_cudagraph_capture_token_sizes"),
+                              ("decode", "decode_cudagraph_capture_request_sizes"))}
 _MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _SPEC_NONE = re.compile(r"speculative_config=None\b")
 _SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method=(?:'([^']*)'|None), model=.*?, "
@@ -128,7 +139,8 @@ class StartupLog:
     vllm_version: str
     """From the engine-config line."""
     capture_sizes: tuple[int, ...]
-    """`cudagraph_capture_sizes` of the engine config (after vLLM's own normalisation; before V1's rewrite)."""
+    """`cudagraph_capture_sizes` of the engine config (after vLLM's own normalisation; before V1's rewrite); a 0.34
+    log: its two lists as keys (prefill token sizes, -n for a decode graph of n requests)."""
     cudagraph_mode: str | None
     """The engine config's `cudagraph_mode` (None when the line does not say)."""
     enforce_eager: bool
@@ -150,11 +162,14 @@ class StartupLog:
     """Workers that logged their KV cache, in order of first appearance."""
     starts: int = 1
     """Engine-config lines in the file (the last start-up is read)."""
+    split_lists: bool = False
+    """vLLM ran two capture lists (0.34: prefill token sizes and decode request sizes), read as `capture_sizes`."""
 
     @property
     def runner(self) -> str | None:
-        """`v2` when it said so, `v1` when it logged V1's estimate line, else None."""
-        if self.v2_runner:
+        """`v2` when it said so or the log is of two lists (0.34, whose only runner is V2 and says nothing), `v1` when
+        it logged V1's estimate line, else None."""
+        if self.v2_runner or self.split_lists:
             return "v2"
         if any(w.v1_estimate_gib is not None for w in self.workers):
             return "v1"
@@ -184,7 +199,34 @@ def _numbers(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
-def _engine_config(source: str, line: str) -> dict:
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a printed version (`0.34.0` -> (0, 34)); () when it is not numeric."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else ()
+
+
+def _split_keys(source: str, version: str, config: str, args: str) -> tuple[int, ...] | None:
+    """A 0.34 log's two lists as keys: from the engine config (what vLLM resolved), else from the compilation config
+    among the non-default args (what it was given); None for a log of one list (0.33's, which has neither field).
+    LogError when a 0.34 log (by its fields or its version) states neither list anywhere, and ran graphs."""
+    named = False
+    for text in (config, args):
+        found = {kind: m for kind, rx in _SPLIT.items() if (m := rx.search(text))}
+        lists = {kind: _numbers(m.group(1)) for kind, m in found.items() if m.group(1) != "None"}
+        if lists:
+            return join_keys(lists.get("prefill", ()), lists.get("decode", ()))
+        named = named or bool(found)
+    if not named and not _release(version) >= (0, 34):
+        return None
+    mode = _MODE.search(config)
+    if mode is not None and mode.group(1) == "NONE":  # no graphs: no list to read
+        return ()
+    raise LogError(f"--vllm-log: {source}: vLLM {version}'s engine-config line states neither "
+                   f"'prefill_cudagraph_capture_token_sizes' nor 'decode_cudagraph_capture_request_sizes' (nor do its "
+                   f"non-default args)")
+
+
+def _engine_config(source: str, line: str, args: str) -> dict:
     m = _ENGINE_CONFIG.search(line)
     assert m is not None
     version, config = m.group(1), m.group(2)
@@ -197,7 +239,9 @@ def _engine_config(source: str, line: str) -> dict:
                        f"(SpeculativeConfig(method=..., model=..., num_spec_tokens=K) or None)")
     settings = {name: float(s.group(1)) for name, rx in _SETTING.items() if name != "enforce_eager"
                 if (s := rx.search(config))}
-    return {"vllm_version": version, "capture_sizes": _numbers(sizes.group(1)) if sizes else None,
+    keys = _split_keys(source, version, config, args)
+    return {"vllm_version": version, "split_lists": keys is not None,
+            "capture_sizes": keys if keys is not None else _numbers(sizes.group(1)) if sizes else None,
             "cudagraph_mode": mode.group(1) if mode else None,
             "enforce_eager": bool(eager and eager.group(1) == "True"),
             "num_speculative_tokens": int(spec.group(2)) if spec else 0,
@@ -213,11 +257,11 @@ def parse_startup_log(text: str, source: str = "log") -> StartupLog:
         raise LogError(f"--vllm-log: {source} holds no vLLM engine-config line (\"Initializing a V1 LLM engine (v...) "
                        f"with config: ...\"); pass the whole log from the start of `vllm serve`")
     first = starts[-1]
-    config = _engine_config(source, lines[first])
-    if config["capture_sizes"] is None:
-        raise LogError(f"--vllm-log: {source}: the engine-config line holds no 'cudagraph_capture_sizes'")
     # "non-default args" comes from the API server before the engine starts: the last one before this start-up.
     args = next((m.group(1) for line in reversed(lines[:first]) if (m := _NON_DEFAULT.search(line))), "")
+    config = _engine_config(source, lines[first], args)
+    if config["capture_sizes"] is None:
+        raise LogError(f"--vllm-log: {source}: the engine-config line holds no 'cudagraph_capture_sizes'")
     settings = {name: float(m.group(1)) for name, rx in _ARG.items() if (m := rx.search(args))}
     settings.update(config.pop("settings"))
     figures = _startup_figures(lines[first + 1:])

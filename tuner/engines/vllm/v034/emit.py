@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.engines.vllm.emit import EmitError, Provenance, ServeSettings, render_files
-from tuner.engines.vllm.v034.dispatch import split_keys
+from tuner.engines.vllm.v034.dispatch import join_keys, split_keys
 
-__all__ = ["compilation_config_034", "render_034_files", "validate_034_lists"]
+__all__ = ["compilation_config_034", "keys_of_compilation_config", "render_034_files", "validate_034_lists"]
 
 
 def compilation_config_034(keys: Sequence[int], cudagraph_mode: str) -> dict[str, object]:
@@ -25,6 +25,18 @@ def compilation_config_034(keys: Sequence[int], cudagraph_mode: str) -> dict[str
             "max_prefill_cudagraph_capture_tokens": max(prefill, default=0),
             "decode_cudagraph_capture_request_sizes": decode,
             "max_decode_cudagraph_capture_requests": max(decode, default=0)}
+
+
+_LIST_FIELDS = ("prefill_cudagraph_capture_token_sizes", "decode_cudagraph_capture_request_sizes")
+
+
+def keys_of_compilation_config(config: dict[str, Any]) -> tuple[int, ...]:
+    """The keys of the list pair a `--compilation-config` mapping gives vLLM 0.34 (`compilation_config_034`'s inverse:
+    none under cudagraph_mode NONE); KeyError, TypeError or ValueError for a mapping of another shape."""
+    if config.get("cudagraph_mode") == "NONE" and not any(k in config for k in _LIST_FIELDS):
+        return ()
+    return join_keys([int(t) for t in config["prefill_cudagraph_capture_token_sizes"]],
+                     [int(n) for n in config["decode_cudagraph_capture_request_sizes"]])
 
 
 def validate_034_lists(engine: Any, keys: Sequence[int]) -> None:

@@ -18,7 +18,7 @@ from tuner.engines.vllm.log_lines import CAPTURE, GIB, KV_AVAILABLE, KV_SIZE, fo
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_v2_bytes
 from tuner.engines.vllm.v034.defaults import SplitSizes, decode_grid, resolve_capture_sizes
 from tuner.engines.vllm.v034.dispatch import Dispatcher034, join_keys, split_keys
-from tuner.engines.vllm.v034.emit import render_034_files
+from tuner.engines.vllm.v034.emit import keys_of_compilation_config, render_034_files
 from tuner.engines.vllm.v034.memory import ExtensibleKvRule
 from tuner.engines.vllm.v034.settings import Vllm034Settings
 
@@ -250,6 +250,46 @@ class Vllm034Engine(VllmV2Engine):
         return ("0.34 makes no estimate under the extensible KV cache: it reserves the capacity, captures, then sizes "
                 "the KV cache from what is left; the capture's seconds are not predicted (0 here)" if self.extensible
                 else super().estimate_line_note)
+
+    # ------------------------------------------------------------------ its start-up log, read back (cgtune check)
+    def read_compilation_config(self, config: dict[str, Any]) -> tuple[int, ...]:
+        """The keys of the two lists a run's compilation_config.json gives vLLM 0.34."""
+        return keys_of_compilation_config(config)
+
+    def config_lists(self, capture_sizes: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
+        prefill, decode = split_keys(capture_sizes)
+        return [("decode_cudagraph_capture_request_sizes", tuple(decode)),
+                ("prefill_cudagraph_capture_token_sizes", tuple(prefill))]
+
+    def kv_line_figure(self, kv_available_bytes: float, *, requested_bytes: float,
+                       non_kv_cache_bytes: float) -> tuple[str, float]:
+        """Under the extensible KV cache "Available KV cache memory" is the capacity vLLM reserves before capture
+        (requested - non-KV; gpu_worker.py:776-798 with a 0 estimate), not the KV cache it keeps after."""
+        if not self.extensible:
+            return super().kv_line_figure(kv_available_bytes, requested_bytes=requested_bytes,
+                                          non_kv_cache_bytes=non_kv_cache_bytes)
+        return "kv_capacity_bytes", requested_bytes - non_kv_cache_bytes
+
+    @property
+    def no_estimate_note(self) -> str:
+        if not self.extensible:
+            return super().no_estimate_note
+        return ("vLLM 0.34 makes no graph-memory estimate under the extensible KV cache, so vllm_graph_estimate_bytes "
+                "is not compared; its \"Available KV cache memory\" is the capacity it reserves before capture "
+                "(kv_capacity_bytes, predicted = requested - non-KV), and the KV cache it keeps, sized after the "
+                "capture, is in kv_tokens and max_concurrency")
+
+    def estimate_refusal(self, *, warned_disabled: bool, logged_estimate: bool) -> str | None:
+        """Under the extensible KV cache 0.34 makes no estimate and never warns that it is off (gpu_worker.py:
+        742-747, 822-834): either in the log means vLLM ran without it."""
+        if not self.extensible:
+            return super().estimate_refusal(warned_disabled=warned_disabled, logged_estimate=logged_estimate)
+        if not (warned_disabled or logged_estimate):
+            return None
+        what = ("warned that VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" if warned_disabled
+                else "logged a graph-memory estimate")
+        return (f"vLLM {what}, so it sized the KV cache without the extensible KV cache; the run's workload has it "
+                f"(serving.extensible_kv_cache: true)")
 
     # ------------------------------------------------------------------ files to emit
     def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,
