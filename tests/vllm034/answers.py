@@ -290,6 +290,10 @@ def random_answer(o: vo.Oracle, rnd: random.Random, cfg: vo.Config, kinds: list[
         return out
     m = o.manager(r)
     out["q"], out["graphs"] = r.q, o.graphs_of(m)
+    s = o.speculator(r)
+    # every manager's graphs of the drafter vLLM builds for the method (none for ngram, suffix, no speculation)
+    out["drafter_graphs"] = sorted((list(g) for graphs in (o.speculator_graphs(s) if s is not None else {}).values()
+                                    for g in graphs), key=lambda g: (g[0], g[1]))
     batches = random_batches(rnd, cfg, r, out["graphs"])
     out["batches"] = [[n, t, utc, kind, list(o.dispatch(m, n, t, utc))] for n, t, utc, kind in batches]
     return out

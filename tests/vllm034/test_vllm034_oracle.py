@@ -325,7 +325,21 @@ def _cgtune(defaults: Any, dispatch: Any, answer: dict[str, Any]) -> dict[str, A
     d = dispatch.Dispatcher034.from_split(split, max_num_seqs=cfg["max_num_seqs"],
                                           uniform_decode_query_len=1 + cfg.get("num_speculative_tokens", 0))
     return {"error": None, "split": split, "graphs": [list(g) for g in d.manager_graphs()],
-            "dispatch": [list(d.dispatch_desc(n, t, utc)) for n, t, utc, *_ in answer.get("batches", [])]}
+            "dispatch": [list(d.dispatch_desc(n, t, utc)) for n, t, utc, *_ in answer.get("batches", [])],
+            "drafter": _drafter_graphs(split, d, cfg)}
+
+
+def _drafter_graphs(split: Any, d: Any, cfg: dict[str, Any]) -> list[list[Any]] | None:
+    """The drafter's graphs `(mode, tokens)` by cgtune's 0.34 drafter rules, sorted (None: no model-based drafter)."""
+    from tuner.engines.vllm.v034.drafter_cost import Drafter034
+
+    method = cfg.get("speculative_method")
+    if method not in ("dflash", "eagle", "eagle3", "mtp", "draft_model") or not cfg.get("num_speculative_tokens"):
+        return None
+    dr = Drafter034.rules(method, dispatcher=lambda keys: d, num_speculative_tokens=cfg["num_speculative_tokens"],
+                          max_num_seqs=cfg["max_num_seqs"], decode_mode=d.decode_mode,
+                          multi_module_mtp=bool(cfg.get("multi_module_mtp")))
+    return sorted([m, w] for m, w in dr.graphs(split.record or [0]))
 
 
 def _compare(defaults: Any, dispatch: Any, name: str, answer: dict[str, Any], out: list[dict[str, Any]],
@@ -360,6 +374,10 @@ def _compare(defaults: Any, dispatch: Any, name: str, answer: dict[str, Any], ou
     if check("graphs", answer["graphs"], ours["graphs"]):
         for batch, got in zip(answer.get("batches", []), ours["dispatch"]):
             check("dispatch", batch[4], got, batch=batch[:4])
+    if ours["drafter"] is not None and "drafter_graphs" in answer:
+        graphs = answer["drafter_graphs"]  # a case's by manager, a random configuration's in one list
+        flat = [g for gs in graphs.values() for g in gs] if isinstance(graphs, dict) else graphs
+        check("drafter graphs", sorted(g[:2] for g in flat), ours["drafter"])
 
 
 @pytest.fixture(scope="module")
@@ -400,6 +418,10 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
     assert len(configs) == CONFIGS and len(accepted) >= 1700
     assert checks["refused"] >= CONFIGS and checks["graphs"] == checks["record"] >= len(accepted)
     assert checks["dispatch"] >= 40 * len(accepted)
+    # The drafters' graphs: every model-based method's, over every kind of list and mode the targets meet.
+    assert checks["drafter graphs"] >= 800
+    drafted = Counter(a["config"].get("speculative_method") for a in accepted if a.get("drafter_graphs"))
+    assert all(drafted[m] >= 50 for m in ("dflash", "eagle", "eagle3", "mtp", "draft_model")), drafted
     seen: Counter[str] = Counter()
     for a in accepted:
         c = a["config"]
