@@ -98,3 +98,23 @@ def test_the_flag_applies_to_one_command_and_is_restored_after_it(tmp_path, caps
     code, out, _ = run(capsys, "defaults", path, "--json")
     assert code == 0 and '"decode_cudagraph_capture_request_sizes"' not in out
     assert versions.resolve_version(None) == "0.33"
+
+
+def test_a_run_is_re_rendered_and_checked_under_the_release_it_was_searched_under(tmp_path, capsys, monkeypatch):
+    # A 0.34 run of a workload that leaves vllm_version auto, re-rendered where the flag (or the installed vLLM) says
+    # 0.33: summary.json's recorded release decides, so the run's lists are read as the two lists they are.
+    from tuner.decision.run_dir import load_run_workload
+    from handmade_profiles import write_handmade_inputs
+
+    spec = handmade_spec(max_num_seqs=8, num_speculative_tokens=3, max_num_batched_tokens=32,
+                         gpu_memory_utilization=1.0)
+    wl_path, profile, _ = write_handmade_inputs(tmp_path, spec, list(range(1, 33)), total_memory_bytes=4 << 30)
+    out = tmp_path / "run"
+    code, _, err = run(capsys, "search", wl_path, "--profile", profile, "--out", out, "--trials", 2, "--no-progress",
+                       "--vllm-version", "0.34")
+    assert code == 0, err
+    monkeypatch.setenv(versions.VERSION_ENV, "0.33")
+    assert load_run_workload(out).engine.version == "0.34"
+    code, _, err = run(capsys, "report", out, "--vllm-version", "0.33")
+    assert code == 0, err
+    assert "vLLM 0.34, model runner" in (out / "report.md").read_text()

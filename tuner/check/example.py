@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.engines.vllm.log_writer import VllmWorker, startup_log
-from tuner.workload.spec import load_workload
+from tuner.decision.run_dir import load_run_workload
 
 __all__ = ["EXAMPLE_PROFILE", "EXAMPLE_WORKLOAD", "LOG_HEADER", "LOG_NAME", "MADE_UP_ERRORS", "example_log",
            "predicted_log", "run_predictions"]
@@ -46,7 +46,7 @@ def run_predictions(run_dir: Path) -> dict[str, Any]:
     reserves before capture there), as the run's engine says (`kv_line_figure`)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     shipped = summary[_shipped_key(summary)]
-    engine = load_workload(run_dir / "workload.yaml").engine
+    engine = load_run_workload(run_dir).engine
     _, kv_line = engine.kv_line_figure(shipped["kv_available_bytes"], requested_bytes=summary["requested_bytes"],
                                        non_kv_cache_bytes=summary["non_kv_cache_bytes"])
     sizes = engine.read_compilation_config(json.loads((run_dir / "compilation_config.json").read_text()))
@@ -75,7 +75,7 @@ def predicted_log(run_dir: Path, *, kv_error: float, pool_error: float, tp: int 
                           capture_s=p["capture_s"] if capture_s is None else capture_s,
                           process=(f"Worker_TP{i}", 7000 + i) if tp > 1 else ("EngineCore", 4100),
                           requested_bytes=p["requested"], total_bytes=p["total"]) for i, err in enumerate(errors)]
-    wl = load_workload(run_dir / "workload.yaml")
+    wl = load_run_workload(run_dir)
     spec: dict[str, Any] = dict(method=wl.serving.speculative_method, k=wl.serving.num_speculative_tokens,
                                 max_num_seqs=wl.serving.max_num_seqs, runner=wl.engine.runner,
                                 gpu_memory_utilization=wl.serving.gpu_memory_utilization,
@@ -89,5 +89,5 @@ def predicted_log(run_dir: Path, *, kv_error: float, pool_error: float, tp: int 
 def example_log(run_dir: Path) -> str:
     """The log `cgtune example` writes: LOG_HEADER naming the run's vLLM release, then `predicted_log` with
     MADE_UP_ERRORS."""
-    version = load_workload(run_dir / "workload.yaml").engine.version
+    version = load_run_workload(run_dir).engine.version
     return LOG_HEADER.format(version=version, **MADE_UP_ERRORS) + predicted_log(run_dir, **MADE_UP_ERRORS)

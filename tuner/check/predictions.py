@@ -338,11 +338,10 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
     """The run in `run_dir` (its emitted list, and its cost model rebuilt from its own copies as `cgtune report` does)
     held to the log; CheckError (one line) when the directory is no vLLM run, or the log is of another list or
     configuration, or ends before the figures. The log is judged before the cost model is built."""
-    from tuner.decision.run_dir import load_run
-    from tuner.workload.spec import load_workload
+    from tuner.decision.run_dir import load_run, load_run_workload
 
     try:
-        workload = load_workload(run_dir / "workload.yaml")
+        workload = load_run_workload(run_dir)
     except ValueError as exc:  # WorkloadError: one line naming the file
         raise CheckError(f"run_dir: {run_dir} holds no readable workload.yaml ({str(exc).splitlines()[0]})") from None
     # cgtune check is vLLM's start-up log reader (tuner.engines.vllm.startup_log): another engine logs nothing it can

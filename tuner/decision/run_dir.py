@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from tuner.search.study import SearchResult  # noqa: F811 (imported again where load_run needs it)
     from tuner.workload.spec import Workload
 
-__all__ = ["RUN_FILES", "RunIdentity", "clear_run", "load_run", "recorded_decision", "recorded_model_settings",
-           "recorded_origin", "recorded_summary", "run_conflict", "run_identity", "run_outputs"]
+__all__ = ["RUN_FILES", "RunIdentity", "clear_run", "load_run", "load_run_workload", "recorded_decision",
+           "recorded_model_settings", "recorded_origin", "recorded_summary", "run_conflict", "run_identity",
+           "run_outputs"]
 
 
 RUN_FILES = ("profile.csv", "profile.json", "workload.yaml", "search.json", "summary.json", "report.md")
@@ -92,9 +93,7 @@ def run_identity(run_dir: str | Path) -> RunIdentity | None:
         profile = str(data.get("profile") or profile)
     except (KeyError, TypeError):
         try:
-            from tuner.workload.spec import load_workload
-
-            wl = load_workload(run / "workload.yaml")
+            wl = load_run_workload(run)
             name, whash = wl.name, wl.content_hash
         except ValueError:  # no readable workload copy either: an unknown run, which no new run matches
             pass
@@ -152,18 +151,28 @@ def clear_run(run_dir: str | Path, *, keep: tuple[str | Path, ...] = ()) -> list
     return removed
 
 
+def load_run_workload(run_dir: str | Path) -> Workload:
+    """A run directory's copied workload, under the vLLM release the run recorded (summary.json's `vllm_version`),
+    where the workload leaves it auto (`tuner.engines.vllm.versions.recorded_version`)."""
+    from tuner.engines.vllm.versions import recorded_version
+    from tuner.workload.spec import load_workload
+
+    version = recorded_summary(Path(run_dir)).get("vllm_version")
+    with recorded_version(version if isinstance(version, str) else None):
+        return load_workload(Path(run_dir) / "workload.yaml")
+
+
 def load_run(run_dir: str | Path, *, allow_mismatch: bool | None = None) -> tuple[CostModel, SearchResult]:
     """The cost model and search of a run directory (from its copied profile and workload), under the model
     settings its summary.json records (`recorded_model_settings`); `allow_mismatch` overrides the recorded one."""
     from tuner.model.costmodel import ModelError
     from tuner.search.study import SearchResult
-    from tuner.workload.spec import load_workload
-
+    
     run = Path(run_dir)
     for name in ("profile.csv", "workload.yaml", "search.json"):
         if not (run / name).is_file():
             raise ModelError(f"{run}: no {name} (not a cgtune search or tune output directory)")
-    workload = load_workload(run / "workload.yaml")
+    workload = load_run_workload(run)
     settings = recorded_model_settings(run)
     if allow_mismatch is not None:
         settings["allow_mismatch"] = allow_mismatch

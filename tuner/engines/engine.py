@@ -190,6 +190,8 @@ class Engine(ABC):
     `tuner.decision.compare.PEER_LISTS`)."""
     runner: str = "v2"
     """The model runner that runs, in vLLM's names (`v1` or `v2`); an engine without a runner choice has one, v2."""
+    version: ClassVar[str | None] = None
+    """The engine release whose rules this class answers with, where cgtune speaks several (vLLM: 0.33, 0.34)."""
     split_lists: ClassVar[bool] = False
     """The engine captures two lists (vLLM 0.34: decode graphs by request count, prefill graphs by tokens), carried as
     one list of keys (`tuner.engines.vllm.v034.dispatch.split_keys`) and solved by `tuner.search.exact_split`."""

@@ -99,7 +99,8 @@ def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, A
     """summary.json's vLLM fields: gpu_memory_utilization, the estimate budget, the utilization that keeps the
     default's KV cache and the predicted log lines."""
     b, d, t = model.budget, table["default"], table["tuned"]
-    return {"gpu_memory_utilization": b.gpu_memory_utilization, "estimate_budget_bytes": b.estimate_budget_bytes,
+    return {"vllm_version": model.engine.version, "gpu_memory_utilization": b.gpu_memory_utilization,
+            "estimate_budget_bytes": b.estimate_budget_bytes,
             "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
             "vllm_log_lines": vllm_log_lines(model, t)}
 

@@ -96,6 +96,9 @@ class FleetSpec:
     model_settings: dict[str, Any] = field(default_factory=dict)
     """The cost model's settings besides its files (`CostModel.settings()`), so every worker weighs trials as the
     coordinator does."""
+    vllm_version: str | None = None
+    """The vLLM release the coordinator's workload runs under (None: not a vLLM workload), so a worker on a machine
+    with another vLLM installed weighs trials by the same rules."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": _SPEC_VERSION, **self.__dict__}
@@ -132,10 +135,11 @@ def _spec_files(workload_path: Path, profile_csv: Path) -> tuple[dict[str, str],
 @contextmanager
 def fleet_model(spec: FleetSpec) -> Iterator[CostModel]:
     """The study's cost model, rebuilt from the files the spec carries (in a temporary folder)."""
+    from tuner.engines.vllm.versions import recorded_version
     from tuner.model.costmodel import CostModel
     from tuner.workload.spec import load_workload
 
-    with tempfile.TemporaryDirectory(prefix="cgtune-fleet-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="cgtune-fleet-") as tmp, recorded_version(spec.vllm_version):
         root = Path(tmp)
         for rel, text in spec.files.items():
             path = root / rel
@@ -255,7 +259,7 @@ def create_or_extend(url: str, workload_path: str | Path, profile_csv: str | Pat
         study = optuna.create_study(storage=storage, study_name=name, load_if_exists=False, **kwargs)
         spec = FleetSpec(objective, n_trials, seed, max(4, n_trials // 5), memory_buckets, model.workload.name,
                          files, profile_file, heartbeat_interval_s, grace_period_s, max_retry,
-                         model.settings())
+                         model.settings(), model.engine.version)
         study.set_user_attr(FLEET_ATTR, spec.to_dict())
         planned = 0
     except optuna.exceptions.DuplicatedStudyError:

@@ -5,11 +5,14 @@ version resolved here. A 0.35 is one more entry in VERSIONS and a rulebook packa
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.metadata
 import logging
 import os
+from collections.abc import Iterator
 
-__all__ = ["DEFAULT_VERSION", "VERSION_ENV", "VERSIONS", "installed_version", "resolve_version"]
+__all__ = ["DEFAULT_VERSION", "VERSION_ENV", "VERSIONS", "installed_version", "recorded_version", "resolve_version"]
 
 VERSIONS = ("0.33", "0.34")
 """vLLM releases whose rules cgtune mirrors (by minor release: their patch releases share the capture rules)."""
@@ -20,6 +23,21 @@ log = logging.getLogger(__name__)
 _WARNED: set[str] = set()
 VERSION_ENV = "CGTUNE_VLLM_VERSION"
 """Environment variable `--vllm-version` sets for the command it is given to (and a test session pins)."""
+
+
+_RECORDED: contextvars.ContextVar[str | None] = contextvars.ContextVar("cgtune_recorded_vllm_version", default=None)
+
+
+@contextlib.contextmanager
+def recorded_version(version: str | None) -> Iterator[None]:
+    """Within the context, a workload that leaves `serving.vllm_version` auto runs under `version` (a run directory's
+    recorded release: re-rendering or checking a run keeps the rules it was searched under, whatever is installed
+    now or --vllm-version says); None changes nothing."""
+    token = _RECORDED.set(version)
+    try:
+        yield
+    finally:
+        _RECORDED.reset(token)
 
 
 def installed_version() -> str | None:
@@ -35,8 +53,10 @@ def installed_version() -> str | None:
 def resolve_version(requested: str | None) -> str:
     """The version a deployment runs: `requested` (the workload's `serving.vllm_version`) unless it is None or
     `auto`; then CGTUNE_VLLM_VERSION (`--vllm-version`); then the installed vLLM when cgtune speaks it; else
-    DEFAULT_VERSION. ValueError naming the versions cgtune speaks for any other value."""
-    for value, where in ((requested, "serving.vllm_version"), (os.environ.get(VERSION_ENV), VERSION_ENV)):
+    DEFAULT_VERSION. Inside `recorded_version`, the run's recorded release comes before the flag. ValueError naming
+    the versions cgtune speaks for any other value."""
+    for value, where in ((requested, "serving.vllm_version"), (_RECORDED.get(), "the run's summary.json"),
+                         (os.environ.get(VERSION_ENV), VERSION_ENV)):
         if value is None or value == "auto":
             continue
         if value not in VERSIONS:
