@@ -159,3 +159,61 @@ def _subsets(cands: list[int]) -> list[tuple[int, ...]]:
     from itertools import combinations
 
     return [c for r in range(len(cands) + 1) for c in combinations(cands, r)]
+
+
+def drafter_case(tmp_path: Path, seed: int, method: str) -> tuple[CostModel, list[int]]:
+    """`split_case` with a model-based drafter (DFlash, or EAGLE drafting K tokens one at a time) and drafter rows:
+    its passes cost a share of the target's and its graphs a delta of their own."""
+    rnd = random.Random(1000 + seed)
+    k = rnd.choice([1, 3]) if method == "dflash" else 3
+    wl = handmade_workload(num_speculative_tokens=k, max_num_seqs=8, max_num_batched_tokens=32,
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": min(8, 32 // (k + 1))},
+                                    "mixed_share": 0.3, "mixed_tokens": {"kind": "uniform", "min": 1, "max": 32}},
+                           vllm_version="0.34", gpu_memory_utilization=1.0,
+                           speculative={"method": method, "drafter": {"num_layers": 1}})
+    widths = list(range(1, 33))
+    e = {w: rnd.uniform(1, 3) for w in widths}
+    de = {w: rnd.choice([0, 1, 1, 2]) for w in widths}
+    total = 4 * GIB
+    weights = total - GIB - 50 * MIB - rnd.randint(12, 48) * MIB - 64 * 16 * 1024
+    path = handmade_profile(tmp_path, wl, widths, total_memory_bytes=total, weights_bytes=weights,
+                            activation_peak_bytes=50 * MIB, eager_ms=e.get, full_ms=lambda w: e[w] * 0.6,
+                            piecewise_ms=lambda w: e[w] * 0.8, standalone_bytes=lambda w: (de[w] + 4 + w // 3) * MIB,
+                            delta_bytes=lambda w: de[w] * MIB,
+                            drafter_eager_ms=lambda w: 0.2 + 0.01 * w + rnd.random() * 0.0,
+                            drafter_full_ms=lambda w: 0.05 + 0.004 * w, drafter_piecewise_ms=lambda w: 0.1 + 0.006 * w,
+                            drafter_standalone_bytes=lambda w: MIB + (w // 16) * MIB,
+                            drafter_delta_bytes=lambda w: MIB if w % 3 else 2 * MIB, name=f"dr{seed}")
+    model = CostModel.from_files(path, wl)
+    decode = [c for c in model.candidates if c < 0]
+    prefill = [c for c in model.candidates if c > 0]
+    n_decode = min(len(decode), 4)
+    return model, sorted(rnd.sample(decode, n_decode) + rnd.sample(prefill, min(len(prefill), 10 - n_decode)))
+
+
+@pytest.mark.parametrize("method", ["dflash", "eagle"])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_drafters_passes_and_graphs_are_in_the_program(tmp_path, seed, method):
+    # vLLM 0.34's drafter adds per member (DFlash's query passes on the decode sizes' graphs; EAGLE's step 0 on the
+    # graph its target step replays, and its later one-token graphs with any decode list): the program follows it.
+    m, cands = drafter_case(tmp_path, seed, method)
+    assert m.drafter is not None and m.drafter.method == method
+    exact = exact_solve(m, candidates=cands)
+    brute = brute_force(m, cands)
+    assert exact.best.feasible
+    assert exact.exact_memory, exact.unproven
+    assert exact.best.expected_step_ms == pytest.approx(brute.expected_step_ms, abs=1e-12)
+
+
+def test_the_drafter_cases_bind_memory_and_the_drafter_moves_the_answer(tmp_path):
+    # Not trivial: memory keeps every candidate out somewhere, and the drafter's costs change some answer against the
+    # same case without them (its passes and graphs matter to the choice).
+    bound = moved = 0
+    for seed in range(6):
+        for method in ("dflash", "eagle"):
+            m, cands = drafter_case(tmp_path / f"{method}{seed}", seed, method)
+            bound += not m.evaluate(cands).feasible
+            best = brute_force(m, cands).capture_sizes
+            m.drafter = None
+            moved += brute_force(m, cands).capture_sizes != best
+    assert bound >= 3 and moved >= 2, (bound, moved)

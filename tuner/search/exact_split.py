@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tuner.engines.vllm.v034.drafter_cost import Drafter034
 from tuner.model.costmodel import CostModel, Evaluation
 from tuner.search.exact_answer import KEPT, ROUNDED, ExactResult, SearchError, improve_locally, pareto_front
 
@@ -35,7 +36,7 @@ _TIE_PRICE = 1e-21
 _WIDEST = ("a graph below a list's top holds wider activations than the top (standalone footprints that do not grow "
            "with width): the program counts the pool above and below it, and the answer is bounded")
 _MULTI_TIER = "several decode query lengths (a dynamic speculative schedule): the program covers one"
-_DRAFTER = "the drafter's passes and graphs are not in the program"
+_DRAFTER = "a draft model's first pass and its K + 2 graphs are not in the program"
 _INF = math.inf
 
 
@@ -58,27 +59,65 @@ class _Chain:
     """(n + 1, n + 1) segment costs, inf where i >= j."""
     tail: np.ndarray
     """(n + 1,) eager cost above each candidate (index 0: every step of the chain eager)."""
+    fixed: np.ndarray | None = None
+    """(n + 1,) bytes the chain brings once when it has any member (counted in `alone`, not in the widest
+    activations); None: none."""
 
 
 class _Problem:
-    """The steps, candidates and figures of one split solve."""
+    """The steps, candidates and figures of one split solve, the drafter's passes and graphs folded into each chain
+    where 0.34's drafter adds per member (`Drafter034`): DFlash's query passes on the decode sizes' graphs, keyed by
+    requests (a decode step's, or a mixed step's min(max_num_seqs, ceil(T / q))); EAGLE's step 0 on the graph its
+    target step replays, in whichever chain; EAGLE's later one-token steps and their graphs, which depend only on
+    whether there is a decode list."""
 
-    def __init__(self, model: CostModel, cands: Sequence[int]) -> None:
+    def __init__(self, model: CostModel, cands: Sequence[int], drafter: Drafter034 | None = None) -> None:
         self.model = model
         self.q = int(model.q)
         widths, uniform, probs, eager = model.step_arrays()
-        utc = model.step_dispatch_keys()[0]
+        utc, reqs, ks = model.step_dispatch_keys()
         logits = model.logits_at_steps()
         self.has_decode = bool(model.separate_decode and model.decode_mode == "FULL")
         self.token_mode = model.mixed_mode
         decode = self.has_decode & (utc == self.q) if self.has_decode else np.zeros(len(widths), dtype=bool)
         self.pre = sorted(k for k in cands if k > 0) if self.token_mode != "NONE" else []
         self.dec = sorted(-k for k in cands if k < 0) if self.has_decode else []
+        self.dr = drafter
+        self.dflash = drafter is not None and drafter.method == "dflash"
+        self.eagle = drafter is not None and not self.dflash
+        self.dr_token = self.eagle and not drafter.multi_module and self.token_mode != "NONE"  # type: ignore[union-attr]
+        """EAGLE's step 0 replays a drafter graph at the target's prefill size (multi-module MTP has none)."""
         w = widths.astype(np.int64)
-        # Per class (decode steps by request count, the rest by width): mass, logits and eager sums at each width.
-        self._dw, self._dp, self._dl, self._de = self._sorted(w[decode], probs[decode], logits[decode], eager[decode])
-        self._mw, self._mp, self._ml, self._me = self._sorted(w[~decode], probs[~decode], logits[~decode],
-                                                               eager[~decode])
+        add, eag = logits.copy(), eager.copy()
+        self._token_extra = np.zeros(len(w))
+        if self.eagle:  # step 0 follows the target: eager with it, or on the same graph (a per-step cost without one)
+            dr_eager = drafter.eager_ms(w)  # type: ignore[union-attr]
+            eag = eag + dr_eager
+            if not self.dr_token:
+                self._token_extra = dr_eager
+        # Per class (decode steps by width, the rest by width): mass, per-step costs and eager sums at each width.
+        self._dw, self._dp, self._dl, self._de = self._sorted(w[decode], probs[decode], add[decode], eag[decode])
+        self._mw, self._mp, self._ml, self._me = self._sorted(w[~decode], probs[~decode],
+                                                               (add + self._token_extra)[~decode], eag[~decode])
+        # A decode step the prefill chain serves pays the per-step cost it pays there (EAGLE's eager step 0 included).
+        self._sw, _, self._sl, _ = self._sorted(w[decode], probs[decode], (add + self._token_extra)[decode],
+                                                eag[decode])
+        self.const_none = 0.0
+        """What the drafter's passes cost that no member serves, with no decode list."""
+        self.const_decode = 0.0
+        """... and with one (EAGLE's later one-token steps on their graphs)."""
+        self.decode_list_bytes = 0.0
+        """The graphs a decode list brings with it whatever its sizes (EAGLE's one-token draft decode graphs)."""
+        if drafter is not None:
+            if self.dflash:  # its query pass of N x q tokens, keyed by N as a decode graph of N requests holds it
+                key = reqs.astype(np.int64) * self.q
+                self._fw, self._fp, _, self._fe = self._sorted(key, probs, np.zeros(len(w)),
+                                                               drafter.eager_ms(key))
+                self.const_none = float(self._fe[-1])
+            later_none, _ = drafter.later_steps(reqs, ks, with_decode=False)
+            later_dec, self.decode_list_bytes = drafter.later_steps(reqs, ks, with_decode=bool(self.dec))
+            self.const_none += float(np.dot(probs, later_none))
+            self.const_decode = float(np.dot(probs, later_dec))
         self.decode_top_width = self.q * max(self.dec) if self.dec else 0
 
     @staticmethod
@@ -93,40 +132,82 @@ class _Problem:
         """Cumulative sum over the steps of width <= x."""
         return cum[np.searchsorted(w, x, side="right")]
 
+    def token_body(self, tops: np.ndarray) -> np.ndarray:
+        """A prefill graph's replay at each width, the drafter's step 0 there with it (EAGLE); index 0: none."""
+        if len(tops) <= 1:
+            return np.zeros(1)
+        body = self.model.graph_body_ms(tops[1:], self.token_mode)
+        if self.dr_token:
+            body = body + self.dr.graph_ms(tops[1:], self.token_mode)  # type: ignore[union-attr]
+        return np.concatenate([[0.0], body])
+
+    def _bytes(self, mode: str, widths: np.ndarray, drafter: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(standalone, delta) of the target's graphs of `mode` at `widths`, the drafter's graph's delta beside each."""
+        sa, de = self.model.graph_bytes(mode, widths)
+        if drafter and len(widths):
+            curve = self.dr.full_de if mode == "FULL" else self.dr.pw_de  # type: ignore[union-attr]
+            if curve is not None:
+                de = de + np.rint(curve(widths))
+                sa = sa + np.rint(curve(widths))
+        return sa, de
+
     def decode_chain(self) -> _Chain:
-        """The decode list over decode steps, which all its sizes serve (steps above its top spill to the other)."""
+        """The decode list over decode steps, which all its sizes serve (steps above its top spill to the other);
+        its tail: the drafter's passes above its top (DFlash eager) and the later draft steps it brings on."""
         m, q = self.model, self.q
         n = len(self.dec)
         tops = np.array([0] + [r * q for r in self.dec], dtype=np.int64)
         body = np.concatenate([[0.0], m.graph_body_ms(tops[1:], "FULL")]) if n else np.zeros(1)
+        if self.eagle and n:
+            body[1:] += self.dr.graph_ms(tops[1:], "FULL")  # type: ignore[union-attr]
         mass = self._at(self._dw, self._dp, tops)
         lgs = self._at(self._dw, self._dl, tops)
         cost = np.full((n + 1, n + 1), _INF)
+        tail = np.zeros(n + 1)
+        if self.dflash and n:
+            dr_body = np.concatenate([[0.0], self.dr.graph_ms(tops[1:], "FULL")])  # type: ignore[union-attr]
+            fm, fe = self._at(self._fw, self._fp, tops), self._at(self._fw, self._fe, tops)
+            tail[1:] = self._fe[-1] - fe[1:]
         for j in range(1, n + 1):
             cost[:j, j] = body[j] * (mass[j] - mass[:j]) + (lgs[j] - lgs[:j])
-        sa, de = m.graph_bytes("FULL", tops[1:]) if n else (np.zeros(0), np.zeros(0))
-        return _Chain(np.array([0] + [-r for r in self.dec]), np.concatenate([[0.0], de]),
-                      np.concatenate([[0.0], sa]), cost, np.zeros(n + 1))
+            if self.dflash:
+                cost[:j, j] += dr_body[j] * (fm[j] - fm[:j])
+        tail[1:] += self.const_decode
+        sa, de = self._bytes("FULL", tops[1:], self.dr is not None and self.dr.decode_full) if n else \
+            (np.zeros(0), np.zeros(0))
+        alone = np.concatenate([[0.0], sa + self.decode_list_bytes])  # the draft decode graphs count once, at the top
+        return _Chain(np.array([0] + [-r for r in self.dec]), np.concatenate([[0.0], de]), alone, cost, tail,
+                      np.concatenate([[0.0], np.full(n, self.decode_list_bytes)]))
 
     def token_chain(self, spill_width: float) -> _Chain:
         """The prefill list over the other steps and the decode steps wider than `spill_width` (the decode list's top
         in tokens; 0: every decode step), each served by the graph at the smallest prefill size >= its width."""
-        m = self.model
         n = len(self.pre)
         tops = np.array([0] + self.pre, dtype=np.int64)
-        body = np.concatenate([[0.0], m.graph_body_ms(tops[1:], self.token_mode)]) if n else np.zeros(1)
+        body = self.token_body(tops)
         mass = self._at(self._mw, self._mp, tops)
         lgs = self._at(self._mw, self._ml, tops)
         eag = self._at(self._mw, self._me, tops)
-        dm, dl, de = (np.maximum(self._at(self._dw, c, tops), self._at(self._dw, c, spill_width))
-                      for c in (self._dp, self._dl, self._de))
+        dm, dl, de = (np.maximum(self._at(w, c, tops), self._at(w, c, spill_width))
+                      for w, c in ((self._dw, self._dp), (self._sw, self._sl), (self._dw, self._de)))
         cost = np.full((n + 1, n + 1), _INF)
         for j in range(1, n + 1):
             seg_mass = (mass[j] - mass[:j]) + (dm[j] - dm[:j])
             cost[:j, j] = body[j] * seg_mass + (lgs[j] - lgs[:j]) + (dl[j] - dl[:j])
         tail = (self._me[-1] - eag) + (self._de[-1] - de)
-        sa, dd = m.graph_bytes(self.token_mode, tops[1:]) if n else (np.zeros(0), np.zeros(0))
+        sa, dd = self._bytes(self.token_mode, tops[1:], self.dr_token) if n else (np.zeros(0), np.zeros(0))
         return _Chain(tops, np.concatenate([[0.0], dd]), np.concatenate([[0.0], sa]), cost, tail)
+
+    def drafter_extra_bytes(self) -> float:
+        """The most any drafter graph a candidate makes holds beyond its delta (its activations, standalone less
+        delta)."""
+        dr, q = self.dr, self.q
+        widths = [r * q for r in self.dec] + list(self.pre) + list(getattr(dr, "grid", []))
+        out = 0.0
+        for sa, de in ((dr.full_sa, dr.full_de), (dr.pw_sa, dr.pw_de)):  # type: ignore[union-attr]
+            if sa is not None and de is not None and widths:
+                out = max(out, float(np.max(sa(widths) - de(widths))))
+        return out
 
     def spill_eager(self, spill_width: float) -> float:
         """What the steps the prefill list would serve pay with no prefill graph: all eager."""
@@ -168,10 +249,15 @@ def _backtrack(chain: _Chain, delta_u: np.ndarray, top_u: np.ndarray, back: np.n
     return [int(chain.sizes[k]) for k in members]
 
 
+def _fixed(chain: _Chain) -> np.ndarray:
+    return chain.fixed if chain.fixed is not None else np.zeros(len(chain.sizes))
+
+
 def _extra(chain: _Chain, safe: bool) -> np.ndarray:
-    """What a chain's top costs beyond its delta when the chain holds the pair's widest activations (standalone less
-    delta): the top's own (a lower bound when a member below has more), or, `safe`, the most of any member up to it."""
-    extra = np.maximum(chain.alone - chain.delta, 0)
+    """What a chain's top costs beyond its delta (and its `fixed` bytes) when the chain holds the pair's widest
+    activations (standalone less delta): the top's own (a lower bound when a member below has more), or, `safe`, the
+    most of any member up to it."""
+    extra = np.maximum(chain.alone - chain.delta - _fixed(chain), 0)
     extra[0] = 0.0
     return np.maximum.accumulate(extra) if safe else extra
 
@@ -266,14 +352,15 @@ class _Split:
             self.consider(sorted({int(w) for w in sizes} & allowed))
         unproven: list[str] = []
         lower: float | None = None
+        drafter = model.drafter if isinstance(model.drafter, Drafter034) else None
         if len(model.decode_tiers) > 1:
             unproven.append(_MULTI_TIER)
-        elif model.drafter is not None:
+        elif model.drafter is not None and (drafter is None or drafter.method == "draft_model"):
             unproven.append(_DRAFTER)
         exact_units, unit = True, 1
         try:
             if not unproven:
-                self.p = _Problem(model, self.cands)
+                self.p = _Problem(model, self.cands, drafter)
                 budget = int(model.budget.real_budget_bytes())
                 if self.cap is not None:
                     budget = min(budget, self.cap)
@@ -332,8 +419,12 @@ class _Split:
         """The program over memory units, per decode top: figures rounded up (every answer fits), and, where the unit
         rounds, rounded down too (a proven lower bound). Returns the lower bound."""
         value = self._solve_levels(budget, unit, safe=True)
-        self.monotone = all(np.all(np.diff(c.alone[1:] - c.delta[1:]) >= 0)
-                            for c in (self.p.decode_chain(), self.p.token_chain(0.0)))
+        chains = (self.p.decode_chain(), self.p.token_chain(0.0))
+        extras = [np.maximum(c.alone - c.delta - _fixed(c), 0)[1:] for c in chains]
+        self.monotone = all(np.all(np.diff(x) >= 0) for x in extras)
+        if self.p.dr is not None:  # the pool's widest activations must be a target graph's, as the program counts
+            least = min((float(x.min()) for x in extras if len(x)), default=0.0)
+            self.monotone &= self.p.drafter_extra_bytes() <= least
         return value if exact_units and self.monotone else self._solve_levels(budget, unit, safe=False)
 
     def _solve_levels(self, budget: int, unit: int, *, safe: bool) -> float:
@@ -346,8 +437,8 @@ class _Split:
         rounding = np.ceil if safe else np.floor
         dchain = p.decode_chain()
         extra_d = _extra(dchain, safe)
-        dec = _Levels.solve(dchain, unit, B, rounding, 0.0, self.check)
-        dec_alone = _Levels.solve(dchain, unit, B, rounding, extra_d, self.check)
+        dec = _Levels.solve(dchain, unit, B, rounding, _fixed(dchain), self.check)
+        dec_alone = _Levels.solve(dchain, unit, B, rounding, extra_d + _fixed(dchain), self.check)
         self.solves += 2
         tops: dict[int, tuple[np.ndarray, _Levels, float]] = {}
         for t in range(len(dchain.sizes)):
@@ -358,8 +449,8 @@ class _Split:
             self.solves += 1
             none_p = p.spill_eager(spill)
             tok_any = tok.any_top()
-            if t == 0:  # no decode graph: the prefill list alone, or nothing
-                combined = np.minimum(tok_any, none_p)
+            if t == 0:  # no decode graph: the prefill list alone, or nothing (the drafter's passes all eager)
+                combined = np.minimum(tok_any, none_p) + p.const_none
             else:  # both (the decode graphs at their deltas, the widest prefill graph first), or the decode list alone
                 combined = np.minimum(_min_plus(dec.best[t], tok_any), dec_alone.best[t] + none_p)
             tops[t] = (combined, tok, none_p)
@@ -390,7 +481,7 @@ class _Split:
         combined, tok, none_p = tops[t]
         tok_any = tok.any_top()
         if t == 0:
-            return tok.keys(m) if tok_any[m] < none_p else []
+            return tok.keys(m) if tok_any[m] < none_p else []  # the drafter's constant is the same either way
         if dec_alone.best[t, m] + none_p <= combined[m] + 1e-12 * max(1.0, abs(combined[m])):
             return dec_alone.keys(m, t)
         row = dec.best[t]
@@ -410,10 +501,13 @@ class _Split:
         spills = [0.0] + [float(self.p.q * -k) for k in dchain.sizes[1:]]
         free = _FreeTokenChains(self.p, spills)
 
+        c0 = self.p.const_none
+
         def solve(lam: float) -> tuple[float, list[int]]:
             self.check()
             fd, bd = _free_chain(dchain, dchain.delta * lam)
-            extra_d = dchain.alone - dchain.delta
+            fd = fd + dchain.tail + _fixed(dchain) * lam  # a decode list ending at its top
+            extra_d = dchain.alone - dchain.delta - _fixed(dchain)
             fa = fd + extra_d * lam
             tok, tok_keys = free.solve(lam, extra_d)
             best: tuple[float, list[int]] = (_INF, [])
@@ -421,7 +515,7 @@ class _Split:
                 none_p = free.none[t]
                 dec = _walk(dchain, bd, t)
                 options = [(fd[t] + tok[t], dec + tok_keys(t)), (fa[t] + none_p, dec)] if t else \
-                    [(tok[0], tok_keys(0)), (none_p, [])]
+                    [(tok[0] + c0, tok_keys(0)), (none_p + c0, [])]
                 for value, keys in options:
                     if value < best[0]:
                         best = (value, keys)
@@ -452,11 +546,10 @@ class _FreeTokenChains:
         base = p.token_chain(float("inf"))  # no decode step spills: the other steps alone
         self.base, self.n = base, len(base.sizes) - 1
         tops = base.sizes
-        body = np.concatenate([[0.0], p.model.graph_body_ms(tops[1:], p.token_mode)]) if self.n else np.zeros(1)
         x = np.asarray(spills, dtype=float)[:, None]
-        self.body = body
+        self.body = p.token_body(tops)
         self.dm = np.maximum(p._at(p._dw, p._dp, tops)[None, :], p._at(p._dw, p._dp, x))
-        self.dl = np.maximum(p._at(p._dw, p._dl, tops)[None, :], p._at(p._dw, p._dl, x))
+        self.dl = np.maximum(p._at(p._sw, p._sl, tops)[None, :], p._at(p._sw, p._sl, x))
         de = np.maximum(p._at(p._dw, p._de, tops)[None, :], p._at(p._dw, p._de, x))
         self.tail = base.tail[None, :] + (p._de[-1] - de)
         self.none = [p.spill_eager(float(s)) for s in spills]

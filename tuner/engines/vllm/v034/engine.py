@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 from tuner.engines.engine import Deployment, DrafterSweep
 from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import CaptureDefaults
-from tuner.engines.vllm.drafter import drafter_pass_widths
+from tuner.engines.vllm.dispatch import mode_parts
+from tuner.engines.vllm.drafter import MODEL_BASED_METHODS
 from tuner.engines.vllm.engine import VllmV2Engine
 from tuner.engines.vllm.log_lines import CAPTURE, GIB, KV_AVAILABLE, KV_SIZE, format_gib
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_v2_bytes
 from tuner.engines.vllm.v034.defaults import SplitSizes, decode_grid, resolve_capture_sizes
 from tuner.engines.vllm.v034.dispatch import Dispatcher034, join_keys, split_keys
+from tuner.engines.vllm.v034.drafter_cost import Drafter034
 from tuner.engines.vllm.v034.emit import keys_of_compilation_config, render_034_files
 from tuner.engines.vllm.v034.memory import ExtensibleKvRule
 from tuner.engines.vllm.v034.settings import Vllm034Settings
@@ -203,19 +205,31 @@ class Vllm034Engine(VllmV2Engine):
     def estimate_form(self, dispatcher: Any, estimate_enabled: bool) -> str:
         return "real"
 
-    # ------------------------------------------------------------------ drafters (not modelled in 0.34 yet)
+    # ------------------------------------------------------------------ drafters
     def drafter_cost(self, profile: Profile, speculative: Any, dispatcher: Any, name: str,
-                     notes: list[str]) -> None:
-        notes.append(f"vLLM 0.34's drafter graphs and passes ({speculative.method}) are not modelled yet: the drafter's "
-                     f"weights and KV layers are counted, its graphs and passes are not")
-        return None
+                     notes: list[str]) -> Drafter034 | None:
+        """0.34's drafter rules (`tuner.engines.vllm.v034.drafter_cost`) for the model-based methods."""
+        method = speculative.method
+        if method not in MODEL_BASED_METHODS:
+            return None
+        s = self.serving
+        return Drafter034(profile, method, dispatcher=self.dispatcher, num_speculative_tokens=s.num_speculative_tokens,
+                          max_num_seqs=s.max_num_seqs, decode_mode=dispatcher.decode_mode, name=name, notes=notes,
+                          multi_module_mtp=(speculative.num_nextn_predict_layers or 1) > 1)
 
     def drafter_sweep(self, method: str, candidates: Sequence[int]) -> DrafterSweep:
-        s = self.serving
-        widths = drafter_pass_widths(method, runner="v2", num_speculative_tokens=s.num_speculative_tokens,
-                                     parallel_drafting=s.parallel_drafting, max_num_seqs=s.max_num_seqs,
-                                     candidates=candidates, runs=candidates)
-        return DrafterSweep("v2", widths, ())
+        """What a sweep measures of 0.34's drafter: its graphs' modes (DFlash: FULL at the target's decode shapes; the
+        autoregressive drafters: the target's shapes, PIECEWISE and FULL, and their one-token FULL decode graphs), and
+        the one-token passes' widths (the request grid up to max_num_seqs)."""
+        s, mode = self.serving, self.effective_cudagraph_mode
+        decode_full = mode_parts(mode)[0] == "FULL" if mode != "NONE" else False
+        if mode == "NONE" or method not in MODEL_BASED_METHODS:
+            return DrafterSweep("v2", [], ())
+        if method == "dflash":
+            return DrafterSweep("v2", [], ("full",) if decode_full else ())
+        grid = decode_grid(s.max_num_seqs) if s.num_speculative_tokens >= 2 and decode_full else []
+        modes = tuple(m for m, on in (("piecewise", mode_parts(mode)[1] == "PIECEWISE"), ("full", True)) if on)
+        return DrafterSweep("v2", grid, modes)
 
     def eager_drafter_passes(self, method: str, request_counts: Sequence[int], capture_sizes: Sequence[int]) -> list:
         return []
