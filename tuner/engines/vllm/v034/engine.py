@@ -52,6 +52,11 @@ class Vllm034Engine(VllmV2Engine):
         return "V2: the only model runner vLLM 0.34 has (V1 was removed)"
 
     @property
+    def makes_estimate(self) -> bool:  # type: ignore[override]
+        """An estimate sizes the KV cache only without the extensible KV cache."""
+        return not self.extensible
+
+    @property
     def extensible(self) -> bool:
         """The KV cache is sized after capture (the default); off, from 0.33's estimate rule."""
         return self.settings_034.extensible_kv_cache
