@@ -59,6 +59,10 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
                         "tenth of it; a memory reading also more than 10x every other of its column): by default "
                         "their rows are dropped and their widths offered to no list; either way the report lists them "
                         "by width")
+    p.add_argument("--cpu-rehearsal", action="store_true",
+                   help="search a profile measured through vLLM's CPU build (profile --backend vllm --device cpu) as "
+                        "that build runs it: it keeps no CUDA graphs, so every list runs eager and costs the same; "
+                        "for rehearsing `cgtune validate --backend vllm` on a CPU, never a GPU answer")
     p.add_argument("--tolerance", type=share, default=0.01, metavar="T",
                    help="the compact list: the least graph memory (vLLM's estimate; the real pool where the engine's "
                         "rule counts that) whose expected step is within a share T (0..1, default 0.01 = 1%%) of the "
@@ -119,7 +123,8 @@ def model_from_args(profile_csv: Path, workload: Workload, args: argparse.Namesp
 
     model = CostModel.from_files(profile_csv, workload, allow_mismatch=getattr(args, "allow_mismatch", False),
                                  allow_outliers=getattr(args, "allow_outliers", False),
-                                 off_peak_weight=getattr(args, "off_peak_weight", 0.0))
+                                 off_peak_weight=getattr(args, "off_peak_weight", 0.0),
+                                 cpu_rehearsal=getattr(args, "cpu_rehearsal", False))
     if model.noisy_share > NOISY_LIMIT and not getattr(args, "allow_noisy", False):
         noisy = len(set(model.noisy_widths) & set(model.decision_widths()))
         raise UsageError(f"{profile_csv}: {noisy} of the {len(model.decision_widths())} widths the decision rests on "
@@ -158,7 +163,8 @@ def command_line(name: str, args: argparse.Namespace) -> str:
             parts += ["--load-iterations", str(args.load_iterations)]
     parts += [flag for flag, on in (("--allow-mismatch", getattr(args, "allow_mismatch", False)),
                                     ("--allow-noisy", getattr(args, "allow_noisy", False)),
-                                    ("--allow-outliers", getattr(args, "allow_outliers", False))) if on]
+                                    ("--allow-outliers", getattr(args, "allow_outliers", False)),
+                                    ("--cpu-rehearsal", getattr(args, "cpu_rehearsal", False))) if on]
     return shlex.join(parts)
 
 

