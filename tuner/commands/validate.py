@@ -8,7 +8,9 @@ import shlex
 from pathlib import Path
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import positive_int
+from tuner.commands.common import positive_float, positive_int
+
+BACKENDS = ("auto", "vllm", "stand-in")
 
 __all__ = ["ValidateCommand"]
 
@@ -42,7 +44,28 @@ class ValidateCommand(Command):
         p.add_argument("--profile", type=Path, metavar="CSV", help="with --workload: recorded profile (CSV + JSON)")
         p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                        help="cuda (default); cpu only rehearses the run where there is no GPU (graph steps run "
-                            "eagerly, the record says these are no validation numbers)")
+                            "eagerly, the record says these are no validation numbers; with --backend vllm, vLLM's "
+                            "CPU build runs each list as it keeps it: no graphs)")
+        p.add_argument("--backend", choices=BACKENDS, default="auto",
+                       help="the instrument. vllm: for each list, vLLM's own engine is built in this process with "
+                            "the list as compilation_config.json gives it; its KV cache, graph-memory estimate and "
+                            "pool are read from the engine and the trace is replayed through its runner, each step "
+                            "dispatched by vLLM itself. stand-in: cgtune's decode model captures each list's graphs. "
+                            "auto (default): vllm where a build of it for --device is installed at a version the "
+                            "adapter was written for and the workload is one it runs, else the stand-in, saying why")
+        p.add_argument("--rate", type=positive_float, metavar="R",
+                       help="with --backend vllm: after the replay, each list's engine serves the workload's load in "
+                            "this process: the first --load-requests Poisson arrivals at R requests/s with "
+                            "traffic.load's lengths (seeded), timed by the engine loop; validation.json holds TPOT, "
+                            "ITL, TTFT and throughput with 95%% intervals against the load model's prediction of the "
+                            "same requests (its steps plus the engine's host work, measured by two calibrations)")
+        p.add_argument("--load-requests", type=positive_int, default=64, metavar="N",
+                       help="with --rate: requests served per list (default 64)")
+        p.add_argument("--load-seconds", type=positive_float, default=120.0, metavar="S",
+                       help="with --rate: wall seconds each list's load may take (default 120); requests still "
+                            "running then are cut and the record says so")
+        p.add_argument("--vllm-any-version", action="store_true",
+                       help="let --backend vllm try a vLLM version the adapter was not written for")
         p.add_argument("--no-emit", action="store_true",
                        help="never rewrite the vLLM files, even when the tuned list does not fit")
         p.add_argument("--allow-mismatch", action="store_true",
@@ -84,19 +107,46 @@ class ValidateCommand(Command):
                 require_cuda()
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
+        instrument = choose_instrument(run, args)
+        if args.rate is None and (args.load_requests != 64 or args.load_seconds != 120.0):
+            raise UsageError("--load-requests, --load-seconds: need --rate (the load to serve)")
+        if args.rate is not None and instrument != "vllm":
+            raise UsageError(f"--rate {args.rate:g}: only vLLM's engine serves a load (the backend is {instrument}; "
+                             f"pass --backend vllm where vLLM is installed)")
         if args.allow_mismatch:
             _record_allow_mismatch(run)
         command = shlex.join(["cgtune", "validate", str(run), "--steps", str(args.steps), "--seed", str(args.seed)]
                              + (["--allow-mismatch"] if args.allow_mismatch else [])
-                             + (["--device", "cpu"] if args.device == "cpu" else []))
+                             + (["--device", "cpu"] if args.device == "cpu" else [])
+                             + (["--backend", args.backend] if args.backend != "auto" else [])
+                             + (["--rate", f"{args.rate:g}", "--load-requests", str(args.load_requests),
+                                 "--load-seconds", f"{args.load_seconds:g}"] if args.rate is not None else []))
         try:
             record = validate_run(run, num_steps=args.steps, seed=args.seed, command=command, emit=not args.no_emit,
-                                  progress=lambda msg: print(f"validate: {msg}", flush=True), device=args.device)
+                                  progress=lambda msg: print(f"validate: {msg}", flush=True), device=args.device,
+                                  instrument=instrument, any_version=args.vllm_any_version, rate=args.rate,
+                                  load_requests=args.load_requests, load_limit_s=args.load_seconds)
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
         _print_table(record)
         print(f"wrote {run / 'validation.json'} and the validation section of {run / 'report.md'}")
         return 0
+
+
+def choose_instrument(run: Path, args: argparse.Namespace) -> str:
+    """`--backend` resolved for the run's workload on --device (`tuner.measure.vllm_engine.choose_backend`), the choice
+    and why printed; a backend that cannot run here is a one-line usage error."""
+    from tuner.decision.run_dir import load_run_workload
+    from tuner.measure.vllm_engine.choose import BackendError, choose_backend
+    from tuner.workload.spec import WorkloadError
+
+    try:
+        workload = load_run_workload(run)
+        instrument, why = choose_backend(args.backend, workload, args.device, any_version=args.vllm_any_version)
+    except (BackendError, WorkloadError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    print(f"validate: backend {instrument} ({why})")
+    return instrument
 
 
 def _record_allow_mismatch(run: Path) -> None:
@@ -132,6 +182,27 @@ def _print_table(record: dict) -> None:
               f"{_fmt(r['memory_error'], '+.1%'):>7} {_fmt(r['predicted_trace_step_ms'], '.4f'):>9} "
               f"{_fmt(r['measured_step_ms'], '.4f'):>9} {_fmt(r['latency_error'], '+.1%'):>7} "
               f"{_fmt(r['p99_step_ms'], '.4f'):>9} {'yes' if r['fits'] else 'NO':>5}")
+        e = r.get("engine")
+        if e and e.get("started"):
+            d = e.get("dispatch") or {}
+            planned = d.get("steps_as_planned", 0)
+            print(f"{'':<10} vLLM kept {e['lists_kept']}; KV cache {e['kv_cache_bytes'] / GIB:.3f} GiB "
+                  f"({e['kv_tokens']:,} tokens; predicted {_fmt(r['predicted_kv_bytes'] / GIB, '.3f')} GiB, "
+                  f"{_fmt(r['kv_error'], '+.1%')}); {planned} of {planned + d.get('steps_otherwise', 0)} steps "
+                  f"dispatched as planned")
+        elif e:
+            print(f"{'':<10} vLLM did not start: {e.get('oom')}")
+        load = r.get("load")
+        if load:
+            m, p = load["measured"], load["predicted"]
+            ci = m.get("tpot_mean_ci_ms")
+            print(f"{'':<10} load {load['served']['rate_per_s']:g} req/s x {load['served']['requests']}: TPOT mean "
+                  f"{_fmt(m['tpot_mean_ms'], '.3f')} ms"
+                  + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+                  + f" (predicted {_fmt(p['tpot_mean_ms'], '.3f')}, {_fmt(load['errors']['tpot_mean_ms'], '+.1%')}); "
+                  f"p99 {_fmt(m['tpot_p99_ms'], '.3f')} (predicted {_fmt(p['tpot_p99_ms'], '.3f')}); throughput "
+                  f"{_fmt(m['throughput_tok_s'], '.0f')} tok/s (predicted {_fmt(p['throughput_tok_s'], '.0f')})"
+                  + ("; CUT BY THE TIME LIMIT" if m["cut_by_limit"] else ""))
     if record.get("measured_speedup_tuned_over_default") is not None:
         print(f"measured speedup tuned over default: {record['measured_speedup_tuned_over_default']:.3f}x "
               f"(predicted {record['predicted_speedup_tuned_over_default']:.3f}x); emitted: {record.get('emitted')}")

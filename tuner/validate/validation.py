@@ -27,6 +27,7 @@ from tuner.validate.trace import step_statistics
 
 if TYPE_CHECKING:
     from tuner.search.study import SearchResult
+    from tuner.validate.served_load import ServedLoad
 
 __all__ = [
     "LATENCY_GOAL",
@@ -37,6 +38,7 @@ __all__ = [
     "ListValidation",
     "ValidationError",
     "build_backend",
+    "build_instrument",
     "build_record",
     "choose_measured",
     "compare_list",
@@ -127,6 +129,17 @@ class ListValidation:
     """Cost model: the drafter's share of vLLM's estimate, added to the measured estimate for the fit check."""
     predicted_drafter_step_ms: float = 0.0
     """Cost model: the drafter's passes' share of `predicted_step_ms`; not replayed, so not in the trace comparison."""
+    predicted_kv_bytes: int | None = None
+    """Cost model: the KV cache the engine sizes for the list (its rule, the predicted estimate or pool)."""
+    measured_kv_bytes: int | None = None
+    """The engine itself: the KV cache it allocated for the list (blocks x block size x bytes per token); None where
+    validation did not run the engine (the stand-in)."""
+    load: dict[str, Any] | None = None
+    """`validate --rate`: the load the engine served under the list against the load model's prediction of the same
+    requests (`tuner.validate.served_load.compare_load`: TPOT, ITL, TTFT, throughput); None without a load."""
+    engine: dict[str, Any] | None = None
+    """What vLLM's engine said of the list (`tuner.validate.vllm_backend`): the lists its config kept, its KV blocks,
+    estimate and pool, its dispatch of the trace against the plan; None with the stand-in."""
 
     @property
     def memory_error(self) -> float | None:
@@ -148,9 +161,18 @@ class ListValidation:
         return self.predicted_trace_step_ms / self.measured_step_ms - 1.0 if self.measured_step_ms > 0 else math.inf
 
     @property
+    def kv_error(self) -> float | None:
+        """predicted KV cache / the engine's - 1 (None without the engine's figure)."""
+        if self.measured_kv_bytes is None or self.measured_kv_bytes <= 0 or self.predicted_kv_bytes is None:
+            return None
+        return self.predicted_kv_bytes / self.measured_kv_bytes - 1.0
+
+    @property
     def fits(self) -> bool:
         """The device could capture it, vLLM's estimate leaves the required KV cache, and the measured pool fits
-        beside it."""
+        beside it; where the engine itself ran the list, it started (its capture fit) with the required KV cache."""
+        if self.measured_kv_bytes is not None:
+            return self.oom is None and self.measured_kv_bytes >= self.required_kv_bytes
         return (self.oom is None and self.kv_available_bytes is not None
                 and self.kv_available_bytes >= self.required_kv_bytes
                 and self.capture_headroom_bytes is not None and self.capture_headroom_bytes >= 0)
@@ -187,6 +209,11 @@ class ListValidation:
             "drafter_graph_bytes": self.drafter_graph_bytes,
             "drafter_estimate_bytes": self.drafter_estimate_bytes,
             "predicted_drafter_step_ms": self.predicted_drafter_step_ms,
+            "predicted_kv_bytes": self.predicted_kv_bytes,
+            "measured_kv_bytes": self.measured_kv_bytes,
+            "kv_error": self.kv_error,
+            "load": self.load,
+            "engine": self.engine,
         }
 
 
@@ -199,14 +226,18 @@ def target_memory(model: CostModel, evaluation: Evaluation) -> tuple[int, int]:
 
 def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequence[PlannedStep],
                  samples_ms: Sequence[float], capture: CaptureResult, *, residual_bytes: int | None = None,
-                 margin: float = MEMORY_MARGIN, measured_estimate_bytes: int | None = None) -> ListValidation:
+                 margin: float = MEMORY_MARGIN, measured_estimate_bytes: int | None = None,
+                 engine: dict[str, Any] | None = None) -> ListValidation:
     """Put a list's measurements next to the model's predictions, decide whether it fits vLLM's two conditions
     with the measured numbers (its estimate leaves the required KV cache; the measured pool fits beside it), and
     say loudly when the measured pool exceeds the prediction by more than `margin`.
 
     Only the target's graphs are captured and replayed: predictions are compared on the target's graphs alone,
     and for the fit check the drafter's predicted graph memory is added to the measured pool and its share of
-    vLLM's estimate to the measured estimate (nothing of it was measured here)."""
+    vLLM's estimate to the measured estimate (nothing of it was measured here).
+
+    `engine`: what vLLM's engine said of the list where it ran it (`VllmReplayBackend.engine_record`); its KV cache
+    is then the measured one, and its start the capture condition."""
     stats = step_statistics(samples_ms, plan) if samples_ms else {
         "measured_step_ms": math.nan, "p50_step_ms": math.nan, "p99_step_ms": math.nan, "tokens_per_s": math.nan}
     predicted = predicted_trace_step_ms(model, plan) if plan else []
@@ -250,6 +281,15 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
             warnings.append(f"{name}: the measured pool ({charged / GIB:.3f} GiB) exceeds vLLM's estimate plus the "
                             f"memory it does not request by {-headroom / GIB:.3f} GiB: the capture would run out of "
                             f"memory; this list is never emitted")
+    measured_kv = engine.get("kv_cache_bytes") if engine and engine.get("started") else None
+    if measured_kv is not None:
+        kept = {f: list(v) for f, v in model.engine.config_lists(evaluation.runs_as)}
+        engine["lists_as_predicted"] = all(engine["lists_kept"].get(f) == v for f, v in kept.items())
+        if not engine["lists_as_predicted"]:
+            warnings.append(f"{name}: vLLM kept {engine['lists_kept']} of the list, the model predicted {kept}")
+        if measured_kv < b.required_kv_bytes:
+            warnings.append(f"{name}: vLLM's engine allocated a KV cache of {measured_kv / GIB:.3f} GiB < required "
+                            f"{b.required_kv_bytes / GIB:.3f} GiB: this list is never emitted")
     if measured_estimate_bytes is not None and measured_estimate_bytes > 0:
         err = predicted_estimate / measured_estimate_bytes - 1
         if abs(err) > MEMORY_GOAL:
@@ -280,6 +320,10 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
         drafter_graph_bytes=drafter_pool,
         drafter_estimate_bytes=drafter_estimate,
         predicted_drafter_step_ms=float(evaluation.drafter_step_ms),
+        predicted_kv_bytes=int(evaluation.kv_available_bytes),
+        measured_kv_bytes=int(measured_kv) if measured_kv is not None else None,
+        load=engine.pop("load", None) if engine else None,
+        engine=engine,
         **stats,
     )
 
@@ -315,7 +359,13 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
         dispatcher = model.engine.dispatcher(sizes)
         graphs = model.graphs(sizes)
         plan = plan_trace(trace, dispatcher)
-        if progress:
+        open_list = getattr(backend, "open_list", None)
+        if open_list is not None:  # the engine itself, built for this list, the plan replayed through it
+            if progress:
+                progress(f"{name}: vLLM with the list ({model.engine.list_shape(sizes)}): start, replay "
+                         f"{len(plan)} steps")
+            open_list(name, evaluation, plan)
+        elif progress:
             progress(f"{name}: capturing {len(graphs)} graphs, max {model.engine.list_max(sizes)}")
         estimate = None
         measure_estimate = getattr(backend, "measure_estimate", None)
@@ -330,9 +380,11 @@ def validate_lists(model: CostModel, lists: dict[str, Evaluation], backend: Repl
                 progress(f"{name}: replaying {len(plan)} steps")
             samples = backend.time_steps(plan)
         residual = backend.release()
+        engine_record = getattr(backend, "engine_record", None)
         out[name] = by_sizes[sizes] = compare_list(model, name, evaluation, plan, samples, capture,
                                                    residual_bytes=residual, margin=margin,
-                                                   measured_estimate_bytes=estimate)
+                                                   measured_estimate_bytes=estimate,
+                                                   engine=engine_record() if engine_record is not None else None)
         for w in out[name].warnings:
             log.warning(w)
         if measured is not None:
@@ -462,11 +514,16 @@ def _emit(run_dir: Path, model: CostModel, search: SearchResult, chosen: Evaluat
 
 def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, backend: ReplayBackend | None = None,
                  command: str = "", margin: float = MEMORY_MARGIN, emit: bool = True,
-                 progress: Callable[[str], None] | None = None, device: str | None = None) -> dict[str, Any]:
+                 progress: Callable[[str], None] | None = None, device: str | None = None,
+                 instrument: str = "stand-in", any_version: bool = False, rate: float | None = None,
+                 load_requests: int = 64, load_limit_s: float = 120.0) -> dict[str, Any]:
     """`cgtune validate RUN_DIR`: validate default, tuned (and exact) of a run directory and write validation.json
     and the report section. When the tuned list does not fit by measurement, the fastest measured list that does
     is emitted instead (never one that does not fit); without any, the vLLM files are removed. `device` (default:
-    CUDA, required) builds the backend there: `cpu` only rehearses the run (graph steps run eagerly)."""
+    CUDA, required) builds the backend there: `cpu` only rehearses the run (graph steps run eagerly). `instrument`:
+    `vllm` runs each list in vLLM's own engine (`tuner.validate.vllm_backend`), `stand-in` in cgtune's decode model.
+    `rate` (vllm only): each list's engine also serves `load_requests` Poisson arrivals at that rate of the workload's
+    traffic.load (`tuner.validate.served_load`), at most `load_limit_s` seconds."""
     from tuner.model.costmodel import ModelError
     from tuner.decision.run_dir import load_run
     from tuner.report.validation import update_report
@@ -481,11 +538,15 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
         raise ValidationError(str(exc).splitlines()[0]) from None
     lists = lists_to_validate(search)
     if backend is None:
-        backend = build_backend(model, lists, device or require_cuda())
-    trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
-                                          progress=progress, measured=partial_writer(run, model, backend, lists,
-                                                                                     seed=seed, command=command,
-                                                                                     margin=margin))
+        backend = build_instrument(model, lists, device or require_cuda(), instrument, any_version=any_version,
+                                   served=served_load_of(model, rate, load_requests, load_limit_s))
+    try:
+        trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
+                                              progress=progress, measured=partial_writer(run, model, backend, lists,
+                                                                                         seed=seed, command=command,
+                                                                                         margin=margin))
+    finally:
+        _close(backend)
     emitted = "tuned"
     notes: list[str] = []
     if not results["tuned"].fits and backend.graphs_supported:
@@ -509,11 +570,50 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
                           notes=notes, trace_info=info, margin=margin)
     if not backend.graphs_supported:
-        record["warnings"].append(f"{backend.device_name}: no CUDA graphs here, graph steps ran eagerly; these are "
-                                  f"no validation numbers")
+        record["warnings"].append(
+            f"{backend.device_name}: vLLM's CPU build keeps no CUDA graphs, every list ran eager there (as its rules "
+            f"predict); a rehearsal of the path, no GPU validation" if instrument == "vllm" else
+            f"{backend.device_name}: no CUDA graphs here, graph steps ran eagerly; these are no validation numbers")
     finish_validation(run, record)
     update_report(run, record)
     return record
+
+
+def build_instrument(model: CostModel, lists: dict[str, Evaluation], device: str, instrument: str, *,
+                     any_version: bool = False, served: ServedLoad | None = None) -> ReplayBackend:
+    """The backend validation measures with: vLLM's engine per list (`vllm`, serving `served` after the replay), or
+    the stand-in decode model built once (`stand-in`, `build_backend`; it serves no load)."""
+    if instrument == "vllm":
+        from tuner.validate.vllm_backend import VllmReplayBackend
+
+        return VllmReplayBackend(model, device, any_version=any_version, served=served)
+    if instrument != "stand-in":
+        raise ValueError(f"instrument={instrument!r} must be vllm or stand-in")
+    if served is not None:
+        raise ValidationError("--rate: only vLLM's engine serves a load (--backend vllm)")
+    return build_backend(model, lists, device)
+
+
+def served_load_of(model: CostModel, rate: float | None, num_requests: int, limit_s: float) -> ServedLoad | None:
+    """The bounded load `--rate` serves (None without a rate); ValidationError (one line) when the workload has no
+    traffic.load to take its lengths from."""
+    if rate is None:
+        return None
+    load = model.workload.load
+    if load is None:
+        raise ValidationError(f"--rate: workload {model.workload.name} has no traffic.load section (prompt_tokens, "
+                              f"output_tokens, acceptance when speculating, rate_per_s): the served requests' lengths "
+                              f"come from it")
+    from tuner.validate.served_load import bounded_load
+
+    return bounded_load(load, rate, num_requests, limit_s=limit_s)
+
+
+def _close(backend: ReplayBackend) -> None:
+    """Release what a backend holds beyond one list (vLLM's scratch directory); the stand-in holds nothing."""
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
 
 
 def _remove_engine_files(run: Path, files: Sequence[str]) -> None:
@@ -566,6 +666,7 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
                         backend: ReplayBackend | None = None, num_steps: int = 3000, seed: int = 0,
                         margin: float = MEMORY_MARGIN, command: str = "", record_study: bool = True,
                         storage: str | None = None, progress: Callable[[str], None] | None = None,
+                        device: str | None = None, instrument: str = "stand-in", any_version: bool = False,
                         ) -> tuple[SearchResult | None, dict[str, Any]]:
     """`cgtune tune --validate K`: measure vLLM's default and the K best distinct candidates on the GPU, choose
     the fastest by measured mean step latency among those whose measured memory fits the KV budget, record every
@@ -573,7 +674,8 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     validation.json and the report section. Returns the search with `chosen` replaced (the same object when the
     model's pick wins) and the record; the caller re-emits the run directory from it. When no measured list fits,
     returns None and removes the run directory's vLLM files: nothing may be emitted. `storage` is the study's real
-    URL when `search.storage` is the password-hidden one written into files."""
+    URL when `search.storage` is the password-hidden one written into files. `device` and `instrument` as
+    `validate_run`'s."""
     import dataclasses
 
     from tuner.report.validation import update_report
@@ -598,11 +700,15 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     if "tuned" not in lists and search.chosen.capture_sizes != search.default.capture_sizes:
         lists["tuned"] = search.chosen  # the model's pick is always measured, so the record has default and tuned
     if backend is None:
-        backend = build_backend(model, lists, require_cuda())
-    trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
-                                          progress=progress, measured=partial_writer(run_dir, model, backend, lists,
-                                                                                     seed=seed, command=command,
-                                                                                     margin=margin))
+        backend = build_instrument(model, lists, device or require_cuda(), instrument, any_version=any_version)
+    try:
+        trace, results, info = validate_lists(model, lists, backend, num_steps=num_steps, seed=seed, margin=margin,
+                                              progress=progress, measured=partial_writer(run_dir, model, backend,
+                                                                                         lists, seed=seed,
+                                                                                         command=command,
+                                                                                         margin=margin))
+    finally:
+        _close(backend)
     if "tuned" not in results:  # the model's pick is vLLM's default
         results["tuned"] = dataclasses.replace(results["default"], name="tuned")
     best = choose_measured(results)

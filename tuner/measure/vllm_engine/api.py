@@ -76,6 +76,28 @@ PRIVATE_API: tuple[PrivateName, ...] = (
                 "what a V2 graph was captured for", gpu_only=True),
     PrivateName("vllm.v1.kv_cache_interface", "KVCacheSpec", ("block_size", "page_size_bytes"),
                 "bytes per token of every layer: page_size_bytes / block_size"),
+    # cgtune validate --backend vllm (tuner.measure.vllm_engine.replay, list_run, serve)
+    PrivateName(_V1, "GPUModelRunner._determine_batch_execution_and_padding", ("num_tokens", "num_reqs"),
+                "wrapped on the runner to read the mode and padded width V1 dispatches a replayed step to",
+                until="0.33"),
+    PrivateName(_V1, "GPUModelRunner.capture_model", (),
+                "wrapped to read the pool V1's capture measured (its return value)", gpu_only=True, until="0.33"),
+    PrivateName(_V2, "GPUModelRunner.capture_model", ("profile_only",),
+                "wrapped to read the pool V2's real capture measured (its return value; not the profiling pass)",
+                gpu_only=True),
+    PrivateName("vllm.config", "CacheConfig", ("num_gpu_blocks", "block_size"),
+                "the KV cache the engine allocated, in blocks"),
+    PrivateName("vllm.config", "CompilationConfig", ("cudagraph_capture_sizes", "cudagraph_mode"),
+                "the capture list and mode the engine kept (the CPU platform empties them)"),
+    PrivateName("vllm.v1.engine.llm_engine", "LLMEngine.add_request", ("request_id", "prompt", "params"),
+                "validate --rate: a request added at its arrival time"),
+    PrivateName("vllm.v1.engine.llm_engine", "LLMEngine.step", (), "validate --rate: one engine step"),
+    PrivateName("vllm.v1.engine.llm_engine", "LLMEngine.has_unfinished_requests", (),
+                "validate --rate: whether the engine has work"),
+    PrivateName("vllm.v1.engine.llm_engine", "LLMEngine.abort_request", ("request_ids",),
+                "validate --rate: requests cut at the time limit"),
+    PrivateName("vllm", "SamplingParams", ("max_tokens", "min_tokens", "ignore_eos", "temperature", "detokenize"),
+                "validate --rate: an exact output length, EOS ignored"),
 )
 """The names, parameters and fields the adapter relies on."""
 

@@ -10,11 +10,14 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["CAPTURES", "CgtuneWorkerExtension", "capture_reading", "forced_dispatch", "install_capture_hooks",
-           "uninstall_capture_hooks", "wrap_v1_capture", "wrap_v2_capture"]
+__all__ = ["CAPTURES", "CAPTURE_TOTALS", "CgtuneWorkerExtension", "capture_reading", "forced_dispatch", "install_capture_hooks",
+           "uninstall_capture_hooks", "wrap_capture_model", "wrap_v1_capture", "wrap_v2_capture"]
 
 CAPTURES: list[dict[str, Any]] = []
 """This process's captures in vLLM's order: {mode, num_tokens, uniform, num_reqs, free_delta_bytes}."""
+CAPTURE_TOTALS: list[int] = []
+"""What each real `capture_model()` of this process returned: the pool vLLM's own capture measured (the figure its
+"Graph capturing finished ... took X GiB" line rounds), last one last."""
 
 
 def _free_bytes() -> int | None:
@@ -95,6 +98,20 @@ def wrap_v1_capture(warmup_and_capture: Callable[..., Any], free_bytes: Callable
     return wrapped
 
 
+def wrap_capture_model(capture_model: Callable[..., Any]) -> Callable[..., Any]:
+    """A runner's `capture_model(...)`, its returned pool bytes appended to CAPTURE_TOTALS (V2's profiling pass,
+    `profile_only=True`, is its estimate, not the pool)."""
+
+    @functools.wraps(capture_model)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = capture_model(self, *args, **kwargs)
+        if not kwargs.get("profile_only") and isinstance(out, int):
+            CAPTURE_TOTALS.append(out)
+        return out
+
+    return wrapped
+
+
 _INSTALLED: list[bool] = []
 
 
@@ -109,11 +126,14 @@ def install_capture_hooks() -> None:
         pass
     else:
         v1.GPUModelRunner._warmup_and_capture = wrap_v1_capture(v1.GPUModelRunner._warmup_and_capture)
+        v1.GPUModelRunner.capture_model = wrap_capture_model(v1.GPUModelRunner.capture_model)
     try:
         import vllm.v1.worker.gpu.cudagraph_utils as v2
+        import vllm.v1.worker.gpu.model_runner as v2_runner
     except ImportError:  # a build without the V2 runner
         return
     v2.CudaGraphManager.capture = wrap_v2_capture(v2.CudaGraphManager.capture)
+    v2_runner.GPUModelRunner.capture_model = wrap_capture_model(v2_runner.GPUModelRunner.capture_model)
 
 
 def uninstall_capture_hooks() -> None:
@@ -127,11 +147,14 @@ def uninstall_capture_hooks() -> None:
         pass
     else:
         v1.GPUModelRunner._warmup_and_capture = v1.GPUModelRunner._warmup_and_capture.__wrapped__
+        v1.GPUModelRunner.capture_model = v1.GPUModelRunner.capture_model.__wrapped__
     try:
         import vllm.v1.worker.gpu.cudagraph_utils as v2
+        import vllm.v1.worker.gpu.model_runner as v2_runner
     except ImportError:
         return
     v2.CudaGraphManager.capture = v2.CudaGraphManager.capture.__wrapped__
+    v2_runner.GPUModelRunner.capture_model = v2_runner.GPUModelRunner.capture_model.__wrapped__
 
 
 @contextlib.contextmanager

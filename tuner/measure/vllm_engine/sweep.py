@@ -29,7 +29,7 @@ from tuner.measure.vllm_engine import worker as _worker
 from tuner.profile.table import MODES, ProfileRow, write_metadata, write_profile
 from tuner.workload.spec import Workload
 
-__all__ = ["CPU_GRAPHS", "pool_timings", "profile_through_vllm", "rows_for_width"]
+__all__ = ["CPU_GRAPHS", "pool_timings", "profile_through_vllm", "rows_for_width", "shutdown_engine"]
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Seq
                             device=device, compile=compile, started=started, startup_s=startup_s, how=how, args=args,
                             lines=lines.lines, progress=progress, rounds=rounds)
         finally:
-            _shutdown(llm, lines.lines)
+            shutdown_engine(llm, lines.lines)
 
 
 def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[str, Any], backend: dict[str, Any],
@@ -302,7 +302,7 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
 _INIT_FILE = re.compile(r"distributed_init_method=file://(\S+)")
 
 
-def _shutdown(llm: Any, lines: Sequence[str]) -> None:
+def shutdown_engine(llm: Any, lines: Sequence[str]) -> None:
     """Release the engine (its worker, KV cache and graphs) before returning, and remove the rendezvous file its
     single-process group left in the temporary directory (named in its log); best effort."""
     try:
