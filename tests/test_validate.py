@@ -55,17 +55,19 @@ def _model(tmp_path: Path, **profile_kwargs: object) -> CostModel:
     return CostModel.from_files(path, wl)
 
 
-def _search(model: CostModel) -> SearchResult:
-    """A search result from the exact solver alone (no optuna study needed for these tests)."""
+def _search(model: CostModel, ship: str = "fastest") -> SearchResult:
+    """A search result from the exact solver alone (no optuna study needed for these tests), shipping the fastest
+    list unless `ship` says otherwise (this workload's compact list is recommended: `auto` ships it)."""
     exact = exact_solve(model)
     return SearchResult(chosen=exact.best, source="exact", exact=exact, study_best=None,
                         default=model.evaluate(model.default_sizes), study_name="test-study", storage="none",
-                        objective="latency", trials={}, pareto=exact.front, notes=[])
+                        objective="latency", trials={}, pareto=exact.front, notes=[], ship=ship)
 
 
-def _run_dir(tmp_path: Path, **profile_kwargs: object) -> tuple[Path, CostModel, SearchResult]:
+def _run_dir(tmp_path: Path, *, ship: str = "fastest", **profile_kwargs: object
+             ) -> tuple[Path, CostModel, SearchResult]:
     model = _model(tmp_path, **profile_kwargs)
-    search = _search(model)
+    search = _search(model, ship)
     run = tmp_path / "run"
     write_run(run, model, decide(model, search), command="pytest", plots=False)
     return run, model, search
@@ -613,6 +615,29 @@ def test_tuned_list_that_does_not_fit_is_not_emitted(tmp_path, caplog):
     assert record["emitted"] is None and not (run / "compilation_config.json").exists()
 
 
+def test_the_list_the_files_ship_is_measured_and_is_the_one_emitted(tmp_path, caplog):
+    """A run whose files ship its compact list (the ship policy's auto): validation measures that list beside the
+    tuned one and emits it; where it does not fit by measurement, the fastest measured list that fits replaces it."""
+    run, model, search = _run_dir(tmp_path, ship="auto")
+    shipped = json.loads((run / "summary.json").read_text())["shipped"]
+    assert shipped["list"] == "compact" and tuple(shipped["capture_sizes"]) != search.chosen.capture_sizes
+    backend = ScriptedBackend(model)
+    record = validate_run(run, num_steps=200, backend=backend)
+    assert record["lists"] == ["default", "tuned", "compact"] and record["emitted"] == "compact"
+    assert record["compact"]["capture_sizes"] == shipped["capture_sizes"] and record["compact"]["fits"]
+    assert backend.captured[-1] == model.graphs(tuple(shipped["capture_sizes"]))
+    assert any("ship the compact list" in n for n in record["notes"])
+    top = shipped["capture_sizes"][-1]
+    e = model.evaluate(tuple(shipped["capture_sizes"]))
+    too_much = (e.graph_estimate_bytes + model.budget.slack_bytes + MIB) / e.graph_memory_bytes
+    with caplog.at_level("WARNING", logger="tuner.validate.validation"):
+        record = validate_run(run, num_steps=200, backend=ScriptedBackend(model, memory_factor={top: too_much}))
+    assert not record["compact"]["fits"] and record["emitted"] not in (None, "compact")
+    assert "COMPACT LIST DOES NOT FIT ON THE DEVICE: emitted default instead" in caplog.messages
+    assert json.loads((run / "compilation_config.json").read_text())["cudagraph_capture_sizes"] == \
+        record[record["emitted"]]["capture_sizes"]
+
+
 def test_update_report_without_report_md(tmp_path):
     record = {"device_name": FIXTURE_DEVICE, "workload": {"name": "w"}, "lists": [], "trace": {}}
     path = update_report(tmp_path, record)
@@ -870,7 +895,7 @@ print(record["emitted"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "tuned"
+    assert out.stdout.strip().splitlines()[-1] == "compact"  # exact_run ships the recommended compact list (auto)
 
 
 def test_cgtune_report_keeps_the_section_of_this_list_only(tmp_path, capsys):

@@ -6,6 +6,7 @@ test_validate_engine.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -336,3 +337,148 @@ def test_a_workload_without_a_load_section_cannot_be_served(tmp_path):
         served_load_of(model, 3.0, 8, 10.0)
     assert math.isfinite(served_load_of(_model(tmp_path / "b"), 3.0, 8, 10.0).arrival_s[-1])
     assert np.all(np.diff(served_load_of(_model(tmp_path / "c"), 3.0, 8, 10.0).arrival_s) >= 0)
+
+
+# ---------------------------------------------------------------------------------------------- --pin-kv
+def _validated(model: CostModel, name: str, rec: dict[str, Any]):
+    e = model.evaluate((1, 2, 4)) if name != "default" else model.evaluate(model.default_sizes)
+    return compare_list(model, name, e, [PlannedStep(2, True, "FULL", 2)], [1.0], CaptureResult(rec.get("pool_bytes")),
+                        engine=rec)
+
+
+def _engine(model: CostModel, *, budget: int, estimate: int, pool: int, blocks: int) -> dict[str, Any]:
+    rec = engine_record("tuned", {}, {}, _result(blocks=blocks, block=16, per_token=1024, pool=pool, estimate=estimate,
+                                                 kept=list(model.evaluate((1, 2, 4)).runs_as)))
+    rec.update(kv_budget_bytes=budget, pool_bytes=pool, estimate_bytes=estimate)
+    return rec
+
+
+def test_033_pins_its_kv_budget_with_the_real_pool_in_place_of_its_estimate_less_its_margin(tmp_path):
+    from tuner.validate.pin_kv import REDUNDANCY_BYTES, pin_kv
+
+    model = _model(tmp_path)  # vLLM 0.33 (the suite pins it), its estimate on
+    r = _validated(model, "tuned", _engine(model, budget=400 * MIB, estimate=20 * MIB, pool=30 * MIB, blocks=20_000))
+    pin, why = pin_kv(model, r)
+    assert pin["bytes"] == 400 * MIB + 20 * MIB - 30 * MIB - REDUNDANCY_BYTES == 240 * MIB
+    assert pin["capture_sizes"] == [1, 2, 4] and pin["measured_kv_bytes"] == 20_000 * 16 * 1024
+    assert "240" not in why or "GiB" in why
+    off = _model(tmp_path / "off", estimate_cudagraph_memory=False)  # no estimate was subtracted: none put back
+    r = _validated(off, "tuned", _engine(off, budget=400 * MIB, estimate=20 * MIB, pool=30 * MIB, blocks=20_000))
+    assert pin_kv(off, r)[0]["bytes"] == 400 * MIB - 30 * MIB - REDUNDANCY_BYTES
+
+
+def test_034_pins_the_kv_cache_its_extensible_cache_kept(tmp_path):
+    from tuner.validate.pin_kv import pin_kv
+
+    model = _model(tmp_path, vllm_version="0.34")
+    assert not model.engine.makes_estimate
+    r = _validated(model, "tuned", _engine(model, budget=400 * MIB, estimate=0, pool=30 * MIB, blocks=20_000))
+    pin, _ = pin_kv(model, r)
+    assert pin["bytes"] == r.measured_kv_bytes == 20_000 * 16 * 1024
+    files = model.engine.render_files((1, 2, 4), dataclasses.replace(model.workload.deployment,
+                                                                     kv_cache_memory_bytes=pin["bytes"]),
+                                      cudagraph_mode=model.cudagraph_mode, provenance=_stamp())
+    assert "turns its extensible KV cache off" in files["vllm-serve.yaml"]
+
+
+def _stamp():
+    from tuner.engines.vllm.emit import Provenance
+
+    return Provenance("t", "p", "d", "w", "now")
+
+
+def test_nothing_is_pinned_below_what_the_deployment_needs_or_without_the_engine(tmp_path):
+    from tuner.validate.pin_kv import pin_kv
+
+    model = _model(tmp_path)
+    need = model.budget.required_kv_bytes
+    r = _validated(model, "tuned", _engine(model, budget=need, estimate=0, pool=MIB, blocks=20_000))
+    pin, why = pin_kv(model, r)
+    assert pin is None and "below" in why and "not pinned" in why
+    plain = compare_list(model, "tuned", model.evaluate((1, 2)), [PlannedStep(2, True, "FULL", 2)], [1.0],
+                         CaptureResult(MIB))
+    assert pin_kv(model, plain)[0] is None
+
+
+def test_validate_pin_kv_writes_the_pin_into_the_shipped_files_and_vllm_reads_it(run_dir, tmp_path, monkeypatch):
+    import importlib.metadata
+    import os
+    import subprocess
+
+    import yaml
+
+    import tuner.validate.validation as validation
+    from tuner.decision.run_dir import load_run
+    from tuner.engines.engine import flag_file_line
+    from tuner.validate.validation import validate_run
+
+    model, search = load_run(run_dir)
+    shipped = json.loads((run_dir / "summary.json").read_text())["shipped"]
+    assert shipped["list"] == "compact"  # this run's files ship its compact list: it is measured and pinned
+    blocks = {"default": 50_000, "tuned": 40_000, "exact": 40_000, "compact": 45_000}
+    backend = EngineScript(model, blocks)
+
+    def engine_figures(name, evaluation, plan):  # the scripted engine, with 0.33's memory figures
+        EngineScript.open_list(backend, name, evaluation, plan)
+        backend.record.update(kv_budget_bytes=900 * MIB, estimate_bytes=20 * MIB, pool_bytes=30 * MIB)
+
+    monkeypatch.setattr(backend, "open_list", engine_figures)
+    record = validate_run(run_dir, num_steps=40, backend=backend, pin=True)
+    pin = record["kv_pin"]
+    assert pin["bytes"] == 900 * MIB + 20 * MIB - 30 * MIB - (150 << 20) and pin["list"] == "compact"
+    assert record["emitted"] == "compact" and record["compact"]["capture_sizes"] == shipped["capture_sizes"]
+    assert pin["capture_sizes"] == shipped["capture_sizes"]
+    serve = yaml.safe_load((run_dir / "vllm-serve.yaml").read_text())
+    assert serve["kv-cache-memory-bytes"] == pin["bytes"]
+    assert "pins the KV cache at what vLLM's engine measured" in (run_dir / "vllm-serve.yaml").read_text()
+    line = flag_file_line(run_dir / "vllm-flags.txt")
+    assert f"--kv-cache-memory-bytes {pin['bytes']}" in line
+    assert json.loads((run_dir / "summary.json").read_text())["kv_pin"] == pin
+    assert any("--pin-kv" in n for n in record["notes"])
+    # A re-render keeps the pin of the list it ships.
+    from cli_runner import run as cgtune_run
+
+    class NoCapture:
+        def readouterr(self):
+            return "", ""
+
+    assert validation is not None
+    assert cgtune_run(NoCapture(), "report", run_dir) [0] == 0
+    assert yaml.safe_load((run_dir / "vllm-serve.yaml").read_text())["kv-cache-memory-bytes"] == pin["bytes"]
+    # vLLM 0.33's own `vllm serve` parser reads it (where its code is installed).
+    try:
+        installed = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != "0.33.0":
+        if os.environ.get("CGTUNE_REQUIRE_VLLM") == "1":
+            pytest.fail(f"CGTUNE_REQUIRE_VLLM=1 but vLLM {installed} is installed, not 0.33.0")
+        return
+    root = Path(__file__).resolve().parents[1]
+    request = {"parse": {"yaml": ["--config", str(run_dir / "vllm-serve.yaml")]}, "refuse": [], "refuse_method": []}
+    proc = subprocess.run([sys.executable, str(root / "tests/vllm/vllm_serve_parse.py")], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["status"] == "ok" and answer["parsed"]["yaml"]["kv_cache_memory_bytes"] == pin["bytes"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["validate", "RUN", "--device", "cpu", "--backend", "stand-in", "--pin-kv"], "--pin-kv: the pin is what vLLM"),
+    (["validate", "RUN", "--device", "cpu", "--backend", "stand-in", "--pin-kv", "--no-emit"], "--pin-kv"),
+])
+def test_pin_kv_without_the_engine_is_one_line_and_exit_2(run_dir, capsys, argv, words):
+    before = (run_dir / "vllm-serve.yaml").read_text()
+    code, _, err = cgtune(capsys, *[str(run_dir) if a == "RUN" else a for a in argv])
+    (line,) = err.strip().splitlines()
+    assert code == 2 and words in line
+    assert (run_dir / "vllm-serve.yaml").read_text() == before and not (run_dir / "validation.json").exists()
+
+
+def test_tune_pin_kv_needs_validate(tmp_path, capsys):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(json.dumps(_model(tmp_path).workload.spec))
+    code, _, err = cgtune(capsys, "tune", wl, "--profile", tmp_path / "p" / "hand.csv", "--out", tmp_path / "out",
+                          "--pin-kv")
+    (line,) = err.strip().splitlines()
+    assert code == 2 and "--pin-kv: needs --validate K" in line and not (tmp_path / "out").exists()

@@ -37,6 +37,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
         "max_model_len": engine.max_model_len, "max_num_seqs": engine.max_num_seqs,
         "max_num_batched_tokens": engine.max_num_batched_tokens,
         "gpu_memory_utilization": engine.gpu_memory_utilization, "enforce_eager": engine.enforce_eager,
+        "kv_cache_memory_bytes": engine.kv_cache_memory_bytes,
         "speculative_config": engine.speculative_config,
         "cudagraph_mode": cc.cudagraph_mode.name if cc.cudagraph_mode is not None else None,
         "cudagraph_capture_sizes": cc.cudagraph_capture_sizes,

@@ -63,6 +63,15 @@ class TuneCommand(Command):
                             "Measurements are recorded as trials (source gpu-validation) in the study")
         p.add_argument("--validate-steps", type=positive_int, default=3000, metavar="N",
                        help="with --validate: steps in the seeded replay trace of the workload (default 3000)")
+        p.add_argument("--backend", choices=("auto", "vllm", "stand-in"), default="auto",
+                       help="the instrument of the profile step and of --validate: vllm builds vLLM's own engine "
+                            "(per list, with the list as its compilation config, when validating), stand-in cgtune's "
+                            "decode model; auto (default) vllm where a CUDA build of it is installed at a version the "
+                            "adapter was written for and the workload is one it runs, else the stand-in, saying why")
+        p.add_argument("--pin-kv", action="store_true",
+                       help="with --validate and the vllm backend: the shipped list's files pin its KV cache "
+                            "(--kv-cache-memory-bytes) at what vLLM's engine measured for it (as `cgtune validate "
+                            "--pin-kv`)")
         p.add_argument("--workers", type=non_negative_int, metavar="N",
                        help="run the search as a fleet study in --storage (or $CGTUNE_STORAGE): plan its trials, "
                             "start N local `cgtune worker` processes (0: none; workers on other hosts join with "
@@ -78,13 +87,16 @@ class TuneCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         workload = load_workload_arg(args.workload)
         check_out_dir(args.out)
+        if args.pin_kv and args.validate is None:
+            raise UsageError("--pin-kv: needs --validate K (the pin is what vLLM's engine measured for the shipped list)")
         if args.validate is not None:
             from tuner.validate.validation import ValidationError, require_cuda
 
             try:
-                require_cuda()  # before any search work: a failed command leaves nothing behind
+                device = require_cuda()  # before any search work: a failed command leaves nothing behind
             except ValidationError as exc:
                 raise UsageError(f"--validate: {exc}") from None
+            self._instrument(args, workload, device)  # before any work, as the device
         fleet_url = None
         if args.workers is not None:
             from tuner.search.workers import FleetError, resolve_storage
@@ -99,6 +111,7 @@ class TuneCommand(Command):
             if not ok:
                 raise UsageError(f"no --profile given and {why}: pass a recorded profile (--profile CSV from "
                                  f"`cgtune profile` on the target GPU) or run on a machine with a CUDA GPU")
+            self._instrument(args, workload, "cuda")
             # The profile will be DIR's own sweep (resumed on a rerun): only the workload must match. Checked before
             # any measurement; --force clears DIR only once the search has its inputs (it keeps profile-sweep/).
             prepare_run_dir(args.out, workload, None, force=args.force, clear=False)
@@ -119,6 +132,23 @@ class TuneCommand(Command):
         return 0
 
     @staticmethod
+    def _instrument(args: argparse.Namespace, workload: Workload, device: str) -> None:
+        """--backend resolved once for the profile step and --validate on this machine's GPU (`args.instrument`), the
+        choice printed; a backend that cannot run here, or --pin-kv without vLLM, is a one-line usage error."""
+        if getattr(args, "instrument", None) is not None:
+            return
+        from tuner.measure.vllm_engine.choose import BackendError, choose_backend
+
+        try:
+            args.instrument, why = choose_backend(args.backend, workload, device)
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"backend: {args.instrument} ({why})")
+        if args.pin_kv and args.instrument != "vllm":
+            raise UsageError(f"--pin-kv: the pin is what vLLM's engine measured (the backend is {args.instrument}; "
+                             f"pass --backend vllm where vLLM is installed)")
+
+    @staticmethod
     def _validate(args: argparse.Namespace, fleet_url: str | None) -> int:
         """Measure the K best candidates on the GPU and re-emit the run directory for the measured winner."""
         from tuner.decision.record import decide
@@ -132,14 +162,17 @@ class TuneCommand(Command):
         chosen, record = validate_candidates(
             args.out, model, search, args.validate, num_steps=args.validate_steps, seed=args.seed,
             storage=engine_url(fleet_url or args.storage) if (fleet_url or args.storage) else None, command=command,
-            progress=lambda m: print(f"validate: {m}", flush=True))
+            progress=lambda m: print(f"validate: {m}", flush=True),
+            instrument=getattr(args, "instrument", None) or "stand-in",
+            pin=args.pin_kv)
         if chosen is None:
             device = record.get("device_name") or "the GPU"
             print(f"cgtune tune: error: no validated list fits by measured graph memory on {device}; the vLLM files "
                   f"in {args.out} were removed (see validation.json)", file=sys.stderr)
             return 1
-        if chosen is not search:
-            write_run(args.out, model, decide(model, chosen), command=command, copy_inputs=False)
+        if chosen is not search or record.get("kv_pin"):
+            write_run(args.out, model, decide(model, chosen), command=command, copy_inputs=False,
+                      kv_pin=record.get("kv_pin"))
         print(f"validate: shipped '{record.get('emitted')}' {list(chosen.chosen.capture_sizes)} "
               f"(validation.json, report.md)")
         return 0
@@ -233,9 +266,16 @@ class TuneCommand(Command):
               f"(rerun to resume if interrupted)")
         try:
             with logging_redirect_tqdm():
-                result = profile_workload(workload, sweep_dir, widths=widths, device="cuda",
-                                          progress=not args.no_progress,
-                                          command=f"cgtune tune {args.workload} --out {args.out}")
+                if getattr(args, "instrument", None) == "vllm":
+                    from tuner.measure.vllm_engine import profile_through_vllm
+
+                    result = profile_through_vllm(workload, sweep_dir, widths=widths, device="cuda",
+                                                  progress=not args.no_progress,
+                                                  command=f"cgtune tune {args.workload} --out {args.out}")
+                else:
+                    result = profile_workload(workload, sweep_dir, widths=widths, device="cuda",
+                                              progress=not args.no_progress,
+                                              command=f"cgtune tune {args.workload} --out {args.out}")
         except KeyboardInterrupt:
             raise KeyboardInterrupt(
                 f"interrupted while profiling: {_measured(sweep_dir / f'{workload.name}.csv')} kept in "

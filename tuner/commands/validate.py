@@ -64,6 +64,13 @@ class ValidateCommand(Command):
         p.add_argument("--load-seconds", type=positive_float, default=120.0, metavar="S",
                        help="with --rate: wall seconds each list's load may take (default 120); requests still "
                             "running then are cut and the record says so")
+        p.add_argument("--pin-kv", action="store_true",
+                       help="with --backend vllm: write the emitted list's KV cache into its vllm-serve.yaml and "
+                            "vllm-flags.txt as --kv-cache-memory-bytes, from what vLLM's engine measured for it (0.33: "
+                            "its KV budget with the real pool in place of its start-up estimate, less its 150 MiB "
+                            "margin; 0.34: the KV cache its extensible cache kept, which the pin then fixes), so the "
+                            "deployment's KV size no longer rides on vLLM's start-up estimate; `cgtune check` holds "
+                            "a pinned start-up to it")
         p.add_argument("--vllm-any-version", action="store_true",
                        help="let --backend vllm try a vLLM version the adapter was not written for")
         p.add_argument("--no-emit", action="store_true",
@@ -110,6 +117,11 @@ class ValidateCommand(Command):
         instrument = choose_instrument(run, args)
         if args.rate is None and (args.load_requests != 64 or args.load_seconds != 120.0):
             raise UsageError("--load-requests, --load-seconds: need --rate (the load to serve)")
+        if args.pin_kv and instrument != "vllm":
+            raise UsageError(f"--pin-kv: the pin is what vLLM's engine measured for the list (the backend is "
+                             f"{instrument}; pass --backend vllm where vLLM is installed)")
+        if args.pin_kv and args.no_emit:
+            raise UsageError("--pin-kv: rewrites the emitted list's files, which --no-emit keeps as they are")
         if args.rate is not None and instrument != "vllm":
             raise UsageError(f"--rate {args.rate:g}: only vLLM's engine serves a load (the backend is {instrument}; "
                              f"pass --backend vllm where vLLM is installed)")
@@ -120,12 +132,14 @@ class ValidateCommand(Command):
                              + (["--device", "cpu"] if args.device == "cpu" else [])
                              + (["--backend", args.backend] if args.backend != "auto" else [])
                              + (["--rate", f"{args.rate:g}", "--load-requests", str(args.load_requests),
-                                 "--load-seconds", f"{args.load_seconds:g}"] if args.rate is not None else []))
+                                 "--load-seconds", f"{args.load_seconds:g}"] if args.rate is not None else [])
+                             + (["--pin-kv"] if args.pin_kv else []))
         try:
             record = validate_run(run, num_steps=args.steps, seed=args.seed, command=command, emit=not args.no_emit,
                                   progress=lambda msg: print(f"validate: {msg}", flush=True), device=args.device,
                                   instrument=instrument, any_version=args.vllm_any_version, rate=args.rate,
-                                  load_requests=args.load_requests, load_limit_s=args.load_seconds)
+                                  load_requests=args.load_requests, load_limit_s=args.load_seconds,
+                                  pin=args.pin_kv)
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
         _print_table(record)
@@ -206,5 +220,9 @@ def _print_table(record: dict) -> None:
     if record.get("measured_speedup_tuned_over_default") is not None:
         print(f"measured speedup tuned over default: {record['measured_speedup_tuned_over_default']:.3f}x "
               f"(predicted {record['predicted_speedup_tuned_over_default']:.3f}x); emitted: {record.get('emitted')}")
+    if record.get("kv_pin"):
+        p = record["kv_pin"]
+        print(f"pinned: --kv-cache-memory-bytes {p['bytes']} ({p['bytes'] / GIB:.3f} GiB) for '{p['list']}' in "
+              f"vllm-serve.yaml and vllm-flags.txt ({p['how']})")
     for w in record.get("warnings", []):
         print(f"WARNING: {w}")

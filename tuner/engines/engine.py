@@ -115,6 +115,9 @@ class Deployment:
     """The dtype the profile measured (the workload's model.dtype)."""
     tensor_parallel_size: int
     """Ranks the model is sharded over."""
+    kv_cache_memory_bytes: int | None = None
+    """The KV cache pinned per rank (vLLM's `--kv-cache-memory-bytes`), from what the engine measured for the shipped
+    list (`cgtune validate --pin-kv`); None: the engine sizes it at start-up by its own rule."""
 
     def draft_model(self, method: str, *, needed: bool, key: str, why: str, notes: list[str]) -> str | None:
         """The draft checkpoint an engine's files name for `method` (its own name for it): the workload's; where it

@@ -5,6 +5,7 @@ Nothing here decides: every list, choice and interval comes from the record."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -371,12 +372,14 @@ def _copy_inputs(staging: Path, model: CostModel) -> None:
 
 def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: str = "",
               plots: bool = True, report: bool = True, copy_inputs: bool = True,
-              profile_name: str | None = None) -> list[Path]:
+              profile_name: str | None = None, kv_pin: dict[str, Any] | None = None) -> list[Path]:
     """Write every output file of a run from its decision record (`tuner.decision.decide`): rendered in a staging
     folder inside run_dir, then moved into place,
     so an error or interruption never leaves a half-written report beside a finished one. `command`: the command
     that made the run; `profile_name`: the profile it was searched on, where the model reads a copy (`cgtune
-    report` passes both as the run's summary.json records them, so a re-render says what the run said)."""
+    report` passes both as the run's summary.json records them, so a re-render says what the run said). `kv_pin`:
+    the KV cache the shipped files pin (`cgtune validate --pin-kv`: {"bytes", "capture_sizes", "how"}); by default
+    the one the run recorded, while it is of the list shipped."""
     import datetime
     import os
     import shutil
@@ -391,6 +394,8 @@ def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: 
         if copy_inputs:
             _copy_inputs(staging, model)
         data = summary(model, dec, command=command, profile_name=profile_name)
+        pin = _kv_pin(run, dec.ship.evaluation.capture_sizes, kv_pin)
+        data["kv_pin"] = pin
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         provenance = Provenance(
             __version__, data["profile"] or "?", str(data["device_name"]),
@@ -402,7 +407,10 @@ def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: 
         # The engine's own files, its list in its own unit (EmitError: one line): the shipped list's under the engine's
         # names, the other list's beside them under names that say which it is.
         ship = dec.ship
-        files = model.engine.render_files(ship.evaluation.capture_sizes, model.workload.deployment,
+        deployment = model.workload.deployment
+        if pin is not None:  # the shipped list's files only: the KV cache was measured for that list
+            deployment = dataclasses.replace(deployment, kv_cache_memory_bytes=int(pin["bytes"]))
+        files = model.engine.render_files(ship.evaluation.capture_sizes, deployment,
                                           cudagraph_mode=model.cudagraph_mode,
                                           provenance=_with_list(model, provenance, ship.name, ship.why,
                                                                 ship.evaluation))
@@ -449,6 +457,15 @@ def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: 
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _kv_pin(run: Path, sizes: tuple[int, ...], given: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The KV pin of the shipped list: `given`, else the one the run's summary.json records; None when it is of
+    another list (a pin is what the engine measured for one list)."""
+    from tuner.decision.run_dir import recorded_summary
+
+    pin = given if given is not None else recorded_summary(run).get("kv_pin")
+    return pin if isinstance(pin, dict) and list(pin.get("capture_sizes", ())) == list(sizes) else None
 
 
 def _remove_stale(run: Path, written: list[Path]) -> list[Path]:

@@ -45,6 +45,7 @@ __all__ = [
     "exact_run",
     "finish_validation",
     "lists_to_validate",
+    "shipped_list",
     "partial_writer",
     "require_cuda",
     "top_candidates",
@@ -399,13 +400,28 @@ def choose_measured(results: dict[str, ListValidation]) -> ListValidation | None
     return min(fitting, key=lambda r: r.measured_step_ms) if fitting else None
 
 
-def lists_to_validate(search: SearchResult) -> dict[str, Evaluation]:
-    """default and tuned, and the exact optimum when it differs from both."""
+def lists_to_validate(search: SearchResult, shipped: Evaluation | None = None) -> dict[str, Evaluation]:
+    """default and tuned, the exact optimum when it differs from both, and the list the run's files ship (`shipped`:
+    the compact list, when the ship policy chose it) when it is none of them: the shipped list is always measured."""
     lists = {"default": search.default, "tuned": search.chosen}
     exact = search.exact.best
     if exact.capture_sizes not in (search.default.capture_sizes, search.chosen.capture_sizes):
         lists["exact"] = exact
+    if shipped is not None and shipped.capture_sizes not in [e.capture_sizes for e in lists.values()]:
+        lists["compact"] = shipped
     return lists
+
+
+def shipped_list(run: Path, model: CostModel, search: SearchResult) -> tuple[str, Evaluation]:
+    """(the name validation gives the list the run's files carry, its evaluation): `tuned`, or `compact` where the
+    ship policy chose the compact list (summary.json's `shipped`)."""
+    from tuner.decision.run_dir import recorded_summary
+
+    shipped = recorded_summary(run).get("shipped")
+    sizes = tuple(shipped["capture_sizes"]) if isinstance(shipped, dict) and "capture_sizes" in shipped else None
+    if sizes is None or model.evaluate(sizes).capture_sizes == search.chosen.capture_sizes:
+        return "tuned", search.chosen
+    return "compact", model.evaluate(sizes)
 
 
 def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence[Step],
@@ -496,34 +512,57 @@ def finish_validation(run_dir: str | Path, record: dict[str, Any]) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- orchestration
-def _emit(run_dir: Path, model: CostModel, search: SearchResult, chosen: Evaluation, note: str) -> None:
-    """Re-write the run directory's vLLM files (and report) for `chosen`, keeping everything else."""
+def _emit(run_dir: Path, model: CostModel, search: SearchResult, chosen: Evaluation | None, note: str,
+          kv_pin: dict[str, Any] | None = None) -> None:
+    """Re-write the run directory's vLLM files (and report) for `chosen` (None: the list its search chose), keeping
+    everything else (`kv_pin`: the KV cache its files pin, `tuner.validate.pin_kv`)."""
     import dataclasses
 
     from tuner.decision.record import decide
     from tuner.report.run import write_run
 
-    replaced = dataclasses.replace(search, chosen=chosen, notes=list(search.notes) + [note])
+    replaced = dataclasses.replace(search, chosen=chosen if chosen is not None else search.chosen,
+                                   notes=list(search.notes) + [note])
     if search.load_record is not None:
         # The search ran under a load (--rate): the lists, the emitted one now among them, are put under it again.
         from tuner.search.load_aware import recorded_load_search
 
         replaced = dataclasses.replace(replaced, load_search=recorded_load_search(model, search.load_record))
-    write_run(run_dir, model, decide(model, replaced), command="cgtune validate", copy_inputs=False)
+    write_run(run_dir, model, decide(model, replaced), command="cgtune validate", copy_inputs=False, kv_pin=kv_pin)
+
+
+def _pin(run: Path, model: CostModel, search: SearchResult, lists: dict[str, Evaluation],
+         results: dict[str, ListValidation], emitted: str | None) -> tuple[dict[str, Any] | None, str]:
+    """`--pin-kv`: pin the emitted list's KV cache at what the engine measured for it (`pin_kv`) and re-render the
+    run's files with it; (the pin, or None; what happened, in words)."""
+    from tuner.decision.run_dir import recorded_summary
+    from tuner.validate.pin_kv import pin_kv
+
+    if emitted is None:
+        return None, "--pin-kv: no list was emitted, so none is pinned"
+    pin, why = pin_kv(model, results[emitted])
+    if pin is None:
+        return None, f"--pin-kv: {why}"
+    # The files re-rendered as they stand (their list is the emitted one), the pin added.
+    _emit(run, model, search, None, f"cgtune validate --pin-kv: {why}", kv_pin=pin)
+    if recorded_summary(run).get("kv_pin") is None:  # a guard: the pin is of the list the files carry, or none
+        return None, f"--pin-kv: the run's files carry another list than '{emitted}': not pinned"
+    return pin, f"--pin-kv: {why}"
 
 
 def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, backend: ReplayBackend | None = None,
                  command: str = "", margin: float = MEMORY_MARGIN, emit: bool = True,
                  progress: Callable[[str], None] | None = None, device: str | None = None,
                  instrument: str = "stand-in", any_version: bool = False, rate: float | None = None,
-                 load_requests: int = 64, load_limit_s: float = 120.0) -> dict[str, Any]:
+                 load_requests: int = 64, load_limit_s: float = 120.0, pin: bool = False) -> dict[str, Any]:
     """`cgtune validate RUN_DIR`: validate default, tuned (and exact) of a run directory and write validation.json
     and the report section. When the tuned list does not fit by measurement, the fastest measured list that does
     is emitted instead (never one that does not fit); without any, the vLLM files are removed. `device` (default:
     CUDA, required) builds the backend there: `cpu` only rehearses the run (graph steps run eagerly). `instrument`:
     `vllm` runs each list in vLLM's own engine (`tuner.validate.vllm_backend`), `stand-in` in cgtune's decode model.
     `rate` (vllm only): each list's engine also serves `load_requests` Poisson arrivals at that rate of the workload's
-    traffic.load (`tuner.validate.served_load`), at most `load_limit_s` seconds."""
+    traffic.load (`tuner.validate.served_load`), at most `load_limit_s` seconds. `pin` (vllm only): the emitted list's
+    files pin the KV cache at what the engine measured for it (`tuner.validate.pin_kv`)."""
     from tuner.model.costmodel import ModelError
     from tuner.decision.run_dir import load_run
     from tuner.report.validation import update_report
@@ -536,7 +575,8 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
         model, search = load_run(run)
     except (ModelError, WorkloadError) as exc:
         raise ValidationError(str(exc).splitlines()[0]) from None
-    lists = lists_to_validate(search)
+    shipped_name, shipped = shipped_list(run, model, search)
+    lists = lists_to_validate(search, shipped)
     if backend is None:
         backend = build_instrument(model, lists, device or require_cuda(), instrument, any_version=any_version,
                                    served=served_load_of(model, rate, load_requests, load_limit_s))
@@ -547,14 +587,16 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
                                                                                          margin=margin))
     finally:
         _close(backend)
-    emitted = "tuned"
+    emitted: str | None = shipped_name
     notes: list[str] = []
-    if not results["tuned"].fits and backend.graphs_supported:
+    if shipped_name != "tuned":
+        notes.append(f"the run's files ship the {shipped_name} list (its ship policy): measured beside the tuned one")
+    if not results[shipped_name].fits and backend.graphs_supported:
         fallback = choose_measured(results)
         if not emit:
             emitted = None
-            notes.append(f"--no-emit: the {model.serving.engine} files still hold the tuned list, which does NOT fit by "
-                         f"measured memory"
+            notes.append(f"--no-emit: the {model.serving.engine} files still hold the {shipped_name} list, which does "
+                         f"NOT fit by measured memory"
                          + (f"; '{fallback.name}' would have been emitted" if fallback is not None else ""))
         elif fallback is None:
             emitted = None
@@ -562,13 +604,19 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
             notes.append(f"no validated list fits by measured memory: the {model.serving.engine} files were removed")
         else:
             emitted = fallback.name
-            note = (f"cgtune validate: the tuned list did not fit by measured graph memory; '{fallback.name}' "
-                    f"(fastest measured list that fits) is emitted instead")
+            note = (f"cgtune validate: the {shipped_name} list did not fit by measured graph memory; "
+                    f"'{fallback.name}' (fastest measured list that fits) is emitted instead")
             notes.append(note)
             _emit(run, model, search, lists[fallback.name], note)
-        log.warning("TUNED LIST DOES NOT FIT ON THE DEVICE: emitted %s instead", emitted or "nothing")
+        log.warning("%s LIST DOES NOT FIT ON THE DEVICE: emitted %s instead", shipped_name.upper(),
+                    emitted or "nothing")
+    kv_pin = None
+    if pin:
+        kv_pin, said = _pin(run, model, search, lists, results, emitted)
+        notes.append(said)
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
                           notes=notes, trace_info=info, margin=margin)
+    record["kv_pin"] = kv_pin
     if not backend.graphs_supported:
         record["warnings"].append(
             f"{backend.device_name}: vLLM's CPU build keeps no CUDA graphs, every list ran eager there (as its rules "
@@ -667,15 +715,15 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
                         margin: float = MEMORY_MARGIN, command: str = "", record_study: bool = True,
                         storage: str | None = None, progress: Callable[[str], None] | None = None,
                         device: str | None = None, instrument: str = "stand-in", any_version: bool = False,
-                        ) -> tuple[SearchResult | None, dict[str, Any]]:
+                        pin: bool = False) -> tuple[SearchResult | None, dict[str, Any]]:
     """`cgtune tune --validate K`: measure vLLM's default and the K best distinct candidates on the GPU, choose
     the fastest by measured mean step latency among those whose measured memory fits the KV budget, record every
     GPU measurement as a trial (user attribute `source: gpu-validation`) in the search's optuna study, and write
     validation.json and the report section. Returns the search with `chosen` replaced (the same object when the
     model's pick wins) and the record; the caller re-emits the run directory from it. When no measured list fits,
     returns None and removes the run directory's vLLM files: nothing may be emitted. `storage` is the study's real
-    URL when `search.storage` is the password-hidden one written into files. `device` and `instrument` as
-    `validate_run`'s."""
+    URL when `search.storage` is the password-hidden one written into files. `device`, `instrument` and `pin` as
+    `validate_run`'s (the pin is the record's `kv_pin`, for the caller's re-emit)."""
     import dataclasses
 
     from tuner.report.validation import update_report
@@ -731,8 +779,15 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
             chosen_search = dataclasses.replace(search, chosen=chosen_eval, source="gpu-validated",
                                                 notes=list(search.notes) + [note])
             notes.append(note)
+    kv_pin = None
+    if pin and best is not None:  # the caller re-emits the run directory with it
+        from tuner.validate.pin_kv import pin_kv
+
+        kv_pin, said = pin_kv(model, best)
+        notes.append(f"--pin-kv: {said}")
     record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, emitted=emitted,
                           notes=notes, trace_info=info, margin=margin)
+    record["kv_pin"] = kv_pin
     record["candidates"] = {name: list(e.capture_sizes) for name, e in lists.items()}
     if study is not None:
         _record_trials(study, model, results, backend.device_name)

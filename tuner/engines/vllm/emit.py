@@ -127,6 +127,8 @@ class ServeSettings:
     """`(variable, value, why)` that must be set in vLLM's environment."""
     notes: tuple[str, ...] = ()
     """What the user must still put in (a placeholder's meaning), as comment lines."""
+    kv_cache_memory_bytes: int | None = None
+    """--kv-cache-memory-bytes: the KV cache pinned per rank (None: vLLM sizes it itself)."""
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -154,6 +156,7 @@ def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: 
         "max-num-seqs": s.max_num_seqs,
         "max-num-batched-tokens": s.max_num_batched_tokens,
         "gpu-memory-utilization": s.gpu_memory_utilization,
+        **({"kv-cache-memory-bytes": s.kv_cache_memory_bytes} if s.kv_cache_memory_bytes is not None else {}),
         **({"enforce-eager": True} if s.enforce_eager else {}),
         **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
         "compilation-config": compilation(sizes, cudagraph_mode),

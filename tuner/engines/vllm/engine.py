@@ -274,12 +274,22 @@ class VllmEngine(Engine):
         if model is None:
             model = placeholder("CHECKPOINT", "model.name")
             notes.append(f"model: {model} stands for the served checkpoint (vLLM refuses it as it is)")
+        pin = deployment.kv_cache_memory_bytes
+        if pin is not None:
+            notes.append(f"kv-cache-memory-bytes: {pin} ({pin / (1 << 30):.3f} GiB per rank) pins the KV cache at what "
+                         f"vLLM's engine measured for this list (cgtune validate --pin-kv); {self.pin_note}")
         return ServeSettings(
             model=model, dtype=deployment.dtype, tensor_parallel_size=deployment.tensor_parallel_size,
             max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
             max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
             enforce_eager=s.enforce_eager, speculative_config=self._speculative_config(deployment, notes),
-            environment=self._environment(), notes=tuple(notes))
+            environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin)
+
+    @property
+    def pin_note(self) -> str:
+        """What a pinned KV cache changes at this release's start-up, in words."""
+        return ("vLLM then skips its memory profiling and its graph-memory estimate, so the KV cache no longer rides on "
+                "that estimate; gpu_memory_utilization no longer sizes it")
 
     def _speculative_config(self, deployment: Deployment, notes: list[str]) -> dict[str, object] | None:
         """`--speculative-config` as tuned: method, num_speculative_tokens, the draft checkpoint, parallel drafting

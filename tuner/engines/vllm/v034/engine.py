@@ -61,6 +61,16 @@ class Vllm034Engine(VllmV2Engine):
         """The KV cache is sized after capture (the default); off, from 0.33's estimate rule."""
         return self.settings_034.extensible_kv_cache
 
+    @property
+    def pin_note(self) -> str:
+        """0.34 with its extensible KV cache already sizes the KV cache after capture, by measurement: a pin turns
+        that off (vllm.py's _resolve_extensible_kv_cache), fixing the size the engine measured instead."""
+        if self.extensible:
+            return ("vLLM 0.34 then turns its extensible KV cache off (it would size the KV cache after capture by "
+                    "measurement at every start): the size is fixed at what it measured here, the same at every start "
+                    "on this device, and skips its memory profiling")
+        return super().pin_note
+
     # ------------------------------------------------------------------ lists and their graphs
     def resolve(self, *, prefill: Sequence[int] | None = None, decode: Sequence[int] | None = None,
                 from_workload: bool = True) -> SplitSizes:
