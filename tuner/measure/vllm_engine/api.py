@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import re
 from dataclasses import dataclass
 
 __all__ = ["ADAPTER_VERSIONS", "PRIVATE_API", "PrivateName", "VersionError", "check_api", "check_version",
@@ -39,6 +40,9 @@ class PrivateName:
 _V1 = "vllm.v1.worker.gpu_model_runner"
 _V2 = "vllm.v1.worker.gpu.model_runner"
 _V2_GRAPHS = "vllm.v1.worker.gpu.cudagraph_utils"
+_V1_DRAFTER = "vllm.v1.spec_decode.llm_base_proposer"
+_V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
+_V2_RUN_MODEL = ("num_tokens", "attn_metadata", "slot_mappings", "num_tokens_across_dp", "cudagraph_runtime_mode")
 
 PRIVATE_API: tuple[PrivateName, ...] = (
     PrivateName("vllm.entrypoints.llm", "LLM.collective_rpc", ("method", "timeout", "args", "kwargs"),
@@ -98,6 +102,44 @@ PRIVATE_API: tuple[PrivateName, ...] = (
                 "validate --rate: requests cut at the time limit"),
     PrivateName("vllm", "SamplingParams", ("max_tokens", "min_tokens", "ignore_eos", "temperature", "detokenize"),
                 "validate --rate: an exact output length, EOS ignored"),
+    # the drafter of a model-based speculative method (tuner.measure.vllm_engine.worker, hooks)
+    PrivateName(_V1, "GPUModelRunner", ("drafter",),
+                "V1's drafter (EagleProposer, DFlashProposer, DraftModelProposer): timed apart, and left out of the "
+                "target's step", until="0.33"),
+    PrivateName(_V1_DRAFTER, "SpecDecodeBaseProposer.dummy_run", ("num_tokens", "use_cudagraphs", "is_graph_capturing"),
+                "V1's drafter pass as its dummy step and its capture run it: timed (one pass), replaced by a no-op "
+                "while the target's step is timed, and wrapped to read its PIECEWISE graphs' memory", until="0.33"),
+    PrivateName(_V1_DRAFTER, "SpecDecodeBaseProposer", ("model", "hidden_size", "_draft_attn_layer_names"),
+                "V1's drafter model (its LM head, its parameters), the width its LM head reads, the attention layers "
+                "vLLM gave it KV cache", until="0.33"),
+    PrivateName("vllm.v1.spec_decode.dflash", "DFlashProposer.dummy_run",
+                ("num_tokens", "use_cudagraphs", "is_graph_capturing"),
+                "DFlash's own V1 pass (context-KV precompute and query pass), wrapped as the base's", gpu_only=True,
+                until="0.33"),
+    PrivateName(_V2, "GPUModelRunner", ("speculator",),
+                "V2's speculator: timed apart, and its propose left out of the target's step", gpu_only=True),
+    PrivateName(f"{_V2_SPEC}.speculator", "DraftModelSpeculator",
+                ("model", "hidden_size", "draft_attn_layer_names", "input_buffers", "propose"),
+                "V2's drafter model, the width its LM head reads, its KV layers, its token buffers, and the propose "
+                "a timed target step skips", gpu_only=True),
+    PrivateName(f"{_V2_SPEC}.target_dependent_ar.speculator", "TargetDependentARSpeculator._run_model", _V2_RUN_MODEL,
+                "EAGLE/EAGLE3/MTP draft step 0 at a width, eagerly or through its PIECEWISE graphs", gpu_only=True),
+    PrivateName(f"{_V2_SPEC}.target_dependent_ar.speculator", "TargetDependentARSpeculator",
+                ("prefill_cudagraph_manager", "decode_cudagraph_manager"),
+                "the managers of its step-0 and one-token decode graphs (captures told apart, FULL graphs replayed)",
+                gpu_only=True),
+    PrivateName(f"{_V2_SPEC}.dflash.speculator", "DFlashSpeculator._run_model", _V2_RUN_MODEL,
+                "DFlash's query pass at a width", gpu_only=True),
+    PrivateName(f"{_V2_SPEC}.dflash.speculator", "DFlashSpeculator", ("query_cudagraph_manager",),
+                "the manager of DFlash's FULL query graphs", gpu_only=True),
+    PrivateName(f"{_V2_SPEC}.standalone_ar.speculator", "StandaloneARSpeculator._run_model",
+                ("input_ids", "positions", "attn_metadata", "slot_mappings", "num_tokens_across_dp"),
+                "a draft model's pass over its own token ids and positions (eager)", gpu_only=True),
+    PrivateName(_V2_GRAPHS, "CudaGraphManager.run_fullgraph", ("desc",),
+                "a drafter's FULL graph replayed at its width", gpu_only=True),
+    PrivateName(_V2_GRAPHS, "CudaGraphManager", ("graphs", "decode_query_len"),
+                "the descriptors a manager captured, and its query length (a speculator's decode manager: 1)",
+                gpu_only=True),
 )
 """The names, parameters and fields the adapter relies on."""
 
@@ -136,6 +178,23 @@ def _resolve(entry: PrivateName) -> object:
     return obj
 
 
+_ASSIGNED = re.compile(r"\bself\.([A-Za-z_]\w*)\s*(?::[^=\n]+)?=(?!=)")
+
+
+def _instance_attributes(cls: type) -> set[str]:
+    """The attributes a class's methods (its bases' too) assign on `self` (`self.drafter = ...`, `self.x: T = ...`): a
+    runner's or a drafter's members exist only on instances, which the check has none of."""
+    out: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        try:
+            out |= set(_ASSIGNED.findall(inspect.getsource(klass)))
+        except (OSError, TypeError):  # a class without source (a builtin, a C extension)
+            continue
+    return out
+
+
 def _minor(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split(".")[:2])
 
@@ -161,6 +220,8 @@ def check_api(*, gpu: bool = True, names: tuple[PrivateName, ...] = PRIVATE_API,
             have = set(getattr(obj, "__dataclass_fields__", {})) | set(dir(obj))
             if hasattr(obj, "__members__"):
                 have |= set(obj.__members__)  # an enum's members
+            if any(n not in have for n in entry.names):
+                have |= _instance_attributes(obj)
         else:
             have = set(inspect.signature(obj).parameters)  # type: ignore[arg-type]
         missing = [n for n in entry.names if n not in have]

@@ -1,20 +1,24 @@
 """What cgtune adds to vLLM's worker to measure it, and nothing that decides a number: a free-memory reading around each
-graph vLLM captures (per batch descriptor, in vLLM's own order and pool) and a dispatch that runs a timed step in the
-mode asked for. The worker imports this module when vLLM resolves `worker_extension_cls`, so the capture hooks are in
+graph vLLM captures (per batch descriptor, in vLLM's own order and pool, the drafter's graphs told from the target's)
+and a dispatch that runs a timed step in the mode asked for. The worker imports this module when vLLM resolves `worker_extension_cls`, so the capture hooks are in
 place in every worker (each tensor-parallel rank's process too) before it captures."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["CAPTURES", "CAPTURE_TOTALS", "CgtuneWorkerExtension", "capture_reading", "forced_dispatch", "install_capture_hooks",
-           "uninstall_capture_hooks", "wrap_capture_model", "wrap_v1_capture", "wrap_v2_capture"]
+           "uninstall_capture_hooks", "wrap_capture_model", "wrap_v1_capture", "wrap_v1_drafter_capture",
+           "wrap_v2_capture"]
 
 CAPTURES: list[dict[str, Any]] = []
-"""This process's captures in vLLM's order: {mode, num_tokens, uniform, num_reqs, free_delta_bytes}."""
+"""This process's captures in vLLM's order: {mode, num_tokens, uniform, num_reqs, free_delta_bytes, owner} (owner
+`target` or `drafter`; V2's also `manager_id`, the id of the `CudaGraphManager` that captured it, and its
+`decode_query_len`); a V1 target capture that held a drafter capture reads without it (`nested_bytes`)."""
 CAPTURE_TOTALS: list[int] = []
 """What each real `capture_model()` of this process returned: the pool vLLM's own capture measured (the figure its
 "Graph capturing finished ... took X GiB" line rounds), last one last."""
@@ -29,23 +33,53 @@ def _free_bytes() -> int | None:
     return int(torch.cuda.mem_get_info()[0])
 
 
+_OPEN: list[list[int]] = []
+"""For each capture reading open now (innermost last), the drafter graphs' bytes read inside it: V1 captures the
+drafter's PIECEWISE graph inside the target's capture of the same width."""
+
+
 def capture_reading(mode: str, num_tokens: int, *, uniform: bool, num_reqs: int | None,
-                    free_bytes: Callable[[], int | None] = _free_bytes) -> contextlib.AbstractContextManager[None]:
-    """A context that appends one capture's free-memory drop to CAPTURES (None off CUDA)."""
+                    free_bytes: Callable[[], int | None] = _free_bytes, owner: str = "target"
+                    ) -> contextlib.AbstractContextManager[None]:
+    """A context that appends one capture's free-memory drop to CAPTURES (None off CUDA), less what captures read
+    inside it took (theirs are their own entries)."""
 
     @contextlib.contextmanager
     def reading() -> Iterator[None]:
         before = free_bytes()
-        yield
-        _record(mode, num_tokens, uniform, num_reqs, before, free_bytes())
+        _OPEN.append([])
+        try:
+            yield
+        finally:
+            inner = _OPEN.pop()
+        after = free_bytes()
+        delta = None if before is None or after is None else before - after
+        if _OPEN and delta is not None:
+            _OPEN[-1].append(delta)
+        nested = sum(inner)
+        _record(mode, num_tokens, uniform, num_reqs, None if delta is None else delta - nested, owner=owner,
+                nested_bytes=nested if inner else None)
 
     return reading()
 
 
-def _record(mode: str, num_tokens: int, uniform: bool, num_reqs: int | None, before: int | None,
-            after: int | None) -> None:
+def _record(mode: str, num_tokens: int, uniform: bool, num_reqs: int | None, delta: int | None, *,
+            owner: str = "target", **extra: Any) -> None:
     CAPTURES.append({"mode": mode, "num_tokens": int(num_tokens), "uniform": bool(uniform), "num_reqs": num_reqs,
-                     "free_delta_bytes": None if before is None or after is None else before - after})
+                     "free_delta_bytes": delta, "owner": owner,
+                     **{k: v for k, v in extra.items() if v is not None}})
+
+
+def _delta(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else before - after
+
+
+_SPECULATOR_PACKAGE = "vllm.v1.worker.gpu.spec_decode"
+"""V2's speculators and their graph managers live here: a manager from this package captures the drafter's graphs."""
+
+
+def _manager_owner(manager: Any) -> str:
+    return "drafter" if type(manager).__module__.startswith(_SPECULATOR_PACKAGE) else "target"
 
 
 def _mode_name(mode: Any) -> str:
@@ -57,17 +91,22 @@ def wrap_v2_capture(capture: Callable[..., Any], free_bytes: Callable[[], int | 
     """V2's `CudaGraphManager.capture(create_forward_fn, ...)`, reading free memory at each batch descriptor: vLLM calls
     `create_forward_fn(desc, warmup=True)` first for every descriptor, so a descriptor's graph memory is the drop from
     that call to the next descriptor's (or the capture's end). Its warm-up runs fall inside, as in vLLM's own
-    estimate, which samples around the capture with the warm-up's blocks already cached."""
+    estimate, which samples around the capture with the warm-up's blocks already cached. A speculator's manager
+    (spec_decode's, whose `capture` ends in this one) reads as the drafter's."""
 
     @functools.wraps(capture)
     def wrapped(self: Any, create_forward_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         open_: list[Any] = []  # [desc, free before] of the descriptor being captured
 
+        owner = _manager_owner(self)
+        query_len = getattr(self, "decode_query_len", None)
+
         def close() -> None:
             if open_:
                 desc, before = open_.pop()
                 _record(_mode_name(desc.cg_mode), desc.num_tokens, desc.uniform_token_count is not None,
-                        desc.num_reqs, before, free_bytes())
+                        desc.num_reqs, _delta(before, free_bytes()), owner=owner, manager_id=id(self),
+                        decode_query_len=query_len if isinstance(query_len, int) else None)
 
         def create(desc: Any, warmup: bool = False, **kw: Any) -> Any:
             if warmup:
@@ -112,6 +151,38 @@ def wrap_capture_model(capture_model: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def wrap_v1_drafter_capture(dummy_run: Callable[..., Any], free_bytes: Callable[[], int | None] = _free_bytes
+                            ) -> Callable[..., Any]:
+    """V1's drafter pass (`SpecDecodeBaseProposer.dummy_run(num_tokens, use_cudagraphs, is_graph_capturing, ...)`,
+    DFlash's override too): where vLLM captures it, inside the target's capture of a PIECEWISE descriptor
+    (`_warmup_and_capture`, read by `wrap_v1_capture`), its free-memory drop is recorded as the drafter's PIECEWISE
+    graph of that width and left out of the target's. Called outside a target capture (cgtune timing the drafter's
+    graphs), nothing is read."""
+
+    @functools.wraps(dummy_run)
+    def wrapped(self: Any, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
+                *args: Any, **kwargs: Any) -> Any:
+        if not (_OPEN and is_graph_capturing and use_cudagraphs):
+            return dummy_run(self, num_tokens, use_cudagraphs, is_graph_capturing, *args, **kwargs)
+        with capture_reading("piecewise", num_tokens, uniform=False, num_reqs=None, free_bytes=free_bytes,
+                             owner="drafter"):
+            return dummy_run(self, num_tokens, use_cudagraphs, is_graph_capturing, *args, **kwargs)
+
+    return wrapped
+
+
+def _v1_drafter_classes() -> list[Any]:
+    """V1's drafter classes whose `dummy_run` vLLM captures (the base, and DFlash's own pass)."""
+    out = []
+    for module, name in (("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer"),
+                         ("vllm.v1.spec_decode.dflash", "DFlashProposer")):
+        try:
+            out.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):  # vLLM 0.34 removed V1
+            continue
+    return [c for c in out if "dummy_run" in vars(c)]
+
+
 _INSTALLED: list[bool] = []
 
 
@@ -127,6 +198,8 @@ def install_capture_hooks() -> None:
     else:
         v1.GPUModelRunner._warmup_and_capture = wrap_v1_capture(v1.GPUModelRunner._warmup_and_capture)
         v1.GPUModelRunner.capture_model = wrap_capture_model(v1.GPUModelRunner.capture_model)
+    for cls in _v1_drafter_classes():
+        cls.dummy_run = wrap_v1_drafter_capture(cls.dummy_run)
     try:
         import vllm.v1.worker.gpu.cudagraph_utils as v2
         import vllm.v1.worker.gpu.model_runner as v2_runner
@@ -148,6 +221,9 @@ def uninstall_capture_hooks() -> None:
     else:
         v1.GPUModelRunner._warmup_and_capture = v1.GPUModelRunner._warmup_and_capture.__wrapped__
         v1.GPUModelRunner.capture_model = v1.GPUModelRunner.capture_model.__wrapped__
+    for cls in _v1_drafter_classes():
+        if hasattr(cls.dummy_run, "__wrapped__"):
+            cls.dummy_run = cls.dummy_run.__wrapped__
     try:
         import vllm.v1.worker.gpu.cudagraph_utils as v2
         import vllm.v1.worker.gpu.model_runner as v2_runner

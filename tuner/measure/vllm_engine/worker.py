@@ -1,12 +1,14 @@
 """The measurement as it runs inside each vLLM worker (`LLM.collective_rpc`): the runner's own step at a width in each
-mode, timed; the LM head alone; the KV-cache spec; what the runner is. Module-level functions, so a multi-process
+mode, timed (the drafter's pass left out of it); the drafter's own pass at a width, eagerly and replaying its graphs;
+the LM head alone; the KV-cache spec; what the runner and its drafter are. Module-level functions, so a multi-process
 executor sends them by reference."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["captures", "describe", "logits_fn", "step_fn", "is_uniform", "time_width", "warm"]
+__all__ = ["captures", "describe", "drafter_of", "drafter_step_fn", "logits_fn", "parameter_bytes", "step_fn",
+           "is_uniform", "time_drafter_width", "time_width", "warm", "warm_drafter", "without_drafter"]
 
 
 def _runner(worker: Any) -> Any:
@@ -33,29 +35,122 @@ def kv_cache_summary(spec: dict[str, Any]) -> dict[str, Any]:
             "source": "vLLM's get_kv_cache_spec(): page_size_bytes / block_size summed over the layers"}
 
 
+def drafter_of(runner: Any) -> Any | None:
+    """The runner's model-based drafter, V1's `drafter` (EagleProposer, DFlashProposer, DraftModelProposer) or V2's
+    `speculator`, None without one (no speculation, or a model-free method such as ngram)."""
+    import torch
+
+    drafter = getattr(runner, "speculator" if generation(runner) == "v2" else "drafter", None)
+    return drafter if isinstance(getattr(drafter, "model", None), torch.nn.Module) else None
+
+
+def parameter_bytes(module: Any, exclude: set[int] = frozenset()) -> tuple[int, set[int]]:  # type: ignore[assignment]
+    """(bytes of `module`'s parameters, the storages counted): each tensor once, none in `exclude` (a drafter's shared
+    embedding and LM head are the target's). vLLM's CPU build packs each linear layer's weight for its GEMM and leaves
+    the parameter empty (model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`): such a weight counts at its
+    layer's shape."""
+    seen, total = set(exclude), 0
+    for layer in module.modules():
+        for name, p in layer.named_parameters(recurse=False):
+            if p.numel() == 0:
+                rows = getattr(layer, "output_size_per_partition", getattr(layer, "output_size", None))
+                cols = getattr(layer, "input_size_per_partition", getattr(layer, "input_size", None))
+                if name == "weight" and isinstance(rows, int) and isinstance(cols, int):
+                    total += rows * cols * p.element_size()
+                continue
+            if p.data_ptr() in seen:
+                continue
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total, seen
+
+
+def _draft_layer_names(drafter: Any) -> set[str]:
+    """The attention layers vLLM added for the drafter (V1 `_draft_attn_layer_names`, V2 `draft_attn_layer_names`)."""
+    names = getattr(drafter, "draft_attn_layer_names", None)
+    if names is None:
+        names = getattr(drafter, "_draft_attn_layer_names", None)
+    return set(names or ())
+
+
 def describe(worker: Any) -> dict[str, Any]:
-    """The runner's class and generation, its attention backends, its KV-cache spec and its parameter bytes."""
+    """The runner's class and generation, its attention backends, its KV-cache spec (every layer vLLM gives KV cache,
+    the drafter's included) and its parameter bytes; with a model-based drafter, its class, its own parameter bytes
+    (what it shares with the target not counted again) and its share of the KV spec."""
     runner = _runner(worker)
     backends = set()
     for groups in getattr(runner, "attn_groups", None) or []:
         for g in groups:
             backends.add(getattr(g.backend, "__name__", str(g.backend)))
     model = runner.model if hasattr(runner, "model") else worker.get_model()
-    return {
+    spec = runner.get_kv_cache_spec()
+    weights, storages = parameter_bytes(model)
+    out = {
         "runner_class": type(runner).__name__,
         "runner": generation(runner),
         "attention_backends": sorted(backends),
-        "kv_cache": kv_cache_summary(runner.get_kv_cache_spec()),
-        "weights_bytes": int(sum(p.numel() * p.element_size() for p in model.parameters())),
+        "kv_cache": kv_cache_summary(spec),
+        "weights_bytes": weights,
         "rank": int(getattr(worker, "rank", 0) or 0),
+        "drafter": None,
     }
+    drafter = drafter_of(runner)
+    if drafter is not None:
+        names = _draft_layer_names(drafter) & set(spec)
+        out["drafter"] = {
+            "class": type(drafter).__name__,
+            "weights_bytes": parameter_bytes(drafter.model, storages)[0],
+            "kv_cache": {**kv_cache_summary({n: spec[n] for n in sorted(names)}), "layer_names": sorted(names)},
+        }
+    return out
 
 
 def captures(worker: Any) -> list[dict[str, Any]]:
-    """The graphs this worker's process captured, in vLLM's order, with their free-memory drops (hooks.CAPTURES)."""
+    """The graphs this worker's process captured, in vLLM's order, with their free-memory drops (hooks.CAPTURES); a V2
+    drafter graph says which of its speculator's managers captured it (`role`: `prefill` for draft step 0 and
+    DFlash's query pass, `decode` for EAGLE's one-token draft steps)."""
     from tuner.measure.vllm_engine.hooks import CAPTURES
 
-    return list(CAPTURES)
+    drafter = drafter_of(_runner(worker))
+    roles = {}
+    if drafter is not None:
+        for attr, role in (("prefill_cudagraph_manager", "prefill"), ("query_cudagraph_manager", "prefill"),
+                           ("decode_cudagraph_manager", "decode")):
+            manager = getattr(drafter, attr, None)
+            if manager is not None:
+                roles[id(manager)] = role
+    out = []
+    for c in CAPTURES:
+        c = dict(c)
+        manager = c.pop("manager_id", None)
+        if c.get("owner") == "drafter":
+            c["role"] = roles.get(manager, "prefill" if manager is None else "other")
+        out.append(c)
+    return out
+
+
+class without_drafter:
+    """While inside, the runner's target step runs without the drafter's pass: V1's `_dummy_run` calls
+    `drafter.dummy_run` and V2's calls `speculator.propose` after the target's forward (vLLM's own dummy step drafts
+    too), and the profile's target rows are the target's alone. The instance's method is replaced by a no-op that
+    counts its calls (`skipped`), the class's again afterwards."""
+
+    def __init__(self, runner: Any) -> None:
+        self.drafter = drafter_of(runner)
+        self.name = "propose" if generation(runner) == "v2" else "dummy_run"
+        self.skipped = 0
+
+    def _skip(self, *args: Any, **kwargs: Any) -> None:
+        self.skipped += 1
+
+    def __enter__(self) -> without_drafter:
+        if self.drafter is not None:
+            setattr(self.drafter, self.name, self._skip)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.drafter is not None:
+            delattr(self.drafter, self.name)
 
 
 def step_fn(runner: Any, num_tokens: int, mode: str, *, uniform: bool, context_len: int) -> Any:
@@ -101,31 +196,151 @@ def logits_fn(runner: Any, num_tokens: int) -> Any:
     return head
 
 
+def _summary(m: Any) -> dict[str, Any]:
+    return {"median_ms": m.median_ms, "iqr_ms": m.iqr_ms, "noisy": m.noisy, "warmup_reps": m.warmup_reps,
+            "samples_ms": [round(x, 6) for x in m.samples_ms]}
+
+
+def _clock(runner: Any) -> Any:
+    import torch
+
+    from tuner.measure.timing import CudaEventClock, WallClock
+
+    device = torch.device(runner.device)
+    return CudaEventClock(device) if device.type == "cuda" else WallClock()
+
+
 def time_width(worker: Any, num_tokens: int, modes: list[str], options: dict[str, Any]) -> dict[str, Any]:
     """Each of `modes` ("eager", "piecewise", "full", "logits") at `num_tokens`, back to back, with the budgets in
     `options` (warmup_ms, rep_ms, min_reps, max_reps, context_len, decode_query_len, max_num_seqs): {mode: summary or
-    {"error": text}}. A uniform decode width runs as one (PIECEWISE graphs serve mixed batches, so never)."""
-    import torch
-
+    {"error": text}}. A uniform decode width runs as one (PIECEWISE graphs serve mixed batches, so never). With a
+    model-based drafter its pass is left out of every step (`without_drafter`); a step's summary says how many
+    drafter passes were skipped (`drafter_calls_skipped`: one per call of the step)."""
     from tuner.measure.profile import error_text
-    from tuner.measure.timing import CudaEventClock, WallClock, measure
+    from tuner.measure.timing import measure
 
     runner = _runner(worker)
-    device = torch.device(runner.device)
-    clock = CudaEventClock(device) if device.type == "cuda" else WallClock()
+    clock = _clock(runner)
     out: dict[str, Any] = {}
     for mode in modes:
         try:
-            fn = (logits_fn(runner, num_tokens) if mode == "logits" else
-                  step_fn(runner, num_tokens, mode, uniform=is_uniform(num_tokens, options) and mode != "piecewise",
-                          context_len=options["context_len"]))
-            m = measure(fn, clock, warmup_ms=options["warmup_ms"], rep_ms=options["rep_ms"],
-                        min_reps=options["min_reps"], max_reps=options["max_reps"])
+            with without_drafter(runner) as skip:
+                fn = (logits_fn(runner, num_tokens) if mode == "logits" else
+                      step_fn(runner, num_tokens, mode, uniform=is_uniform(num_tokens, options) and mode != "piecewise",
+                              context_len=options["context_len"]))
+                m = measure(fn, clock, warmup_ms=options["warmup_ms"], rep_ms=options["rep_ms"],
+                            min_reps=options["min_reps"], max_reps=options["max_reps"])
         except Exception as exc:  # one mode failing must not lose the width's others
             out[mode] = {"error": error_text(exc)}
             continue
-        out[mode] = {"median_ms": m.median_ms, "iqr_ms": m.iqr_ms, "noisy": m.noisy, "warmup_reps": m.warmup_reps,
-                     "samples_ms": [round(x, 6) for x in m.samples_ms]}
+        out[mode] = _summary(m)
+        if skip.drafter is not None and mode != "logits":
+            out[mode]["drafter_calls_skipped"] = skip.skipped
+    return out
+
+
+DRAFTER_ROW_MODES = ("drafter_eager", "drafter_piecewise", "drafter_full")
+
+
+def _v2_graph_manager(drafter: Any) -> Any:
+    """The V2 speculator's manager of its width-keyed graphs: draft step 0's (EAGLE, EAGLE3, MTP, a 0.34 draft model)
+    or DFlash's query pass's."""
+    manager = getattr(drafter, "prefill_cudagraph_manager", None)
+    return manager if manager is not None else getattr(drafter, "query_cudagraph_manager", None)
+
+
+def _full_descriptor(manager: Any, num_tokens: int, query_len: int) -> Any:
+    """The FULL graph `manager` captured at `num_tokens` (no LoRA), the one at `query_len` tokens a request first;
+    LookupError when it captured none."""
+    found = [d for d in getattr(manager, "graphs", {}) if d.num_tokens == num_tokens and not d.num_active_loras
+             and str(getattr(d.cg_mode, "name", d.cg_mode)).lower() == "full"]
+    if not found:
+        raise LookupError(f"no FULL drafter graph captured for {num_tokens} tokens")
+    return min(found, key=lambda d: d.uniform_token_count != query_len)
+
+
+def drafter_step_fn(runner: Any, num_tokens: int, mode: str, *, query_len: int = 1) -> Any:
+    """A callable running vLLM's own drafter pass over `num_tokens` tokens in `mode` (one of DRAFTER_ROW_MODES), then
+    the drafter's LM head over them (as the target's rows compute logits for their own tokens).
+
+    V1 (the CPU build's runner too): `drafter.dummy_run`, the pass vLLM's dummy step and its graph capture run, for
+    one forward pass (`is_graph_capturing`: vLLM runs K of them otherwise, one per draft), its PIECEWISE graph replayed
+    with `use_cudagraphs`; like vLLM's own it builds no attention metadata. V2: the speculator's `_run_model`, eagerly
+    or through its PIECEWISE graphs (no attention metadata either), and for `drafter_full` a replay of the FULL graph
+    its manager captured at that width (model, logits and sampling of its requests, as vLLM records it: no LM head
+    after it)."""
+    import torch
+    from vllm.config import CUDAGraphMode
+
+    drafter = drafter_of(runner)
+    if drafter is None:
+        raise LookupError("the runner has no model-based drafter")
+    hidden = torch.zeros(num_tokens, _drafter_hidden_size(runner, drafter), dtype=runner.dtype, device=runner.device)
+    if generation(runner) == "v1":
+        graphs = mode == "drafter_piecewise"
+        if mode == "drafter_full":
+            raise LookupError("V1 captures the drafter in PIECEWISE graphs only")
+
+        def run() -> None:
+            drafter.dummy_run(num_tokens, use_cudagraphs=graphs, is_graph_capturing=True)
+    elif mode == "drafter_full":
+        manager = _v2_graph_manager(drafter)
+        desc = _full_descriptor(manager, num_tokens, query_len)
+
+        @torch.inference_mode()
+        def replay() -> None:
+            manager.run_fullgraph(desc)
+
+        return replay
+    else:
+        cg = CUDAGraphMode.PIECEWISE if mode == "drafter_piecewise" else CUDAGraphMode.NONE
+        standalone = any(c.__name__ == "StandaloneARSpeculator" for c in type(drafter).__mro__)
+        if standalone and cg != CUDAGraphMode.NONE:
+            raise LookupError("a V2 draft model's PIECEWISE graphs are not timed by cgtune yet")
+
+        def run() -> None:
+            if standalone:  # its pass takes its own token ids and positions
+                buffers = drafter.input_buffers
+                drafter._run_model(buffers.input_ids[:num_tokens], buffers.positions[:num_tokens], None, None, None)
+            else:
+                drafter._run_model(num_tokens, None, None, None, cudagraph_runtime_mode=cg)
+
+    @torch.inference_mode()
+    def step() -> None:
+        run()
+        drafter.model.compute_logits(hidden)
+
+    return step
+
+
+def _drafter_hidden_size(runner: Any, drafter: Any) -> int:
+    """The width of the hidden states the drafter's LM head reads (V1 keeps it as `hidden_size`)."""
+    size = getattr(drafter, "hidden_size", None)
+    if isinstance(size, int):
+        return size
+    config = getattr(getattr(drafter, "draft_model_config", None), "get_hidden_size", None)
+    return int(config()) if config is not None else int(runner.model_config.get_hidden_size())
+
+
+def time_drafter_width(worker: Any, num_tokens: int, modes: list[str], options: dict[str, Any]) -> dict[str, Any]:
+    """Each of `modes` (DRAFTER_ROW_MODES) at `num_tokens`, back to back, as `time_width` times the target's:
+    {mode without its `drafter_` prefix: summary or {"error": text}}."""
+    from tuner.measure.profile import error_text
+    from tuner.measure.timing import measure
+
+    runner = _runner(worker)
+    clock = _clock(runner)
+    out: dict[str, Any] = {}
+    for mode in modes:
+        key = mode.removeprefix("drafter_")
+        try:
+            fn = drafter_step_fn(runner, num_tokens, mode, query_len=options["decode_query_len"])
+            m = measure(fn, clock, warmup_ms=options["warmup_ms"], rep_ms=options["rep_ms"],
+                        min_reps=options["min_reps"], max_reps=options["max_reps"])
+        except Exception as exc:  # one mode failing must not lose the width's others
+            out[key] = {"error": error_text(exc)}
+            continue
+        out[key] = _summary(m)
     return out
 
 
@@ -135,6 +350,13 @@ def warm(worker: Any, widths: list[int], options: dict[str, Any]) -> None:
     runner = _runner(worker)
     for w in sorted(widths, reverse=True):
         step_fn(runner, w, "eager", uniform=is_uniform(w, options), context_len=options["context_len"])()
+
+
+def warm_drafter(worker: Any, widths: list[int]) -> None:
+    """One eager drafter pass at each width, widest first (as `warm` does for the target's steps)."""
+    runner = _runner(worker)
+    for w in sorted(widths, reverse=True):
+        drafter_step_fn(runner, w, "drafter_eager")()
 
 
 def is_uniform(num_tokens: int, options: dict[str, Any]) -> bool:
