@@ -374,6 +374,12 @@ def test_every_034_format_string_is_the_wheels_own_at_the_quoted_line():
     _in_order(engine_line, _fstring_parts(read["vllm/config/vllm.py"], 2891, assigned=False))
     assert "SpeculativeConfig(method='dflash', model='z-lab/dflash-draft', num_spec_tokens=16)" in engine_line
     assert 'return f"SpeculativeConfig({method=}, {model=}, {num_spec_tokens=})"' in read["vllm/config/speculative.py"]
+    # gpu_worker.py:696: a pinned start-up's f-string (0.33's literal parts), logged at :708 (`logger.info(msg)`).
+    name, fstring_line, call_line = v034.KV_RESERVED_AT
+    source = (root / name).read_text()
+    assert _fstring_parts(source, fstring_line) == list(v034.KV_RESERVED_PARTS)
+    call = _call_at(source, call_line)
+    assert isinstance(call.args[0], ast.Name) and call.args[0].id == "msg"
 
 
 # Run by vLLM 0.34.0's own code in a process of its own (its import sets process-wide state; the venv holds 0.33):

@@ -212,3 +212,17 @@ def _fstring_parts(source: str, line: int) -> list[str]:
     [value] = [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assign) and n.lineno == line]
     assert isinstance(value, ast.JoinedStr)
     return [p.value for p in value.values if isinstance(p, ast.Constant)]
+
+
+def test_the_pinned_start_ups_line_is_the_wheels_f_string_logged_where_quoted():
+    """A pinned start-up's line (KV_RESERVED_PARTS: gpu_worker.py's f-string, `logger.info(msg)` below it) in 0.33.0."""
+    name, fstring_line, call_line = fx.KV_RESERVED_AT
+    sources = _vllm_sources({name})
+    if sources is None:
+        reason = f"vLLM 0.33.0 neither installed nor its wheel at {WHEEL} (set CGTUNE_VLLM_WHEEL)"
+        if REQUIRED:
+            pytest.fail(f"CGTUNE_REQUIRE_VLLM=1 but {reason}")
+        pytest.skip(reason)
+    assert _fstring_parts(sources[name], fstring_line) == list(fx.KV_RESERVED_PARTS)
+    [call] = [n for n in ast.walk(ast.parse(sources[name])) if isinstance(n, ast.Call) and n.lineno == call_line]
+    assert ast.unparse(call) == "logger.info(msg)"

@@ -66,10 +66,14 @@ def predicted_log(run_dir: Path, *, kv_error: float, pool_error: float, tp: int 
     estimate and the capture time as predicted unless `capture_s` says otherwise), vLLM counting the KV cache in
     whole 16-token blocks; with `tp` > 1 every worker but the first off by `worst_pool_error`. The log is of the run's
     vLLM release (its engine's), with the run's KV-cache sizing. `overrides` go to `startup_log` (another list,
-    runner, ...). A fixture, never a measurement."""
+    runner, ...); `kv_cache_memory_bytes=N` among them writes a pinned start-up, its KV cache N (the reserved line
+    prints the setting as it is; `kv_error` then moves only the KV size line's tokens). A fixture, never a
+    measurement."""
     p = run_predictions(run_dir)
     kv = p["kv"] * (1 + kv_error)
-    tokens = int(p["kv_cache"] * (1 + kv_error) // p["kv_bytes_per_token"]) // 16 * 16
+    pin = overrides.get("kv_cache_memory_bytes")
+    kept = p["kv_cache"] if pin is None else pin
+    tokens = int(kept * (1 + kv_error) // p["kv_bytes_per_token"]) // 16 * 16
     errors = [pool_error] + [worst_pool_error if worst_pool_error is not None else pool_error] * (tp - 1)
     workers = [VllmWorker(kv, p["estimate"], p["pool"] * (1 + err),
                           capture_s=p["capture_s"] if capture_s is None else capture_s,

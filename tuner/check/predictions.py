@@ -4,7 +4,15 @@ bytes, tokens and concurrency, the real graph pool, the capture time, its non-KV
 with the error and whether the log line's rounding or cgtune's stated tolerance covers it. What a release logs
 differs (vLLM 0.34 under its extensible KV cache: no estimate, and the capacity it reserves before capture where 0.33
 logs the KV cache); the run's engine says what its log shows (`kv_line_figure`, `no_estimate_note`,
-`estimate_refusal`, `config_lists`, `read_compilation_config`)."""
+`estimate_refusal`, `config_lists`, `read_compilation_config`).
+
+A run whose summary.json records a `kv_pin` for the list the log is of (`cgtune validate --pin-kv`: the shipped files
+carry `--kv-cache-memory-bytes`) is held to a pinned start-up: vLLM must have reserved that KV cache (its "reserved X
+GiB memory for KV Cache as specified by kv_cache_memory_bytes config" line within its rounding of the pin, and the
+setting among its non-default args equal to it where they show it), and a pinned log of a run that pins nothing for
+the list is refused. Pinned, vLLM skips its memory profiling: no estimate and no non-KV figure to compare; the KV
+cache is the pin's, its tokens and concurrency the pin's by the engine's own rule (`kv_capacity`), the pool and the
+capture time as without it."""
 
 from __future__ import annotations
 
@@ -33,10 +41,11 @@ __all__ = [
     "write_calibration",
 ]
 
-QUANTITIES = ("vllm_graph_estimate_bytes", "kv_available_bytes", "kv_capacity_bytes", "kv_tokens", "max_concurrency",
-              "graph_pool_bytes", "capture_s", "non_kv_cache_bytes")
+QUANTITIES = ("vllm_graph_estimate_bytes", "kv_available_bytes", "kv_capacity_bytes", "kv_pinned_bytes", "kv_tokens",
+              "max_concurrency", "graph_pool_bytes", "capture_s", "non_kv_cache_bytes")
 """What `cgtune check` compares, in table order (summary.json's names where it has them; `kv_capacity_bytes`: the
-capacity vLLM 0.34 reserves before capture under its extensible KV cache, where 0.33 logs `kv_available_bytes`)."""
+capacity vLLM 0.34 reserves before capture under its extensible KV cache, where 0.33 logs `kv_available_bytes`;
+`kv_pinned_bytes`: the KV cache a pinned start-up reserved, in place of either)."""
 
 
 class CheckError(ValueError):
@@ -98,6 +107,8 @@ class CheckResult:
     """`as written` or `as the V1 runner runs it` (what the log's list is of the run's)."""
     quantities: dict[str, Quantity]
     notes: list[str]
+    kv_pin: dict[str, Any] | None = None
+    """summary.json's `kv_pin` the log was held to (None: an unpinned start-up of an unpinned list)."""
 
     def over(self, percent: float) -> list[str]:
         """Figures more than `percent` off their prediction beyond what the log's rounding explains (--fail-over)."""
@@ -109,6 +120,9 @@ class CheckResult:
                 "runner": self.log.runner, "runner_predicted": self.model.runner,
                 "vllm_version": self.log.vllm_version, "log": self.log.source,
                 "workers": [w.tag for w in self.log.workers],
+                # Only where the start-up was pinned: an unpinned check's JSON stays as it was.
+                **({"kv_pin": {"bytes": int(self.kv_pin["bytes"]), "list": self.kv_pin.get("list")}}
+                   if self.kv_pin is not None else {}),
                 "quantities": {name: q.as_dict() for name, q in self.quantities.items()}, "notes": self.notes}
 
 
@@ -152,9 +166,66 @@ def _unnamed(workload: Workload, sizes: tuple[int, ...]) -> str:
     return _brief(parts[0][1]) if len(parts) == 1 else _named(workload, sizes)
 
 
+def _run_pin(run_dir: Path, sizes: tuple[int, ...]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(summary.json's kv_pin when it is of `sizes`, the list the log is of; the kv_pin it records for any list): a pin
+    is of the shipped list's files only (tuner.report.run's write_run keeps it while its capture_sizes are that
+    list's)."""
+    from tuner.decision.run_dir import recorded_summary
+
+    pin = recorded_summary(run_dir).get("kv_pin")
+    if not (isinstance(pin, dict) and isinstance(pin.get("bytes"), int) and pin["bytes"] > 0):
+        return None, None
+    return (pin if list(pin.get("capture_sizes", ())) == list(sizes) else None), pin
+
+
+def _gib(b: float) -> str:
+    return f"{b / GIB:.2f} GiB"
+
+
+def _refuse_other_pin(log: StartupLog, pin: dict[str, Any] | None, any_pin: dict[str, Any] | None) -> None:
+    """One line when the log's KV cache is not pinned as the run's files pin it for the log's list: the run pins it
+    (summary.json kv_pin) and vLLM ran without that `--kv-cache-memory-bytes`, or vLLM ran pinned and the run pins
+    nothing for the list. The reserved line prints the setting to 2 decimals of a GiB (format_gib): within half of
+    that it is the pin. A log that shows neither (cut before the KV line, no non-default args) is left to
+    `_refuse_truncated`."""
+    src = log.source
+    reserved = [(w.tag, w.kv_reserved_gib) for w in log.workers if w.kv_reserved_gib is not None]
+    if pin is None:
+        if not log.kv_pinned:
+            return
+        given = (f"--kv-cache-memory-bytes {log.kv_cache_memory_bytes}" if log.kv_cache_memory_bytes is not None
+                 else "kv_cache_memory_bytes")
+        what = (f" (it reserved {reserved[0][1]} GiB for the KV cache and skipped its memory profiling)" if reserved
+                else "")
+        which = (f" (it pins its {any_pin.get('list') or 'shipped'} list's, in that list's files)" if any_pin is not None
+                 else "")
+        raise CheckError(f"--vllm-log: {src}: vLLM ran with {given}{what}, which the run does not pin for this list: "
+                         f"its summary.json records no kv_pin for it{which}; start vLLM with the run's vllm-serve.yaml")
+    n = int(pin["bytes"])
+    without = (f"--vllm-log: {src}: vLLM ran without the run's --kv-cache-memory-bytes {n} ({_gib(n)} per rank, its "
+               f"summary.json kv_pin for the {pin.get('list') or 'shipped'} list)")
+    fix = "start it with the run's vllm-serve.yaml"
+    if log.kv_cache_memory_bytes is not None and log.kv_cache_memory_bytes != n:
+        raise CheckError(f"{without}: its non-default args have kv_cache_memory_bytes={log.kv_cache_memory_bytes}; "
+                         f"{fix}")
+    profiled = next((w for w in log.workers if w.kv_available_gib is not None), None)
+    if profiled is not None:
+        who = f"{profiled.tag} " if profiled.tag else ""
+        raise CheckError(f"{without}: {who}profiled its memory and sized the KV cache itself (\"Available KV cache "
+                         f"memory: {profiled.kv_available_gib} GiB\"); {fix}")
+    for tag, gib in reserved:
+        if abs(gib - n / GIB) > GIB_RESOLUTION + 1e-9:
+            who = f" ({tag})" if tag else ""
+            raise CheckError(f"{without}: it reserved {gib} GiB for the KV cache{who}, not the pin's {_gib(n)}; {fix}")
+    if not log.kv_pinned and log.non_default_args:
+        raise CheckError(f"{without}: its non-default args have no kv_cache_memory_bytes; {fix}")
+
+
 def _refuse_other_configuration(workload: Workload, log: StartupLog, sizes: tuple[int, ...],
-                                runs: tuple[int, ...]) -> str:
-    """One line when the log is not of this run's list and settings; returns what the log's list is of the run's."""
+                                runs: tuple[int, ...], pin: dict[str, Any] | None = None,
+                                any_pin: dict[str, Any] | None = None) -> str:
+    """One line when the log is not of this run's list and settings (its KV cache pinned as the run pins it for that
+    list: `pin`; `any_pin`: the run's pin of whichever list); returns what the log's list is of the run's."""
     src, s, engine = log.source, workload.serving, workload.engine
     # A release that captures another number of lists than the run's (0.33 one, 0.34 two) ran another list.
     if log.split_lists != engine.split_lists:
@@ -189,6 +260,9 @@ def _refuse_other_configuration(workload: Workload, log: StartupLog, sizes: tupl
         got = log.settings.get(name)
         if got is not None and not math.isclose(got, value, abs_tol=5e-5):
             raise CheckError(f"--vllm-log: {src}: vLLM ran {name}={got:g}, the run's workload has {value:g}")
+    _refuse_other_pin(log, pin, any_pin)
+    if log.kv_pinned:  # pinned, vLLM skips its estimate and every line of it, whatever the workload's flag
+        return "as written" if log.capture_sizes == sizes else f"as the {engine.runner.upper()} runner runs it"
     logged_estimate = any(w.pool_estimated_gib is not None or w.utilization is not None
                           or w.v1_estimate_gib is not None for w in log.workers)
     why = engine.estimate_refusal(warned_disabled=log.estimate_disabled, logged_estimate=logged_estimate)
@@ -197,8 +271,12 @@ def _refuse_other_configuration(workload: Workload, log: StartupLog, sizes: tupl
     return "as written" if log.capture_sizes == sizes else f"as the {engine.runner.upper()} runner runs it"
 
 
-def _refuse_truncated(log: StartupLog) -> None:
+def _refuse_truncated(log: StartupLog, pinned: bool = False) -> None:
     src = log.source
+    if not log.workers and pinned:
+        raise CheckError(f"--vllm-log: {src} ends before vLLM reserved its KV cache (no \"Initial free memory ... "
+                         f"GiB, reserved ... GiB memory for KV Cache\" line after the engine-config line); pass the log "
+                         f"of a whole start-up")
     if not log.workers:
         raise CheckError(f"--vllm-log: {src} ends before vLLM sized its KV cache (no \"Available KV cache memory\" "
                          f"line after the engine-config line); pass the log of a whole start-up")
@@ -245,11 +323,8 @@ def _bytes(figures: dict[str, tuple[float, float, str]]) -> dict[str, tuple[floa
     return {t: (v * GIB, r * GIB, line) for t, (v, r, line) in figures.items()}
 
 
-def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: list[str]) -> list[Quantity | None]:
-    b = model.budget
-    enabled = b.estimate_enabled
-    estimates = _per_worker(log, lambda w: _estimate_gib(model, w))
-
+def _pool_figure(notes: list[str]) -> Callable[[WorkerFigures], tuple[float, float, str] | None]:
+    """A worker's real graph pool (GiB, resolution, line): the pool line's actual figure, else the capture line's."""
     def pool(w: WorkerFigures) -> tuple[float, float, str] | None:
         assert w.real_capture is not None  # _refuse_truncated saw to it
         real = w.pool_actual_gib if w.pool_actual_gib is not None else w.real_capture[1]
@@ -257,6 +332,15 @@ def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
             notes.append(f"{w.tag or 'the worker'} logged a negative graph capture ({real} GiB): invalid, not compared")
             return None
         return real, GIB_RESOLUTION, "Graph capturing finished ... took / CUDA graph pool memory (actual)"
+
+    return pool
+
+
+def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: list[str]) -> list[Quantity | None]:
+    b = model.budget
+    enabled = b.estimate_enabled
+    estimates = _per_worker(log, lambda w: _estimate_gib(model, w))
+    pool = _pool_figure(notes)
 
     def non_kv(w: WorkerFigures) -> tuple[float, float, str] | None:
         # vLLM's own rule: available KV = requested - non-KV - the estimate it subtracted.
@@ -286,9 +370,36 @@ def _memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
     ]
 
 
-def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: list[str]) -> list[Quantity | None]:
+def _pinned_memory_quantities(model: CostModel, e: Evaluation, log: StartupLog, pin: dict[str, Any],
+                              notes: list[str]) -> list[Quantity | None]:
+    """A pinned start-up's memory figures: the KV cache it reserved (the pin, to vLLM's 2 decimals of a GiB) and the
+    real pool; vLLM skipped its memory profiling, so there is no estimate and no non-KV figure to compare."""
+    n = int(pin["bytes"])
+    notes.append(f"vLLM started with the run's --kv-cache-memory-bytes {n} ({n / GIB:.3f} GiB per rank, summary.json's "
+                 f"kv_pin) and skipped its memory profiling: it made no graph-memory estimate and logged no non-KV "
+                 f"figure (no \"Available KV cache memory\" line, no memory summary), so vllm_graph_estimate_bytes and "
+                 f"non_kv_cache_bytes are not compared; kv_pinned_bytes is the pin against the KV cache vLLM reserved, "
+                 f"kv_tokens and max_concurrency the pin's by the engine's block rule")
+    line = "Initial free memory ... GiB, reserved X GiB memory for KV Cache as specified by kv_cache_memory_bytes"
+    reserved = _per_worker(log, lambda w: (w.kv_reserved_gib, GIB_RESOLUTION, line)
+                           if w.kv_reserved_gib is not None else None)
+    return [
+        _quantity("kv_pinned_bytes", "bytes", n, _bytes(reserved), None),
+        _quantity("graph_pool_bytes", "bytes", e.graph_memory_bytes, _bytes(_per_worker(log, _pool_figure(notes))),
+                  MEMORY_GOAL),
+    ]
+
+
+def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: list[str],
+                       kv_bytes: float | None = None) -> list[Quantity | None]:
+    """The engine's KV size and concurrency, and the capture time. `kv_bytes`: the KV cache the figures follow from
+    (a pinned start-up's pin), else the list's predicted KV cache."""
     assert log.kv_tokens is not None and log.max_concurrency is not None
     kv_line = "GPU KV cache size: N tokens, Maximum concurrency ..."
+    if kv_bytes is None:
+        tokens, concurrency = kv_tokens(model, e), max_concurrency(model, e)
+    else:  # the engine's own rule, on the pin: whole blocks, as vLLM counts them
+        tokens, concurrency = model.engine.kv_capacity(int(kv_bytes), model.kv_bytes_per_token)
     capture_s = predicted_capture_s(model, e.runs_as)
     if capture_s is None:
         notes.append("capture_s is not compared: the profile records no capture time for the graphs the list captures")
@@ -296,9 +407,8 @@ def _engine_quantities(model: CostModel, e: Evaluation, log: StartupLog, notes: 
         notes.append("capture_s predicted = the profile's capture seconds summed over the list's graphs; vLLM's figure "
                      "also holds its warm-up runs and set-up, and no tolerance is stated for it")
     return [
-        _quantity("kv_tokens", "tokens", kv_tokens(model, e), {"": (log.kv_tokens, 0, kv_line)}, None),
-        _quantity("max_concurrency", "x", max_concurrency(model, e),
-                  {"": (log.max_concurrency, 0.005, kv_line)}, None),
+        _quantity("kv_tokens", "tokens", tokens, {"": (log.kv_tokens, 0, kv_line)}, None),
+        _quantity("max_concurrency", "x", concurrency, {"": (log.max_concurrency, 0.005, kv_line)}, None),
         _quantity("capture_s", "s", capture_s,
                   _per_worker(log, lambda w: (w.real_capture[0], 0.5, "Graph capturing finished in N secs")
                               if w.real_capture else None), None),
@@ -361,17 +471,22 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
         runs = workload.engine.runs_as(sizes)
     except ValueError as exc:
         raise CheckError(f"run_dir: {run_dir}/{COMPILATION_CONFIG_FILE}: a list vLLM refuses ({exc})") from None
-    list_kind = _refuse_other_configuration(workload, log, sizes, runs)
-    _refuse_truncated(log)
+    pin, any_pin = _run_pin(run_dir, sizes)
+    list_kind = _refuse_other_configuration(workload, log, sizes, runs, pin, any_pin)
+    _refuse_truncated(log, pinned=pin is not None)
     try:
         model, _ = load_run(run_dir)
     except ValueError as exc:  # ModelError: one line naming the file
         raise CheckError(f"run_dir: {str(exc).splitlines()[0]}") from None
     e = model.evaluate(sizes)
     notes = _context_notes(model, log, list_kind)
-    found = _memory_quantities(model, e, log, notes) + _engine_quantities(model, e, log, notes)
+    if pin is None:
+        found = _memory_quantities(model, e, log, notes) + _engine_quantities(model, e, log, notes)
+    else:
+        found = (_pinned_memory_quantities(model, e, log, pin, notes)
+                 + _engine_quantities(model, e, log, notes, kv_bytes=pin["bytes"]))
     by_name = {q.name: q for q in found if q is not None}
-    return CheckResult(model, e, log, list_kind, {n: by_name[n] for n in QUANTITIES if n in by_name}, notes)
+    return CheckResult(model, e, log, list_kind, {n: by_name[n] for n in QUANTITIES if n in by_name}, notes, pin)
 
 
 def write_calibration(result: CheckResult, out_json: Path, *, command: str) -> dict[str, Any]:

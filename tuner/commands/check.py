@@ -40,6 +40,9 @@ class CheckCommand(Command):
         "for vLLM's graph-memory estimate, the KV cache it sized (bytes, tokens, max concurrency), the real graph\n"
         "pool, the capture time and its non-KV memory: cgtune's prediction, vLLM's figure, the error\n"
         "(logged / predicted - 1) and whether the log line's rounding or cgtune's stated tolerance covers it.\n"
+        "A run pinned by `cgtune validate --pin-kv` (summary.json's kv_pin) must be checked against vLLM started with\n"
+        "its --kv-cache-memory-bytes, and an unpinned run against vLLM started without one; pinned, vLLM makes no\n"
+        "estimate and logs no non-KV memory, and the KV cache, tokens and concurrency are the pin's.\n"
         "Exit 0 when it could compare, whatever the errors (1 with --fail-over), 2 on bad input.\n\n"
         "examples:\n"
         "  vllm serve --config runs/dflash/vllm-serve.yaml 2>&1 | tee vllm.log\n"
@@ -120,6 +123,10 @@ class CheckCommand(Command):
               f"{model.engine.tops_text(sizes)}); "
               f"runner {(log.runner or '?').upper()} (predicted {model.runner.upper()}); {len(log.workers)} "
               f"worker(s): {workers}")
+        if result.kv_pin is not None:
+            pin = int(result.kv_pin["bytes"])
+            print(f"KV cache: pinned, --kv-cache-memory-bytes {pin} ({pin / GIB:.3f} GiB per rank), as the run's "
+                  f"summary.json records for its {result.kv_pin.get('list') or 'shipped'} list")
         print()
         print(f"{'quantity':<27} {'predicted':>14} {'vLLM logged':>14} {'error':>9}  within")
         for q in result.quantities.values():

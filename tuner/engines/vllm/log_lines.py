@@ -11,6 +11,8 @@ __all__ = [
     "ESTIMATE_DISABLED",
     "GIB",
     "KV_AVAILABLE",
+    "KV_RESERVED_AT",
+    "KV_RESERVED_PARTS",
     "KV_SIZE",
     "LOADING",
     "MODEL_LOADING",
@@ -22,6 +24,7 @@ __all__ = [
     "WARMUP",
     "estimate_line_note",
     "format_gib",
+    "kv_reserved_line",
     "memory_lines",
 ]
 
@@ -34,6 +37,22 @@ LOADING = "Loading model from scratch..."  # v1/worker/gpu/model_runner.py:399
 MODEL_LOADING = "Model loading took %s GiB memory and %.6f seconds"  # v1/worker/gpu/model_runner.py:428
 V1_ESTIMATE = "Estimated CUDA graph memory: %.2f GiB total"  # v1/worker/gpu_model_runner.py:6409 (V1 only)
 KV_AVAILABLE = "Available KV cache memory: %s GiB"  # v1/worker/gpu_worker.py:772
+KV_RESERVED_PARTS = (  # the literal parts of the f-string at v1/worker/gpu_worker.py:664, logged at :676 in place of
+    # KV_AVAILABLE when kv_cache_memory_bytes is set: format_gib(init free memory), then format_gib(the setting)
+    "Initial free memory ",
+    " GiB, reserved ",
+    " GiB memory for "
+    "KV Cache as specified by kv_cache_memory_bytes config and "
+    "skipped memory profiling. This does not respect the "
+    "gpu_memory_utilization config. Only use kv_cache_memory_bytes "
+    "config when you want manual control of KV cache memory "
+    "size. If OOM'ed, check the difference of initial free "
+    "memory between the current run and the previous run "
+    "where kv_cache_memory_bytes is suggested and update it "
+    "correspondingly.",
+)
+KV_RESERVED_AT = ("vllm/v1/worker/gpu_worker.py", 664, 676)
+"""(file, line of the f-string, line of the logging call) of the pinned start-up's line in 0.33.0."""
 UTIL_HINT = (  # v1/worker/gpu_worker.py:787 (an estimate > 0, subtracted)
     "CUDA graph memory profiling is enabled (default since "
     "v0.21.0). The current --gpu-memory-utilization=%.4f is "
@@ -64,6 +83,14 @@ POOL = ("CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), "  # v1/wo
 def format_gib(b: float) -> str:
     """vllm/utils/mem_utils.py:30: GiB rounded to 2 decimals, printed by str (5.1, not 5.10)."""
     return f"{round(b / GIB, 2)}"
+
+
+def kv_reserved_line(free_bytes: float, kv_cache_memory_bytes: int) -> str:
+    """The line a worker logs when kv_cache_memory_bytes pins its KV cache (gpu_worker.py determine_available_memory's
+    first branch, the same f-string in 0.33.0 and 0.34.0): its free memory at start-up and the setting, each through
+    format_gib. It then skips the memory profiling, the graph-memory estimate and every line made of them."""
+    start, reserved, rest = KV_RESERVED_PARTS
+    return f"{start}{format_gib(free_bytes)}{reserved}{format_gib(kv_cache_memory_bytes)}{rest}"
 
 
 def estimate_line_note(runner: str) -> str:

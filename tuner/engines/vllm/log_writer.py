@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # The format strings, verbatim, live beside it (the report predicts the lines with them): imported, not retyped.
-from tuner.engines.vllm.log_lines import (CAPTURE, ENGINE_CONFIG, ESTIMATE_DISABLED, GIB, KV_AVAILABLE, KV_SIZE,
-                                          LOADING, MODEL_LOADING, NON_DEFAULT_ARGS, POOL, UTIL_HINT, V1_ESTIMATE,
-                                          V2_RUNNER, WARMUP, format_gib)
+from tuner.engines.vllm.log_lines import (CAPTURE, ENGINE_CONFIG, ESTIMATE_DISABLED, GIB, KV_AVAILABLE, KV_RESERVED_AT,
+                                          KV_SIZE, LOADING, MODEL_LOADING, NON_DEFAULT_ARGS, POOL, UTIL_HINT,
+                                          V1_ESTIMATE, V2_RUNNER, WARMUP, format_gib, kv_reserved_line)
 from tuner.engines.vllm.v034 import log_lines as v034
 from tuner.engines.vllm.v034.dispatch import split_keys
 
@@ -122,6 +122,7 @@ class VllmWorker:
 
     kv_available_bytes: float
     estimate_bytes: float
+    """Neither is logged by a pinned start-up (`kv_cache_memory_bytes`), which reserves the setting instead."""
     pool_bytes: float
     capture_s: float
     process: tuple[str, int] = ("EngineCore", 4100)
@@ -130,6 +131,13 @@ class VllmWorker:
     """For the memory summary line (None: no summary line, as with --kv-cache-memory)."""
     total_bytes: float = 150.0 * GIB
     free_bytes: float = 149.0 * GIB
+    """Free device memory at start-up (the memory summary's, and a pinned start-up's "Initial free memory")."""
+
+
+def _pinned_where(at: tuple[str, int, int]) -> str:
+    """The [file:line] of the pinned line's logging call."""
+    name, _, line = at
+    return f"{name.rsplit('/', 1)[-1]}:{line}"
 
 
 def startup_log(workers: list[VllmWorker], *, capture_sizes: Sequence[int], kv_tokens: int, max_concurrency: float,
@@ -137,10 +145,15 @@ def startup_log(workers: list[VllmWorker], *, capture_sizes: Sequence[int], kv_t
                 max_num_seqs: int | None = None, gpu_memory_utilization: float | None = None,
                 estimate_enabled: bool = True, cudagraph_mode: str = "FULL_AND_PIECEWISE", enforce_eager: bool = False,
                 version: str = "0.33.0", extensible: bool = True, record: Sequence[int] | None = None,
-                prefix: str = "", color: bool = False, end_after: str | None = None) -> str:
+                kv_cache_memory_bytes: int | None = None, prefix: str = "", color: bool = False,
+                end_after: str | None = None) -> str:
     """One `vllm serve` start-up of vLLM `version` (0.33.x or 0.34.x), lines in that release's order (0.34:
     `startup_log_034`). 0.33: the API server's non-default args, the engine config, each worker's loading, (V2)
     profiling capture, KV line and hint, the engine's KV size, each worker's capture, pool line and memory summary.
+    `kv_cache_memory_bytes`: a pinned start-up (`--kv-cache-memory-bytes`, among the non-default args): each worker
+    logs the KV cache it reserved (the setting) in place of its KV line, and skips its memory profiling, so no
+    estimate (V1's line, V2's profiling capture, the hint or the warning, the pool line) and no memory summary
+    (printed only when kv_cache_memory_bytes is None); the KV size and the capture are logged as without it.
     `gpu_memory_utilization`: None for the release's default (not among the non-default args; 0.33: 0.9, as 0.9 is);
     `extensible` and `record` are 0.34's. `end_after`: cut the log after the first line holding that text (a truncated
     log)."""
@@ -150,7 +163,8 @@ def startup_log(workers: list[VllmWorker], *, capture_sizes: Sequence[int], kv_t
                                method=method, k=k, max_num_seqs=max_num_seqs,
                                gpu_memory_utilization=gpu_memory_utilization, estimate_enabled=estimate_enabled,
                                cudagraph_mode=cudagraph_mode, enforce_eager=enforce_eager, version=version,
-                               extensible=extensible, record=record, prefix=prefix, color=color, end_after=end_after)
+                               extensible=extensible, record=record, kv_cache_memory_bytes=kv_cache_memory_bytes,
+                               prefix=prefix, color=color, end_after=end_after)
     if _release(version) != "0.33":
         raise ValueError(f"{version=}: cgtune writes vLLM 0.33's and 0.34's start-up logs only")
     capture_sizes = list(capture_sizes)
@@ -162,6 +176,8 @@ def startup_log(workers: list[VllmWorker], *, capture_sizes: Sequence[int], kv_t
         args["max_num_seqs"] = max_num_seqs
     if gpu_memory_utilization not in (None, 0.9):
         args["gpu_memory_utilization"] = gpu_memory_utilization
+    if kv_cache_memory_bytes is not None:  # CacheConfig's flag, added right after --gpu-memory-utilization
+        args["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
     gpu_memory_utilization = 0.9 if gpu_memory_utilization is None else gpu_memory_utilization
     args["compilation_config"] = {"cudagraph_mode": cudagraph_mode, "cudagraph_capture_sizes": capture_sizes}
     w.log(api, "utils.py:96", NON_DEFAULT_ARGS, args)
@@ -176,7 +192,11 @@ def startup_log(workers: list[VllmWorker], *, capture_sizes: Sequence[int], kv_t
         w.log(x.process, "model_runner.py:399", LOADING)
         w.log(x.process, "model_runner.py:428", MODEL_LOADING, format_gib(16.06 * GIB), 11.25)
     graphs = not enforce_eager
+    pinned = kv_cache_memory_bytes is not None
     for x in workers:
+        if pinned:  # gpu_worker.py:656: the pin's branch returns before the profiling, the estimate and its lines
+            w.log(x.process, _pinned_where(KV_RESERVED_AT), kv_reserved_line(x.free_bytes, int(kv_cache_memory_bytes)))
+            continue
         if graphs and runner == "v1":
             w.log(x.process, "gpu_model_runner.py:6409", V1_ESTIMATE, x.estimate_bytes / GIB)
         if graphs and runner == "v2":  # V2's estimate captures into a throwaway pool, and says so (capture_model)
@@ -196,10 +216,11 @@ def startup_log(workers: list[VllmWorker], *, capture_sizes: Sequence[int], kv_t
                 w.log(x.process, "gpu_worker.py:971", WARMUP, size)
             w.log(x.process, "model_runner.py:1163" if runner == "v2" else "gpu_model_runner.py:6516", CAPTURE,
                   x.capture_s, x.pool_bytes / GIB)
-            diff = abs(x.pool_bytes - x.estimate_bytes)
-            w.log(x.process, "gpu_worker.py:1003", POOL, round(x.pool_bytes / GIB, 2), round(x.estimate_bytes / GIB, 2),
-                  round(diff / GIB, 2), 100 * diff / max(x.pool_bytes, 1))
-        if x.requested_bytes is not None:
+            if not pinned:  # gpu_worker.py:997: only where an estimate was made
+                diff = abs(x.pool_bytes - x.estimate_bytes)
+                w.log(x.process, "gpu_worker.py:1003", POOL, round(x.pool_bytes / GIB, 2),
+                      round(x.estimate_bytes / GIB, 2), round(diff / GIB, 2), 100 * diff / max(x.pool_bytes, 1))
+        if x.requested_bytes is not None and not pinned:  # gpu_worker.py:1012: only when kv_cache_memory_bytes is None
             estimate = x.estimate_bytes if estimate_enabled and graphs else 0.0
             non_kv = x.requested_bytes - x.kv_available_bytes - estimate
             w.log(x.process, "gpu_worker.py:1066", _memory_summary(
@@ -295,8 +316,8 @@ def startup_log_034(workers: list[VllmWorker], *, capture_sizes: Sequence[int], 
                     k: int = 0, max_num_seqs: int | None = None, gpu_memory_utilization: float | None = None,
                     estimate_enabled: bool = True, cudagraph_mode: str = "FULL_AND_PIECEWISE",
                     enforce_eager: bool = False, version: str = "0.34.0", extensible: bool = True,
-                    record: Sequence[int] | None = None, prefix: str = "", color: bool = False,
-                    end_after: str | None = None) -> str:
+                    record: Sequence[int] | None = None, kv_cache_memory_bytes: int | None = None,
+                    prefix: str = "", color: bool = False, end_after: str | None = None) -> str:
     """One vLLM 0.34 `vllm serve` start-up for a list's keys (`capture_sizes`: prefill token sizes, and -n for a decode
     graph of n requests), in 0.34's order. With the extensible KV cache (`extensible`, 0.34's default): non-default
     args (both lists and their caps), the engine config, each worker's loading, its "Available KV cache memory" (a
@@ -305,7 +326,10 @@ def startup_log_034(workers: list[VllmWorker], *, capture_sizes: Sequence[int], 
     strings: the estimate's profiling capture, the KV line, the hint (or, with the estimate off, 0.34's shorter
     warning, and no estimate at all), the KV size, the capture, the pool line where an estimate was made. 0.34 logs
     no runner line (V2 is its only runner) and, its record lying in the one compile range, no warm-up sizes.
-    `record`: the engine config's `cudagraph_capture_sizes` (default `default_record_034`)."""
+    `record`: the engine config's `cudagraph_capture_sizes` (default `default_record_034`). `kv_cache_memory_bytes`:
+    a pinned start-up (among the non-default args), which turns the extensible KV cache off whatever `extensible`
+    says (vllm.py _resolve_extensible_kv_cache): each worker's reserved line in place of its KV line, no estimate,
+    the KV size before the capture, no pool line and no memory summary."""
     if runner != "v2":
         raise ValueError(f"{runner=}: vLLM 0.34 has the V2 model runner only")
 
@@ -321,6 +345,10 @@ def startup_log_034(workers: list[VllmWorker], *, capture_sizes: Sequence[int], 
         args["max_num_seqs"] = max_num_seqs
     if gpu_memory_utilization is not None:  # 0.34's default is None (resolved below): any value given is non-default
         args["gpu_memory_utilization"] = gpu_memory_utilization
+    pinned = kv_cache_memory_bytes is not None
+    if pinned:  # CacheConfig's flag, added right after --gpu-memory-utilization
+        args["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        extensible = False
     # The compilation config vLLM was given: the run's files (tuner.engines.vllm.v034.emit), parsed by the CLI.
     given = (dict(mode="NONE", prefill=None, max_prefill=None, decode=None, max_decode=None)
              if cudagraph_mode == "NONE" or not capture_sizes else
@@ -346,8 +374,12 @@ def startup_log_034(workers: list[VllmWorker], *, capture_sizes: Sequence[int], 
     util = gpu_memory_utilization if gpu_memory_utilization is not None else 1.0 if extensible else 0.92
     # gpu_worker.py:742-747: the estimate is made only where its flag is on; model_runner.py:1121: 0 (none made, no
     # profiling capture) under the extensible KV cache.
-    estimated = graphs and estimate_enabled and not extensible
+    estimated = graphs and estimate_enabled and not extensible and not pinned
     for x in workers:
+        if pinned:  # gpu_worker.py:688: the pin's branch returns before the profiling, the estimate and its lines
+            w.log(x.process, _pinned_where(v034.KV_RESERVED_AT),
+                  v034.kv_reserved_line(x.free_bytes, int(kv_cache_memory_bytes)))
+            continue
         if estimated:
             w.log(x.process, where(v034.CAPTURE), v034.CAPTURE, x.capture_s / 3, x.estimate_bytes / GIB)
         w.log(x.process, where(v034.KV_AVAILABLE), v034.KV_AVAILABLE, format_gib(x.kv_available_bytes))
@@ -368,7 +400,7 @@ def startup_log_034(workers: list[VllmWorker], *, capture_sizes: Sequence[int], 
             diff = abs(x.pool_bytes - x.estimate_bytes)
             w.log(x.process, where(v034.POOL), v034.POOL, round(x.pool_bytes / GIB, 2),
                   round(x.estimate_bytes / GIB, 2), round(diff / GIB, 2), 100 * diff / max(x.pool_bytes, 1))
-        if x.requested_bytes is not None:
+        if x.requested_bytes is not None and not pinned:  # gpu_worker.py:1121: only when kv_cache_memory_bytes is None
             estimate = x.estimate_bytes if estimated else 0.0
             non_kv = x.requested_bytes - x.kv_available_bytes - estimate
             name, _, line = v034.MEMORY_SUMMARY_AT

@@ -1,6 +1,6 @@
 """Read vLLM 0.33's or 0.34's start-up log: the capture list and serving settings the engine ran with, and each
 worker's own figures for graph memory, KV cache and capture time, from a whole server log (any prefixes; other lines
-ignored).
+ignored), pinned (`--kv-cache-memory-bytes`) or not.
 
 Every pattern below is one of vLLM 0.33.0's INFO format strings (file and line beside it); 0.34.0 logs the same
 strings (tuner/engines/vllm/v034/log_lines.py says where), in another order under its extensible KV cache, and no
@@ -44,6 +44,11 @@ _V2_RUNNER = re.compile(r"Using V2 Model Runner")
 _V1_ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({_NUM}) GiB total")
 # v1/worker/gpu_worker.py:772 "Available KV cache memory: %s GiB" (format_gib: round(b / GiB, 2), printed by str)
 _KV_AVAILABLE = re.compile(rf"Available KV cache memory: ({_NUM}) GiB")
+# v1/worker/gpu_worker.py:664 (logged at :676; 0.34.0: :696 and :708), the f-string of a pinned start-up in place of
+# the line above: "Initial free memory {format_gib(free)} GiB, reserved {format_gib(kv_cache_memory_bytes)} GiB memory
+# for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. ..."
+_KV_RESERVED = re.compile(rf"Initial free memory ({_NUM}) GiB, reserved ({_NUM}) GiB memory for KV Cache as specified "
+                          rf"by kv_cache_memory_bytes config and skipped memory profiling")
 # v1/worker/gpu_worker.py:787 "... The current --gpu-memory-utilization=%.4f is equivalent to
 # --gpu-memory-utilization=%.4f without CUDA graph memory profiling. ..." (estimate > 0 and enabled)
 _UTIL_HINT = re.compile(rf"The current --gpu-memory-utilization=({_NUM}) is equivalent to "
@@ -86,6 +91,9 @@ _SETTING = {"tensor_parallel_size": re.compile(r"\btensor_parallel_size=(\d+)"),
             "enforce_eager": re.compile(r"\benforce_eager=(True|False)")}
 _ARG = {name: re.compile(rf"'{name}': ({_NUM})\b")
         for name in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "max_model_len")}
+# `--kv-cache-memory-bytes` (or vllm-serve.yaml's kv-cache-memory-bytes) as the CLI parsed it: a whole number of bytes
+# (arg_utils.py human_readable_int), among the non-default args only when it is set.
+_KV_PIN_ARG = re.compile(r"'kv_cache_memory_bytes': (\d+)\b")
 
 GIB_RESOLUTION = 0.005
 """Half the last printed digit of a GiB figure (2 decimals)."""
@@ -103,6 +111,11 @@ class WorkerFigures:
     """vLLM's process tag, e.g. `Worker_TP1 pid=4242` (`EngineCore pid=...` with one GPU; "" when lines carry none)."""
     kv_available_gib: float | None = None
     """"Available KV cache memory": requested - non-KV - the graph-memory estimate it subtracted."""
+    kv_reserved_gib: float | None = None
+    """A pinned start-up's "reserved X GiB memory for KV Cache as specified by kv_cache_memory_bytes config" (the
+    setting, to 2 decimals), logged in place of "Available KV cache memory": no profiling, no estimate."""
+    initial_free_gib: float | None = None
+    """... "Initial free memory F GiB" of the same line (free device memory when the worker started)."""
     v1_estimate_gib: float | None = None
     """"Estimated CUDA graph memory" (the V1 runner only)."""
     utilization: tuple[float, float] | None = None
@@ -110,7 +123,8 @@ class WorkerFigures:
     estimate_disabled: bool = False
     """It warned that VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (no estimate subtracted)."""
     captures: list[tuple[float, float, bool]] = field(default_factory=list)
-    """Every "Graph capturing finished in S secs, took G GiB", with whether it came after the KV line (the real
+    """Every "Graph capturing finished in S secs, took G GiB", with whether it came after the KV (or pinned) line (the
+    real
     capture; V2 logs its estimate's profiling capture too, before it)."""
     pool_actual_gib: float | None = None
     """"CUDA graph pool memory: X GiB (actual)" (the real capture's free-memory drop)."""
@@ -125,7 +139,7 @@ class WorkerFigures:
 
     @property
     def real_capture(self) -> tuple[float, float] | None:
-        """(seconds, GiB) of the real capture: the last capture line after the KV line."""
+        """(seconds, GiB) of the real capture: the last capture line after the KV line (or the pinned one)."""
         real = [(s, g) for s, g, after in self.captures if after]
         return real[-1] if real else None
 
@@ -159,11 +173,16 @@ class StartupLog:
     concurrency_len: int | None
     """The `tokens per request` of the concurrency figure (max_model_len)."""
     workers: list[WorkerFigures]
-    """Workers that logged their KV cache, in order of first appearance."""
+    """Workers that logged their KV cache (or the KV cache they reserved, pinned), in order of first appearance."""
     starts: int = 1
     """Engine-config lines in the file (the last start-up is read)."""
     split_lists: bool = False
     """vLLM ran two capture lists (0.34: prefill token sizes and decode request sizes), read as `capture_sizes`."""
+    kv_cache_memory_bytes: int | None = None
+    """`kv_cache_memory_bytes` among the non-default args (the KV cache pinned per rank); None where they do not
+    show it."""
+    non_default_args: bool = False
+    """The API server's "non-default args" line precedes the start-up (so a setting it lacks was not set)."""
 
     @property
     def runner(self) -> str | None:
@@ -178,6 +197,16 @@ class StartupLog:
     @property
     def estimate_disabled(self) -> bool:
         return any(w.estimate_disabled for w in self.workers)
+
+    @property
+    def kv_pinned(self) -> bool:
+        """vLLM started with `--kv-cache-memory-bytes`, as its non-default args or a worker's reserved line show."""
+        return self.kv_cache_memory_bytes is not None or any(w.kv_reserved_gib is not None for w in self.workers)
+
+    @property
+    def kv_profiled(self) -> bool:
+        """A worker profiled its memory and sized the KV cache itself ("Available KV cache memory")."""
+        return any(w.kv_available_gib is not None for w in self.workers)
 
 
 def read_log(path: str | Path, data: bytes | None = None) -> tuple[str, str]:
@@ -258,7 +287,8 @@ def parse_startup_log(text: str, source: str = "log") -> StartupLog:
                        f"with config: ...\"); pass the whole log from the start of `vllm serve`")
     first = starts[-1]
     # "non-default args" comes from the API server before the engine starts: the last one before this start-up.
-    args = next((m.group(1) for line in reversed(lines[:first]) if (m := _NON_DEFAULT.search(line))), "")
+    args = next((m.group(1) for line in reversed(lines[:first]) if (m := _NON_DEFAULT.search(line))), None)
+    logged_args, args = args is not None, args or ""
     config = _engine_config(source, lines[first], args)
     if config["capture_sizes"] is None:
         raise LogError(f"--vllm-log: {source}: the engine-config line holds no 'cudagraph_capture_sizes'")
@@ -270,7 +300,9 @@ def parse_startup_log(text: str, source: str = "log") -> StartupLog:
                for u in (w.utilization[0] if w.utilization else None, w.summary_utilization) if u is not None]
     if printed and "gpu_memory_utilization" not in settings:
         settings["gpu_memory_utilization"] = printed[0]
-    return StartupLog(source=source, starts=len(starts), settings=settings, **config, **figures)
+    pin = _KV_PIN_ARG.search(args)
+    return StartupLog(source=source, starts=len(starts), settings=settings, **config, **figures,
+                      kv_cache_memory_bytes=int(pin.group(1)) if pin else None, non_default_args=logged_args)
 
 
 def _startup_figures(lines: Iterable[str]) -> dict:
@@ -288,17 +320,26 @@ def _startup_figures(lines: Iterable[str]) -> dict:
             w = workers.setdefault(tag, WorkerFigures(tag))
             w.kv_available_gib = float(m.group(1))
             w.captures[:0] = pending.pop(tag, [])
+        elif m := _KV_RESERVED.search(line):
+            w = workers.setdefault(tag, WorkerFigures(tag))
+            w.initial_free_gib, w.kv_reserved_gib = float(m.group(1)), float(m.group(2))
+            w.captures[:0] = pending.pop(tag, [])
         elif m := _KV_SIZE.search(line):
             kv = (int(m.group(2).replace(",", "")), float(m.group(4)), int(m.group(3).replace(",", "")))
         elif m := _CAPTURE.search(line):
-            after = tag in workers and workers[tag].kv_available_gib is not None
+            after = tag in workers and _sized(workers[tag])
             target = workers[tag].captures if after else pending.setdefault(tag, [])
             target.append((float(m.group(1)), float(m.group(2)), after))
         else:
             _worker_line(line, tag, workers)
-    return {"v2_runner": v2, "workers": [w for w in workers.values() if w.kv_available_gib is not None],
+    return {"v2_runner": v2, "workers": [w for w in workers.values() if _sized(w)],
             "kv_tokens": kv[0] if kv else None, "max_concurrency": kv[1] if kv else None,
             "concurrency_len": kv[2] if kv else None}
+
+
+def _sized(w: WorkerFigures) -> bool:
+    """The worker logged its KV cache: the one it sized, or the one it reserved as pinned."""
+    return w.kv_available_gib is not None or w.kv_reserved_gib is not None
 
 
 def _worker_line(line: str, tag: str, workers: dict[str, WorkerFigures]) -> None:

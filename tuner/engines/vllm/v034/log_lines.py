@@ -7,14 +7,16 @@ after warm-up and torch's limit, are nothing it predicts)."""
 
 from __future__ import annotations
 
-from tuner.engines.vllm.log_lines import (CAPTURE, ENGINE_CONFIG, KV_AVAILABLE, KV_SIZE, LOADING, MODEL_LOADING,
-                                          NON_DEFAULT_ARGS, POOL, UTIL_HINT, WARMUP)
+from tuner.engines.vllm.log_lines import (CAPTURE, ENGINE_CONFIG, KV_AVAILABLE, KV_RESERVED_PARTS, KV_SIZE, LOADING,
+                                          MODEL_LOADING, NON_DEFAULT_ARGS, POOL, UTIL_HINT, WARMUP, kv_reserved_line)
 
 __all__ = [
     "CAPTURE",
     "ENGINE_CONFIG",
     "ESTIMATE_DISABLED",
     "KV_AVAILABLE",
+    "KV_RESERVED_AT",
+    "KV_RESERVED_PARTS",
     "KV_SIZE",
     "LOADING",
     "MEMORY_SUMMARY_AT",
@@ -24,6 +26,7 @@ __all__ = [
     "UTIL_HINT",
     "WARMUP",
     "WHERE",
+    "kv_reserved_line",
 ]
 
 ESTIMATE_DISABLED = (  # v1/worker/gpu_worker.py:828 (WARNING; 0.34 dropped 0.33's "and increasing ..." suffix and
@@ -52,3 +55,7 @@ WHERE = {  # format string -> (file in the 0.34.0 wheel, line of the logging cal
 parts are 0.33's, in the same order."""
 MEMORY_SUMMARY_AT = ("vllm/v1/worker/gpu_worker.py", 1153, 1175)
 """(file, line of the f-string, line of the logging call) of 0.34.0's memory summary."""
+KV_RESERVED_AT = ("vllm/v1/worker/gpu_worker.py", 696, 708)
+"""(file, line of the f-string, line of the logging call) of 0.34.0's pinned start-up line: 0.33's f-string
+(KV_RESERVED_PARTS), unchanged. Pinned, 0.34 also turns its extensible KV cache off (vllm.py
+_resolve_extensible_kv_cache), so the KV cache is sized before the capture, as without it."""
