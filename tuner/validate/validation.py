@@ -233,9 +233,11 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
     with the measured numbers (its estimate leaves the required KV cache; the measured pool fits beside it), and
     say loudly when the measured pool exceeds the prediction by more than `margin`.
 
-    Only the target's graphs are captured and replayed: predictions are compared on the target's graphs alone,
-    and for the fit check the drafter's predicted graph memory is added to the measured pool and its share of
-    vLLM's estimate to the measured estimate (nothing of it was measured here).
+    Only the target's steps are replayed (predicted_trace_step_ms is theirs). The stand-in captures only the target's
+    graphs: predictions are compared on the target's graphs alone, and for the fit check the drafter's predicted
+    graph memory is added to the measured pool and its share of vLLM's estimate to the measured estimate (nothing of
+    it was measured here). Where vLLM's engine built the drafter beside the target (`engine["drafter_class"]`), its
+    pool and estimate hold the drafter's graphs: they are compared with the whole list's predictions, nothing added.
 
     `engine`: what vLLM's engine said of the list where it ran it (`VllmReplayBackend.engine_record`); its KV cache
     is then the measured one, and its start the capture condition."""
@@ -257,6 +259,9 @@ def compare_list(model: CostModel, name: str, evaluation: Evaluation, plan: Sequ
     predicted_pool, predicted_estimate = target_memory(model, evaluation)
     drafter_pool = int(evaluation.graph_memory_bytes) - predicted_pool
     drafter_estimate = int(evaluation.profiled_estimate_bytes) - predicted_estimate
+    if engine and engine.get("drafter_class"):  # measured with the drafter's graphs in: nothing to add
+        predicted_pool, predicted_estimate = int(evaluation.graph_memory_bytes), int(evaluation.profiled_estimate_bytes)
+        drafter_pool = drafter_estimate = 0
     estimate = (measured_estimate_bytes + drafter_estimate if measured_estimate_bytes is not None
                 else evaluation.profiled_estimate_bytes)
     kv_available = headroom = None
@@ -451,7 +456,13 @@ def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence
         "warnings": [w for r in results.values() for w in r.warnings],
         "notes": list(notes),
     }
-    if model.drafter is not None:
+    if model.drafter is not None and any((r.engine or {}).get("drafter_class") for r in results.values()):
+        record["notes"].append(
+            f"the {model.drafter.method} drafter ran in vLLM's engine beside the target: its graphs are in the engine's "
+            f"pool and estimate, compared with the whole list's predictions; the replayed trace is the target's steps "
+            f"(the drafter's pass left out, as in the profile's target rows and predicted_trace_step_ms); the served "
+            f"load (--rate) runs the real steps, drafts included")
+    elif model.drafter is not None:
         record["notes"].append(
             f"the {model.drafter.method} drafter is not replayed: only the target's graphs are captured and its steps "
             f"timed, so the memory and latency errors are the target's; the drafter's passes are in the model's "

@@ -77,6 +77,7 @@ class VllmReplayBackend:
         """The load each list's engine serves after the replay (`validate --rate`); None: none."""
         self._scratch: Any = None
         self._model_dir = ""
+        self._draft_dir: str | None = None
         self._how = ""
         self._result: dict[str, Any] = {}
         self._record: dict[str, Any] = {}
@@ -95,10 +96,14 @@ class VllmReplayBackend:
 
             self._scratch = tempfile.TemporaryDirectory(prefix="cgtune-validate-vllm-")
             self._model_dir, self._how = engine.model_source(workload, Path(self._scratch.name))
+            # A model-based drafter is built beside the target as the profile built it: every step the engine runs
+            # (the replayed trace's dummy steps, the served load's) drafts through it, as a deployment's does.
+            self._draft_dir = engine.draft_source(workload, Path(self._scratch.name))
         scratch = Path(self._scratch.name)
         config = compilation_config_for(self.model, evaluation.capture_sizes)
         args = engine.engine_args(workload, self._model_dir, (), device=self.device,
-                                  compile=not workload.serving.enforce_eager, seed=self.seed)
+                                  compile=not workload.serving.enforce_eager, seed=self.seed,
+                                  draft_model=self._draft_dir)
         args["compilation_config"] = config
         request = {"engine_args": args, "environment": engine.engine_environment(workload, self.device, scratch),
                    "steps": [[p.num_tokens, p.uniform_decode] for p in plan],
@@ -153,11 +158,13 @@ class VllmReplayBackend:
 
     def time_steps(self, plan: Sequence[PlannedStep]) -> list[float]:
         """The replayed plan's times (the slowest rank's per step), vLLM dispatching each step; where vLLM chose
-        another mode or padded width than the plan, the record says so."""
+        another mode or padded width than the plan, the record says so (and how many drafter passes the target's
+        steps left out, `drafter_calls_skipped`)."""
         ranks = self._result.get("replay") or []
         if not ranks or len(ranks[0]["samples_ms"]) != len(plan):
             raise ValidationError("--backend vllm: the list's run replayed another trace than planned")
         self._record["dispatch"] = dispatch_agreement(plan, ranks[0]["dispatched"])
+        self._record["drafter_calls_skipped"] = ranks[0].get("drafter_calls_skipped")
         return [max(r["samples_ms"][i] for r in ranks) for i in range(len(plan))]
 
     def release(self) -> int | None:
@@ -187,7 +194,8 @@ def engine_record(name: str, config: dict[str, Any], args: dict[str, Any], resul
     per_token = int(first["kv_cache"]["bytes_per_token"])
     record.update(
         ranks=len(ranks), runner=first["runner"], runner_class=first["runner_class"],
-        cudagraph_mode=first["cudagraph_mode"], lists_kept=first["lists"], kv_blocks=blocks, block_size=block,
+        cudagraph_mode=first["cudagraph_mode"], lists_kept=first["lists"], drafter_class=first.get("drafter_class"),
+        kv_blocks=blocks, block_size=block,
         kv_tokens=blocks * block, kv_bytes_per_token=per_token, kv_cache_bytes=blocks * block * per_token,
         pool_bytes=_largest(r["pool_bytes"] for r in ranks), estimate_bytes=_largest(r["estimate_bytes"] for r in ranks),
         requested_bytes=first["requested_bytes"], kv_budget_bytes=first["kv_budget_bytes"],

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from tuner.measure.vllm_engine.worker import generation, kv_cache_summary
+from tuner.measure.vllm_engine.worker import drafter_of, generation, kv_cache_summary, without_drafter
 
 __all__ = ["LIST_FIELDS", "dispatch_recorder", "engine_figures", "replay_steps"]
 
@@ -76,8 +76,11 @@ def _step(runner: Any, num_tokens: int, uniform: bool, context_len: int) -> Any:
 def replay_steps(worker: Any, steps: list[list[Any]], options: dict[str, Any]) -> dict[str, Any]:
     """Time `steps` ([num_tokens, uniform decode] in trace order) back to back in chunks of `options["chunk_steps"]`
     (the profile's clock: CUDA events on a GPU, the wall clock on a CPU), each distinct step run once untimed first,
-    widest first, as the validation's warm-up. Returns {"samples_ms": per step, "dispatched": {"T:u": [mode,
-    padded width]}}, the latter what vLLM's dispatcher chose for each distinct step."""
+    widest first, as the validation's warm-up. Returns {"samples_ms": per step, "dispatched": {"T:u": [mode, padded
+    width]}, "drafter_calls_skipped"}, the second what vLLM's dispatcher chose for each distinct step. A model-based
+    drafter's pass is left out of every step run (`worker.without_drafter`; its skipped calls counted, the warm-up's
+    too; None without a drafter): the trace is the target's steps, as the profile's target rows and the prediction
+    are, and vLLM's dummy step would draft K passes at the step's full width, which no served step does."""
     import torch
 
     from tuner.measure.timing import CudaEventClock, WallClock
@@ -89,26 +92,29 @@ def replay_steps(worker: Any, steps: list[list[Any]], options: dict[str, Any]) -
     distinct = sorted({(int(t), bool(u)) for t, u in steps}, key=lambda k: (-k[0], k[1]))
     fns = {k: _step(runner, k[0], k[1], context) for k in distinct}
     dispatched: dict[str, list[Any]] = {}
-    for key in distinct:
-        seen: list[tuple[str, int]] = []
-        with dispatch_recorder(runner, seen):
-            fns[key]()
-        mode, width = seen[0] if seen else ("NONE", key[0])
-        dispatched[f"{key[0]}:{int(key[1])}"] = [mode, width]
     order = [fns[(int(t), bool(u))] for t, u in steps]
     chunk = max(1, int(options.get("chunk_steps", 512)))
     samples: list[float] = []
-    for lo in range(0, len(order), chunk):
-        it = iter(order[lo:lo + chunk])
-        samples += clock.time_ms(lambda: next(it)(), min(chunk, len(order) - lo))
-    return {"samples_ms": [round(x, 6) for x in samples], "dispatched": dispatched}
+    with without_drafter(runner) as skip:
+        for key in distinct:
+            seen: list[tuple[str, int]] = []
+            with dispatch_recorder(runner, seen):
+                fns[key]()
+            mode, width = seen[0] if seen else ("NONE", key[0])
+            dispatched[f"{key[0]}:{int(key[1])}"] = [mode, width]
+        for lo in range(0, len(order), chunk):
+            it = iter(order[lo:lo + chunk])
+            samples += clock.time_ms(lambda: next(it)(), min(chunk, len(order) - lo))
+    return {"samples_ms": [round(x, 6) for x in samples], "dispatched": dispatched,
+            "drafter_calls_skipped": skip.skipped if skip.drafter is not None else None}
 
 
 def engine_figures(worker: Any) -> dict[str, Any]:
     """What this worker's engine holds for the list it was built with: the capture lists and mode its compilation
     config kept (after the platform's rewrite: the CPU build empties them), the KV-cache spec, vLLM's own memory
     figures where its GPU worker made them (the requested memory, the KV budget it sized, its graph-memory estimate,
-    the non-KV memory), and the pool its capture took (`hooks.CAPTURE_TOTALS`: capture_model's return)."""
+    the non-KV memory), the pool its capture took (`hooks.CAPTURE_TOTALS`: capture_model's return), and the class of
+    the model-based drafter it built beside the target (None without one)."""
     from tuner.measure.vllm_engine.hooks import CAPTURE_TOTALS
 
     runner = worker.model_runner
@@ -119,6 +125,7 @@ def engine_figures(worker: Any) -> dict[str, Any]:
         "cudagraph_mode": _mode_name(cc.cudagraph_mode), "lists": lists,
         "kv_cache": kv_cache_summary(runner.get_kv_cache_spec()),
         "pool_bytes": int(CAPTURE_TOTALS[-1]) if CAPTURE_TOTALS else None,
+        "drafter_class": None if (drafter := drafter_of(runner)) is None else type(drafter).__name__,
     }
     for name, key in (("requested_memory", "requested_bytes"), ("available_kv_cache_memory_bytes", "kv_budget_bytes"),
                       ("cudagraph_memory_estimate", "estimate_bytes"), ("total_consumed", "consumed_bytes"),
