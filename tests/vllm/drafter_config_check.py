@@ -69,8 +69,8 @@ def main() -> int:
                     "method": sc.method, "architectures": list(draft.architectures), "class": cls.__name__,
                     "resolved": arch, "num_hidden_layers": draft.hf_config.num_hidden_layers,
                     "hidden_size": draft.hf_config.hidden_size, "parallel_drafting": bool(sc.parallel_drafting),
-                    "num_speculative_tokens": sc.num_speculative_tokens, "speculative_config": args["speculative_config"]
-                    | {"model": "<draft>"}}
+                    "num_speculative_tokens": sc.num_speculative_tokens,
+                    "speculative_config": args["speculative_config"] | {"model": "<draft>"}}
             except Exception as exc:  # vLLM refusing what cgtune wrote: the check reports it
                 out["methods"][method] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
         # The name EAGLE checkpoints of another convention carry: vLLM's EAGLEConfig prefixes it, the registry has no
@@ -87,7 +87,8 @@ def main() -> int:
             ModelRegistry.resolve_model_cls(sc.draft_model_config.architectures, model_config=sc.draft_model_config)
             out["refused"]["LlamaForCausalLMEagle"] = None
         except Exception as exc:
-            out["refused"]["LlamaForCausalLMEagle"] = f"{type(exc).__name__}: {' '.join(str(exc).split()).split(' Supported architectures')[0]}"
+            words = " ".join(str(exc).split()).split(" Supported architectures")[0]  # not vLLM's whole list
+            out["refused"]["LlamaForCausalLMEagle"] = f"{type(exc).__name__}: {words}"
     print(json.dumps(out))
     return 0
 

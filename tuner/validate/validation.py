@@ -458,8 +458,8 @@ def build_record(model: CostModel, backend_meta: dict[str, Any], trace: Sequence
     }
     if model.drafter is not None and any((r.engine or {}).get("drafter_class") for r in results.values()):
         record["notes"].append(
-            f"the {model.drafter.method} drafter ran in vLLM's engine beside the target: its graphs are in the engine's "
-            f"pool and estimate, compared with the whole list's predictions; the replayed trace is the target's steps "
+            f"the {model.drafter.method} drafter ran in vLLM's engine beside the target: its graphs are in the "
+            f"engine's pool and estimate, compared with the whole list's predictions; the replayed trace is the target's steps "
             f"(the drafter's pass left out, as in the profile's target rows and predicted_trace_step_ms); the served "
             f"load (--rate) runs the real steps, drafts included")
     elif model.drafter is not None:
@@ -498,16 +498,18 @@ def write_validation(run_dir: str | Path, record: dict[str, Any], name: str = VA
 
 
 def partial_writer(run_dir: str | Path, model: CostModel, backend: ReplayBackend, lists: dict[str, Evaluation], *,
-                   seed: int, command: str, margin: float = MEMORY_MARGIN) -> Callable[[list[Step], dict[str, ListValidation], dict[str, Any]], None]:
+                   seed: int, command: str, margin: float = MEMORY_MARGIN
+                   ) -> Callable[[list[Step], dict[str, ListValidation], dict[str, Any]], None]:
     """`validate_lists`' `measured` callback: RUN_DIR/validation.partial.json holds the lists measured so far (a
     stale one from an earlier run is removed first); `finish_validation` removes it."""
     path = Path(run_dir) / PARTIAL_FILE
     path.unlink(missing_ok=True)
 
     def write(trace: list[Step], results: dict[str, ListValidation], info: dict[str, Any]) -> None:
+        note = (f"partial: {len(results)} of {len(lists)} lists measured when this was written; the run ended before "
+                f"the rest, so nothing was chosen or emitted")
         record = build_record(model, backend.metadata(), trace, results, seed=seed, command=command, trace_info=info,
-                              margin=margin, notes=[f"partial: {len(results)} of {len(lists)} lists measured when this was written; "
-                                     f"the run ended before the rest, so nothing was chosen or emitted"])
+                              margin=margin, notes=[note])
         record["partial"] = True
         record["pending"] = [name for name in lists if name not in results]
         write_validation(run_dir, record, PARTIAL_FILE)

@@ -183,7 +183,8 @@ def engine_record(name: str, config: dict[str, Any], args: dict[str, Any], resul
     given, whether it started, the lists its config kept, its KV cache in blocks and bytes, its estimate and pool
     (the largest rank's), vLLM's memory figures."""
     record: dict[str, Any] = {"name": name, "compilation_config": config,
-                              "engine_args": {k: v for k, v in args.items() if k not in ("model", "compilation_config")},
+                              "engine_args": {k: v for k, v in args.items()
+                                              if k not in ("model", "compilation_config")},
                               "started": bool(result.get("started")), "oom": result.get("oom"),
                               "startup_s": result.get("startup_s")}
     ranks = result.get("figures") or []
@@ -197,7 +198,8 @@ def engine_record(name: str, config: dict[str, Any], args: dict[str, Any], resul
         cudagraph_mode=first["cudagraph_mode"], lists_kept=first["lists"], drafter_class=first.get("drafter_class"),
         kv_blocks=blocks, block_size=block,
         kv_tokens=blocks * block, kv_bytes_per_token=per_token, kv_cache_bytes=blocks * block * per_token,
-        pool_bytes=_largest(r["pool_bytes"] for r in ranks), estimate_bytes=_largest(r["estimate_bytes"] for r in ranks),
+        pool_bytes=_largest(r["pool_bytes"] for r in ranks),
+        estimate_bytes=_largest(r["estimate_bytes"] for r in ranks),
         requested_bytes=first["requested_bytes"], kv_budget_bytes=first["kv_budget_bytes"],
         consumed_bytes=first["consumed_bytes"], peak_activation_bytes=first["peak_activation_bytes"])
     return record
@@ -210,7 +212,8 @@ def run_in_process(request: dict[str, Any], where: Path, *, timeout_s: float | N
     import subprocess
     import sys
 
-    req, res, log_path = where.with_suffix(".request.json"), where.with_suffix(".result.json"), where.with_suffix(".log")
+    req, res = where.with_suffix(".request.json"), where.with_suffix(".result.json")
+    log_path = where.with_suffix(".log")
     req.write_text(json.dumps(request))
     with log_path.open("w") as out:
         try:

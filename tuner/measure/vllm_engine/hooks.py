@@ -1,7 +1,8 @@
 """What cgtune adds to vLLM's worker to measure it, and nothing that decides a number: a free-memory reading around each
 graph vLLM captures (per batch descriptor, in vLLM's own order and pool, the drafter's graphs told from the target's)
-and a dispatch that runs a timed step in the mode asked for. The worker imports this module when vLLM resolves `worker_extension_cls`, so the capture hooks are in
-place in every worker (each tensor-parallel rank's process too) before it captures."""
+and a dispatch that runs a timed step in the mode asked for. The worker imports this module when vLLM resolves
+`worker_extension_cls`, so the capture hooks are in place in every worker (each tensor-parallel rank's process too)
+before it captures."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["CAPTURES", "CAPTURE_TOTALS", "CgtuneWorkerExtension", "capture_reading", "forced_dispatch", "install_capture_hooks",
-           "uninstall_capture_hooks", "wrap_capture_model", "wrap_v1_capture", "wrap_v1_drafter_capture",
+__all__ = ["CAPTURES", "CAPTURE_TOTALS", "CgtuneWorkerExtension", "capture_reading", "forced_dispatch",
+           "install_capture_hooks", "uninstall_capture_hooks", "wrap_capture_model", "wrap_v1_capture", "wrap_v1_drafter_capture",
            "wrap_v2_capture"]
 
 CAPTURES: list[dict[str, Any]] = []

@@ -56,26 +56,7 @@ def rows_for_width(w: int, timings: Sequence[dict[str, Any]], captured: dict[tup
     """The profile rows of width `w` from every rank's timings (the slowest rank's median in each mode, its IQR with
     it) and the graph memory vLLM's captures read (`captured`: (mode, width) -> free-memory drop); graph modes are
     `unsupported` with `graphs_reason` when no graphs exist, or where vLLM captured no graph of that mode at `w`."""
-    detail: dict[str, Any] = {}
-    rows = []
-    for mode in SWEEP_MODES:
-        if mode in ("full", "piecewise"):
-            if graphs_reason is not None or (mode, w) not in captured:
-                rows.append(ProfileRow(w, mode, "unsupported"))
-                detail[f"{mode}_unsupported"] = graphs_reason or f"vLLM captured no {mode.upper()} graph of {w} tokens"
-                continue
-        got = [t[mode] for t in timings if mode in t]
-        errors = [g["error"] for g in got if "error" in g]
-        delta = captured.get((mode, w)) if mode in ("full", "piecewise") else None
-        if errors or not got:
-            rows.append(ProfileRow(w, mode, "error", capture_delta_bytes=delta))
-            detail[f"{mode}_error"] = errors[0] if errors else "no rank timed it"
-            continue
-        slowest = max(got, key=lambda g: g["median_ms"])
-        detail[mode] = slowest if len(got) == 1 else {**slowest, "ranks_median_ms": [g["median_ms"] for g in got]}
-        rows.append(ProfileRow(w, mode, "ok", latency_ms=slowest["median_ms"], latency_iqr_ms=slowest["iqr_ms"],
-                               capture_delta_bytes=delta))
-    return rows, detail
+    return _width_rows(w, timings, captured, graphs_reason, SWEEP_MODES)
 
 
 def drafter_rows_for_width(w: int, timings: Sequence[dict[str, Any]], captured: dict[tuple[str, int], int | None],
@@ -85,18 +66,25 @@ def drafter_rows_for_width(w: int, timings: Sequence[dict[str, Any]], captured: 
     rank's median), as `rows_for_width` makes the target's: `drafter_<mode>` for each of `graph_modes` is
     `unsupported` without graphs or where vLLM captured no drafter graph of that mode at `w` (`captured`:
     (row mode, width) -> free-memory drop)."""
+    return _width_rows(w, timings, captured, graphs_reason, ("eager", *graph_modes), prefix="drafter_")
+
+
+def _width_rows(w: int, timings: Sequence[dict[str, Any]], captured: dict[tuple[str, int], int | None],
+                graphs_reason: str | None, modes: Sequence[str], prefix: str = "") -> tuple[list[ProfileRow],
+                                                                                        dict[str, Any]]:
+    """Rows `prefix + mode` of width `w` for each of `modes` (the timings' keys, and the detail's)."""
     detail: dict[str, Any] = {}
     rows = []
-    for base in ("eager", *graph_modes):
-        mode = f"drafter_{base}"
-        if base != "eager" and (graphs_reason is not None or (mode, w) not in captured):
+    for base in modes:
+        mode, graph = prefix + base, base in ("full", "piecewise")
+        if graph and (graphs_reason is not None or (mode, w) not in captured):
             rows.append(ProfileRow(w, mode, "unsupported"))
-            detail[f"{base}_unsupported"] = (graphs_reason or
-                                             f"vLLM captured no drafter {base.upper()} graph of {w} tokens")
+            detail[f"{base}_unsupported"] = (graphs_reason or f"vLLM captured no {prefix.replace('_', ' ')}"
+                                                              f"{base.upper()} graph of {w} tokens")
             continue
         got = [t[base] for t in timings if base in t]
         errors = [g["error"] for g in got if "error" in g]
-        delta = captured.get((mode, w)) if base != "eager" else None
+        delta = captured.get((mode, w)) if graph else None
         if errors or not got:
             rows.append(ProfileRow(w, mode, "error", capture_delta_bytes=delta))
             detail[f"{base}_error"] = errors[0] if errors else "no rank timed it"
@@ -156,9 +144,9 @@ def _drafter_captured(captures: Sequence[dict[str, Any]]) -> dict[tuple[str, int
     the target's."""
     out: dict[tuple[str, int], int | None] = {}
     for c in captures:
-        if c.get("owner") != "drafter" or c.get("role", "prefill") != "prefill" or c["mode"] not in ("piecewise", "full"):
+        if c.get("owner") != "drafter" or c.get("role", "prefill") != "prefill":
             continue
-        if c["mode"] == "full" and not c["uniform"]:
+        if c["mode"] not in ("piecewise", "full") or (c["mode"] == "full" and not c["uniform"]):
             continue
         out[(f"drafter_{c['mode']}", c["num_tokens"])] = c["free_delta_bytes"]
     return out

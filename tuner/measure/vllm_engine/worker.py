@@ -5,6 +5,7 @@ executor sends them by reference."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 __all__ = ["captures", "describe", "drafter_of", "drafter_step_fn", "logits_fn", "parameter_bytes", "step_fn",
@@ -216,26 +217,40 @@ def time_width(worker: Any, num_tokens: int, modes: list[str], options: dict[str
     {"error": text}}. A uniform decode width runs as one (PIECEWISE graphs serve mixed batches, so never). With a
     model-based drafter its pass is left out of every step (`without_drafter`); a step's summary says how many
     drafter passes were skipped (`drafter_calls_skipped`: one per call of the step)."""
+    runner = _runner(worker)
+
+    def fn(mode: str) -> Any:
+        if mode == "logits":
+            return logits_fn(runner, num_tokens)
+        return step_fn(runner, num_tokens, mode, uniform=is_uniform(num_tokens, options) and mode != "piecewise",
+                       context_len=options["context_len"])
+
+    return _time_modes(runner, modes, options, fn, drafter_left_out=True)
+
+
+def _time_modes(runner: Any, modes: list[str], options: dict[str, Any], fn: Any, *, drafter_left_out: bool = False,
+                prefix: str = "") -> dict[str, Any]:
+    """Each of `modes` timed back to back (`fn(mode)` the callable; the budgets in `options`): {mode without
+    `prefix`: summary or {"error": text}}; `drafter_left_out`: each runs `without_drafter`, its step's summary
+    saying how many drafter passes it skipped."""
     from tuner.measure.profile import error_text
     from tuner.measure.timing import measure
 
-    runner = _runner(worker)
     clock = _clock(runner)
     out: dict[str, Any] = {}
     for mode in modes:
+        key = mode.removeprefix(prefix)
+        skip = without_drafter(runner) if drafter_left_out else None
         try:
-            with without_drafter(runner) as skip:
-                fn = (logits_fn(runner, num_tokens) if mode == "logits" else
-                      step_fn(runner, num_tokens, mode, uniform=is_uniform(num_tokens, options) and mode != "piecewise",
-                              context_len=options["context_len"]))
-                m = measure(fn, clock, warmup_ms=options["warmup_ms"], rep_ms=options["rep_ms"],
+            with skip if skip is not None else contextlib.nullcontext():
+                m = measure(fn(mode), clock, warmup_ms=options["warmup_ms"], rep_ms=options["rep_ms"],
                             min_reps=options["min_reps"], max_reps=options["max_reps"])
         except Exception as exc:  # one mode failing must not lose the width's others
-            out[mode] = {"error": error_text(exc)}
+            out[key] = {"error": error_text(exc)}
             continue
-        out[mode] = _summary(m)
-        if skip.drafter is not None and mode != "logits":
-            out[mode]["drafter_calls_skipped"] = skip.skipped
+        out[key] = _summary(m)
+        if skip is not None and skip.drafter is not None and mode != "logits":
+            out[key]["drafter_calls_skipped"] = skip.skipped
     return out
 
 
@@ -325,23 +340,9 @@ def _drafter_hidden_size(runner: Any, drafter: Any) -> int:
 def time_drafter_width(worker: Any, num_tokens: int, modes: list[str], options: dict[str, Any]) -> dict[str, Any]:
     """Each of `modes` (DRAFTER_ROW_MODES) at `num_tokens`, back to back, as `time_width` times the target's:
     {mode without its `drafter_` prefix: summary or {"error": text}}."""
-    from tuner.measure.profile import error_text
-    from tuner.measure.timing import measure
-
     runner = _runner(worker)
-    clock = _clock(runner)
-    out: dict[str, Any] = {}
-    for mode in modes:
-        key = mode.removeprefix("drafter_")
-        try:
-            fn = drafter_step_fn(runner, num_tokens, mode, query_len=options["decode_query_len"])
-            m = measure(fn, clock, warmup_ms=options["warmup_ms"], rep_ms=options["rep_ms"],
-                        min_reps=options["min_reps"], max_reps=options["max_reps"])
-        except Exception as exc:  # one mode failing must not lose the width's others
-            out[key] = {"error": error_text(exc)}
-            continue
-        out[key] = _summary(m)
-    return out
+    return _time_modes(runner, modes, options, lambda mode: drafter_step_fn(
+        runner, num_tokens, mode, query_len=options["decode_query_len"]), prefix="drafter_")
 
 
 def warm(worker: Any, widths: list[int], options: dict[str, Any]) -> None:
