@@ -88,3 +88,13 @@ def pg_url():
     finally:
         conn.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.close()
+
+
+@pytest.fixture()
+def gpu_host_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test that fakes a CUDA host: that host has no vLLM installed (as the lent GPU machine has none), so
+    `--backend auto` takes the stand-in there, whatever vLLM this machine has (CI installs 0.33's code for the
+    oracle, which `auto` would otherwise take on a CUDA device)."""
+    from tuner.measure.vllm_engine import api
+
+    monkeypatch.setattr(api, "installed_version", lambda: (None, None))

@@ -164,7 +164,7 @@ def test_allow_mismatch_on_search_tune_and_report(inputs, tmp_path, capsys):
 
 
 @pytest.fixture()
-def scripted(monkeypatch):
+def scripted(monkeypatch, gpu_host_without_vllm):
     """Stand-in for the GPU: the scripted backend of tests/test_validate.py (its numbers are fixtures)."""
     import tuner.validate.validation
     from test_validate import ScriptedBackend

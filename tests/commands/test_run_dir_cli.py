@@ -131,7 +131,8 @@ def test_report_refuses_a_summary_of_another_run_unless_forced(inputs, tmp_path,
     assert json.loads((out / "summary.json").read_text())["workload"]["name"] == "dir-hand"
 
 
-def test_tune_refuses_another_workloads_dir_before_measuring(inputs, other, tmp_path, capsys, monkeypatch):
+def test_tune_refuses_another_workloads_dir_before_measuring(inputs, other, tmp_path, capsys, monkeypatch,
+                                                             gpu_host_without_vllm):
     import tuner.commands.tune as tune
 
     out = tmp_path / "run"
@@ -223,7 +224,8 @@ def test_ctrl_c_while_writing_says_the_study_is_complete(inputs, tmp_path, capsy
     assert "interrupted while writing" in err and "is complete (6 trials)" in err and "rerun to write the files" in err
 
 
-def test_ctrl_c_while_profiling_in_tune_says_what_the_sweep_kept(inputs, tmp_path, capsys, monkeypatch):
+def test_ctrl_c_while_profiling_in_tune_says_what_the_sweep_kept(inputs, tmp_path, capsys, monkeypatch,
+                                                                  gpu_host_without_vllm):
     import tuner.commands.tune as tune
     import tuner.measure.profile as measure
 

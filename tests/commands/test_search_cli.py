@@ -119,7 +119,8 @@ def test_report_on_a_directory_without_a_run_is_an_error(tmp_path, capsys):
     assert code == 2 and "not a cgtune search or tune output directory" in err
 
 
-def test_tune_without_profile_profiles_first_when_a_gpu_is_there(inputs, tmp_path, capsys, monkeypatch):
+def test_tune_without_profile_profiles_first_when_a_gpu_is_there(inputs, tmp_path, capsys, monkeypatch,
+                                                                  gpu_host_without_vllm):
     """The wiring only: the measurement is replaced by a hand-made profile (no GPU here)."""
     from types import SimpleNamespace
 

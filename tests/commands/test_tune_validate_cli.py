@@ -51,7 +51,7 @@ def test_real_require_cuda_without_a_gpu(inputs, tmp_path, capsys):
 
 
 @pytest.fixture()
-def scripted(monkeypatch):
+def scripted(monkeypatch, gpu_host_without_vllm):
     """Stand-in for the GPU: the scripted device of tests/test_validate.py, whose numbers owe nothing to the model
     (test fixtures): set `script` to (per-list scripts, the script of any other list) before the command runs."""
     import tuner.validate.validation

@@ -13,20 +13,31 @@ Never below the KV the deployment needs: a list whose measured KV is short is no
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
-    from tuner.validate.validation import ListValidation
 
-__all__ = ["REDUNDANCY_BYTES", "pin_kv"]
+__all__ = ["REDUNDANCY_BYTES", "Validated", "pin_kv"]
 
 REDUNDANCY_BYTES = 150 << 20
 """vLLM's margin in its own `--kv-cache-memory` hint (gpu_worker.py compile_or_warm_up_model: "memory profiling may
 slightly underestimate the memory consumption. So leave a small buffer (=150MiB) to avoid OOM")."""
 
 
-def pin_kv(model: CostModel, result: ListValidation) -> tuple[dict[str, Any] | None, str]:
+class Validated(Protocol):
+    """What the pin reads of a list's validation (`tuner.validate.validation.ListValidation`, which imports this
+    module: named by its fields, not imported back)."""
+
+    name: str
+    capture_sizes: Sequence[int]
+    engine: dict[str, Any] | None
+    measured_kv_bytes: int | None
+    required_kv_bytes: int
+
+
+def pin_kv(model: CostModel, result: Validated) -> tuple[dict[str, Any] | None, str]:
     """(the pin for the list {"bytes", "capture_sizes", "how", "measured_kv_bytes"}, or None; why, in words)."""
     e = result.engine or {}
     if not e.get("started") or result.measured_kv_bytes is None:
