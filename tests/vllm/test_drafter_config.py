@@ -7,7 +7,6 @@ installed, unless CGTUNE_REQUIRE_VLLM=1."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -15,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
+from vllm_code import require_vllm_033
 
 HERE = Path(__file__).resolve().parent
 CLASSES = {"eagle": "EagleLlamaForCausalLM", "eagle3": "Eagle3LlamaForCausalLM", "dflash": "DFlashQwen3ForCausalLM",
@@ -52,15 +51,7 @@ def assert_vllm_builds_each_drafter(answer: dict[str, Any], *, dflash_parallel: 
 
 
 def test_vllm_033_builds_the_drafter_cgtune_writes_for_each_method():
-    try:
-        version = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        version = None
-    if version != "0.33.0":
-        reason = f"vllm==0.33.0 is not installed (found {version})"
-        if os.environ.get("CGTUNE_REQUIRE_VLLM") == "1":
-            pytest.fail(f"CGTUNE_REQUIRE_VLLM=1 but {reason}")
-        pytest.skip(reason)
+    require_vllm_033()
     answer = run_check()
     assert answer["version"] == "0.33.0"
     assert_vllm_builds_each_drafter(answer, dflash_parallel=True)

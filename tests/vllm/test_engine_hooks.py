@@ -6,7 +6,6 @@ touches present in the 0.33.0 wheel. Skipped where vllm==0.33.0 is not installed
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -15,21 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_code import require_vllm_033
 
 HERE = Path(__file__).resolve().parent
 REQUIRED = os.environ.get("CGTUNE_REQUIRE_VLLM") == "1"
-
-
-def _require_033() -> None:
-    try:
-        version = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        version = None
-    if version != "0.33.0":
-        reason = f"vllm==0.33.0 is not installed (found {version})"
-        if REQUIRED:
-            pytest.fail(f"CGTUNE_REQUIRE_VLLM=1 but {reason}")
-        pytest.skip(reason)
 
 
 def _last_json(proc: subprocess.CompletedProcess) -> dict[str, Any]:
@@ -39,7 +27,7 @@ def _last_json(proc: subprocess.CompletedProcess) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def checks() -> dict[str, Any]:
-    _require_033()
+    require_vllm_033()
     data = _last_json(subprocess.run([sys.executable, str(HERE / "engine_hooks_check.py")], capture_output=True,
                                      text=True, timeout=600, cwd=HERE.parents[1]))
     if data["status"] != "ok":
@@ -116,7 +104,7 @@ def test_kv_bytes_per_token_is_vllms_page_size_over_its_block(checks):
 
 
 def test_every_private_name_the_adapter_touches_is_in_the_033_wheel():
-    _require_033()
+    require_vllm_033()
     code = "from tuner.measure.vllm_engine.api import check_api; import json; print(json.dumps(check_api()))"
     problems = _last_json(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                                          cwd=HERE.parents[1]))

@@ -5,11 +5,10 @@ CGTUNE_REQUIRE_VLLM=1."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-import pytest
+from vllm_code import vllm_034_code
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "vllm"))  # test_drafter_config's helpers (import-mode=importlib)
@@ -17,12 +16,6 @@ from test_drafter_config import assert_vllm_builds_each_drafter, run_check  # no
 
 
 def test_vllm_034_builds_the_drafter_cgtune_writes_for_each_method():
-    path = os.environ.get("CGTUNE_VLLM034_PATH")
-    if not path or not (Path(path) / "vllm").is_dir():
-        reason = "CGTUNE_VLLM034_PATH does not name vLLM 0.34.0's code (pip install --target DIR --no-deps vllm==0.34.0)"
-        if os.environ.get("CGTUNE_REQUIRE_VLLM") == "1":
-            pytest.fail(f"CGTUNE_REQUIRE_VLLM=1 but {reason}")
-        pytest.skip(reason)
-    answer = run_check(path)
+    answer = run_check(str(vllm_034_code()))
     assert answer["version"] == "0.34.0"
     assert_vllm_builds_each_drafter(answer, dflash_parallel=False)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_code import vllm_034_code
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
@@ -24,12 +25,7 @@ PROFILE = ROOT / "workloads/profiles/synthetic-dflash-llama-3.1-8b.csv"
 
 
 def _parse_034(argvs: dict[str, list[str]]) -> dict:
-    path = os.environ.get("CGTUNE_VLLM034_PATH")
-    if not path or not (Path(path) / "vllm").is_dir():
-        reason = "CGTUNE_VLLM034_PATH does not name vLLM 0.34.0's code (pip install --target DIR --no-deps vllm==0.34.0)"
-        if os.environ.get("CGTUNE_REQUIRE_VLLM") == "1":
-            pytest.fail(f"CGTUNE_REQUIRE_VLLM=1 but {reason}")
-        pytest.skip(reason)
+    path = str(vllm_034_code())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([path, str(ROOT)])}
     proc = subprocess.run([sys.executable, str(TESTS / "vllm/vllm_serve_parse.py")], env=env, cwd=ROOT,
                           input=json.dumps({"version": "0.34.0", "parse": argvs}), capture_output=True, text=True,

@@ -38,17 +38,11 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cpu_build (import-mode=importlib)
-from cpu_build import require_cpu_build  # noqa: E402
+from cpu_build import WIDE_LLAMA, require_cpu_build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KV_SPACE_GIB = 1
-# A Llama wide enough that a step's cost grows with its width on a CPU (3.3 ms at 1 token to ~5 ms at 64 measured
-# here), so a chunk budget changes what steps cost, not only how many there are. CPU_ATTN needs head_dim >= 32.
-CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-          "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 768,
-          "vocab_size": 256, "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-          "tie_word_embeddings": False, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
-          "torch_dtype": "float32"}
+CONFIG = WIDE_LLAMA
 SERVING = {"max_num_seqs": 16, "max_num_batched_tokens": 32, "max_model_len": 512}
 """Sixteen seats and a 32-token budget: every 96-token prompt is prefilled in chunks, beside up to 15 decodes."""
 PROMPT_TOKENS = 96
