@@ -1,6 +1,7 @@
 """vLLM 0.34's own answers, as one JSON object on stdout: the four cases of the 0.34 issue and their variants (sizes,
-record, graphs in capture order, the drafters' graphs, dispatch of the batches the facts file names), a memory and a
-KV example, and seeded random configurations each with vLLM's resolution, graphs and dispatch of ~40 batches. Only
+record, graphs in capture order, the drafters' graphs, dispatch of the batches the facts file names), the hand-worked
+cases of tests/vllm034/hand_cases.py (every GPU family, every ordering of the token bounds), a memory and a KV example,
+and seeded random configurations each with vLLM's resolution, graphs and dispatch of ~40 batches. Only
 vLLM runs here (tests/vllm034/vllm034_oracle.py); everything printed is plain data, so that
 tests/vllm034/test_vllm034_oracle.py can hold it against the facts file and cgtune's rulebook in another process.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm034_oracle as vo  # noqa: E402
+from hand_cases import CASES as HAND_CASES, FAMILIES  # noqa: E402
 
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 METHODS = ("dflash", "eagle", "eagle3", "mtp", "draft_model", "ngram", "suffix")
@@ -126,15 +128,20 @@ def kv_example(o: vo.Oracle) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ random inputs
 def random_config(rnd: random.Random) -> tuple[vo.Config, list[str]]:
-    """Every mode, q from 1 to 25, every method, dynamic schedules, SM90 and SM100, every performance mode, and the
-    capture-size knobs: default, the deprecated list and cap, the new prefill and decode lists and caps and the decode
-    token budget, each alone and combined, lists with out-of-range values, list plus its cap, list above its cap,
-    empty lists. Returns the config and the kinds of its size knobs (for coverage)."""
+    """Every mode, q from 1 to 25, every method, dynamic schedules, every compute capability family, every
+    performance mode, max_num_batched_tokens below and above max_num_seqs x q (and so below and above the decode token
+    budget and the prefill cap), and the capture-size knobs: default, the deprecated list and cap, the new prefill and
+    decode lists and caps and the decode token budget, each alone and combined, lists with out-of-range values, list
+    plus its cap, list above its cap, empty lists. Returns the config and the kinds of its size knobs (for
+    coverage)."""
     k = rnd.choice((0, 0, 1, 1, 2, 3, 4, 7, 15, 16)) if rnd.random() < 0.75 else rnd.randint(5, 24)
     method = rnd.choice(METHODS) if k else None
     r = rnd.choice((1, 2, 3, 4, 8, 16, 24, 64, 128, 256)) if rnd.random() < 0.85 else rnd.randint(65, 600)
-    mnbt = min(max(r, rnd.choice((16, 64, 256, 512, 1024, 2048, 8192, 16384)), rnd.randint(1, 4) * r * (k + 1)),
-               max(r, 20000))
+    if k and r > 1 and rnd.random() < 0.3:  # below max_num_seqs x q: the decode graphs stop at the token budget
+        mnbt = rnd.randint(max(r, k + 1), r * (k + 1) - 1)
+    else:
+        mnbt = min(max(r, rnd.choice((16, 64, 256, 512, 1024, 2048, 8192, 16384)), rnd.randint(1, 4) * r * (k + 1)),
+                   max(r, 20000))
     schedule = None
     if k and rnd.random() < 0.3:
         schedule, start = [], 1
@@ -197,8 +204,9 @@ def random_config(rnd: random.Random) -> tuple[vo.Config, list[str]]:
             knob("prefill", "prefill_token_sizes", "max_prefill_tokens", mnbt, min(mnbt + 16, 9000), min(mnbt, 9000))
         if rnd.random() < 0.55:
             knob("decode", "decode_request_sizes", "max_decode_requests", r, r + 4, r + 8)
-        if rnd.random() < 0.25:
-            knobs["max_decode_tokens"] = rnd.randint(1, 3 * mnbt) if rnd.random() < 0.97 else 0
+        if rnd.random() < 0.35:  # about max_num_batched_tokens, or below max_num_seqs x q (where it binds)
+            top = rnd.choice((3 * mnbt, r * (k + 1)))
+            knobs["max_decode_tokens"] = rnd.randint(1, top) if rnd.random() < 0.97 else 0
             kinds.append("decode token budget")
     if deprecated and any(name in knobs for name in ("prefill_token_sizes", "max_prefill_tokens",
                                                      "decode_request_sizes", "max_decode_requests")):
@@ -208,7 +216,7 @@ def random_config(rnd: random.Random) -> tuple[vo.Config, list[str]]:
     # FULL_AND_PIECEWISE (the default) has both kinds of graph and the most to get wrong: it is drawn most.
     mode = rnd.choices(MODES, weights=(12, 15, 15, 20, 38))[0]
     cfg = vo.Config(max_num_seqs=r, max_num_batched_tokens=mnbt, num_speculative_tokens=k, speculative_method=method,
-                    speculative_schedule=schedule, gpu_capability=rnd.choice(((9, 0), (9, 0), (10, 0))),
+                    speculative_schedule=schedule, gpu_capability=rnd.choice(((9, 0), (10, 0), *FAMILIES)),
                     performance_mode=rnd.choice(("balanced", "balanced", "interactivity", "throughput")),
                     cudagraph_mode=mode, enforce_eager=rnd.random() < 0.02,
                     multi_module_mtp=method == "mtp" and k >= 2 and rnd.random() < 0.3, **knobs)
@@ -324,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         variants = {name: case_answer(o, cfg) for name, cfg in VARIANTS.items()}
         rerun = o.resolve(CASES["b"])
         variants["b resolved again"] = case_answer(o, rerun_config(CASES["b"], rerun))
+        hand = {name: case_answer(o, vo.Config(**case["config"])) for name, case in HAND_CASES.items()}
         memory, kv = memory_example(o), kv_example(o)
         for _ in range(args.configs):
             cfg, kinds = random_config(rnd)
@@ -333,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                     cfg, kinds = rerun_config(cfg, first), ["resolved config resolved again"]
             configs.append(random_answer(o, rnd, cfg, kinds))
     print(json.dumps({"status": "ok", "vllm_version": vllm.__version__, "vllm_file": vllm.__file__, "seed": args.seed,
-                      "cases": cases, "variants": variants, "memory": memory, "kv": kv, "configs": configs,
+                      "cases": cases, "variants": variants, "hand": hand, "memory": memory, "kv": kv,
+                      "configs": configs,
                       "seconds": round(time.perf_counter() - start, 1)}))
     return 0
 

@@ -20,6 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vllm034 helpers (import-mode=importlib)
+from hand_cases import CASES as HAND_CASES, FAMILIES  # noqa: E402
+
 SCRIPT = Path(__file__).resolve().parent / "answers.py"
 SEED, CONFIGS = 34, 2000
 REQUIRED = os.environ.get("CGTUNE_REQUIRE_VLLM") == "1"
@@ -302,6 +305,24 @@ def test_kv_arithmetic(answers):
     assert blocks["num_bytes"] == 90 * GIB and got == 46_080
 
 
+def test_vllm_gives_the_hand_worked_answers_on_every_family_and_bound(answers):
+    # tests/vllm034/hand_cases.py, worked from the facts file: the wide defaults on 10.0 and 10.3 only (not 8.x, 9.0,
+    # 11.0 or 12.x), and the decode graphs within max_num_batched_tokens, the decode token budget and max_num_seqs,
+    # the prefill graphs within max_num_batched_tokens, whichever bound is the lowest (test_families_and_bounds_034.py
+    # holds cgtune to the same answers without vLLM).
+    assert set(answers["hand"]) == set(HAND_CASES)
+    for name, case in HAND_CASES.items():
+        a = answers["hand"][name]
+        assert (a["error"], a["cudagraph_mode"]) == (None, "FULL_AND_PIECEWISE"), name
+        got = {"prefill": a["prefill_token_sizes"], "decode": a["decode_request_sizes"],
+               "budget": a["max_decode_tokens"], "decode_graphs": sorted([g[3], g[2]] for g in a["graphs"] if g[2] is not None),
+               "max_record": a["max_record"], "record": a["record"], "draft": a["draft_decode_request_sizes"],
+               "warnings": [w for w in a["warnings"] if w in case.get("warnings", [])]}
+        assert {k: got[k] for k in case if k != "config"} == {k: v for k, v in case.items() if k != "config"}, name
+    wide = {name for name, a in answers["hand"].items() if name.startswith("a on ") and a["max_decode_tokens"] == 8192}
+    assert wide == {"a on 10.0", "a on 10.3"} and len(FAMILIES) == 9
+
+
 # ------------------------------------------------------------------------------------------------ cgtune's rulebook
 def _rulebook() -> Any:
     import importlib.util
@@ -385,7 +406,7 @@ def comparison(answers) -> dict[str, Any]:
     defaults, dispatch = _rulebook()
     out: list[dict[str, Any]] = []
     checks: Counter[str] = Counter()
-    for name, answer in {**answers["cases"], **answers["variants"]}.items():
+    for name, answer in {**answers["cases"], **answers["variants"], **answers["hand"]}.items():
         _compare(defaults, dispatch, name, answer, out, checks)
     cases = len(out)
     for i, answer in enumerate(answers["configs"]):
@@ -409,6 +430,49 @@ def test_cgtune_agrees_with_vllm_on_every_random_configuration_and_batch(compari
               f"0 disagreements; vLLM's side took {answers['seconds']} s")
 
 
+def _bounds(a: dict[str, Any]) -> list[str]:
+    """The orderings of the token bounds one accepted configuration has, and where vLLM's own answer shows a bound
+    decide its graphs (a looser bound would have captured other ones): max_num_batched_tokens against max_num_seqs x
+    q, the decode token budget (SM100's 8192 or a set one) and the prefill cap (SM100's 8192 or a set one), and
+    explicit lists past each bound."""
+    c = a["config"]
+    mnbt, seqs, budget = c["max_num_batched_tokens"], c["max_num_seqs"], a["max_decode_tokens"]
+    query_lens = {q: min(n, seqs) for q, n in a["decode_query_lens"]}
+    legacy = "cudagraph_capture_sizes" in c or "max_cudagraph_capture_size" in c
+    cap = c.get("max_prefill_tokens", 8192 if not legacy and c.get("gpu_capability", [9, 0])[0] == 10 else None)
+    grid_prefill = "prefill_token_sizes" not in c and cap is not None and mnbt < cap
+    decode_list = [n for n in c.get("decode_request_sizes", ()) if 1 <= n <= seqs]
+    out = [name for name, holds in (
+        ("max_num_batched_tokens below max_num_seqs x q", mnbt < max(q * n for q, n in query_lens.items())),
+        ("max_num_batched_tokens below the decode token budget", budget is not None and mnbt < budget),
+        ("decode token budget below max_num_batched_tokens", budget is not None and budget < mnbt),
+        ("max_num_batched_tokens below the prefill cap", grid_prefill),
+        ("prefill list above max_num_batched_tokens", any(t > mnbt for t in c.get("prefill_token_sizes", ()))),
+        ("decode list above max_num_seqs", any(n > seqs for n in c.get("decode_request_sizes", ()))),
+        ("decode list above max_num_batched_tokens / q", any(n * q > mnbt for n in decode_list for q in query_lens)),
+        ("decode list above the decode token budget / q",
+         budget is not None and any(n * q > budget for n in decode_list for q in query_lens))) if holds]
+    if not (a["split_resolved"] and a["graphs"]):
+        return out
+    tight = min(mnbt, budget or mnbt)
+    per_q = [(q, most, a["decode_request_sizes"]) for q, most in query_lens.items()]
+    per_q.append((1, seqs, a["draft_decode_request_sizes"]))
+
+    def decides(looser: float) -> bool:
+        return any(min(most, looser // q) > min(most, tight // q) and any(n > tight // q for n in sizes)
+                   for q, most, sizes in per_q)
+
+    out += [name for name, holds in (
+        ("decode graphs clipped at max_num_batched_tokens, no decode token budget", budget is None and decides(1e9)),
+        ("decode graphs clipped at max_num_batched_tokens below the decode token budget",
+         budget is not None and mnbt < budget and decides(budget)),
+        ("decode graphs clipped at the decode token budget below max_num_batched_tokens",
+         budget is not None and budget < mnbt and decides(mnbt)),
+        ("prefill grid clipped at max_num_batched_tokens", grid_prefill and any(g[2] is None for g in a["graphs"]))
+    ) if holds]
+    return out
+
+
 def test_the_comparison_covers_what_it_claims(answers, comparison):
     # So that "0 disagreements" means something: every mode, query length, method, GPU family and size knob is met
     # often, vLLM refuses a share of them, and the batches reach past the decode graphs and past every prefill graph.
@@ -427,7 +491,7 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
         c = a["config"]
         q = 1 + c.get("num_speculative_tokens", 0)
         seen.update([f"mode {c.get('cudagraph_mode', 'FULL_AND_PIECEWISE')}", f"resolved {a['cudagraph_mode']}",
-                     f"q {q}", f"method {c.get('speculative_method')}", f"sm {c.get('gpu_capability', [9, 0])[0]}",
+                     f"q {q}", f"method {c.get('speculative_method')}",
                      f"performance {c.get('performance_mode', 'balanced')}", *a["kinds"]])
         if c.get("speculative_schedule"):
             seen["dynamic schedule"] += 1
@@ -437,6 +501,14 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
             seen["SM100 wide defaults"] += 1
         if c.get("multi_module_mtp"):
             seen["multi-module MTP"] += 1
+        major, minor = c.get("gpu_capability", [9, 0])
+        seen[f"capability {major}.{minor}"] += 1
+        legacy = "cudagraph_capture_sizes" in c or "max_cudagraph_capture_size" in c
+        if not legacy and a["split_resolved"] and "max_decode_tokens" not in c:
+            # SM100's wide defaults decide this config's budget (and its unset lists): vLLM gives them to 10.x only
+            seen[f"capability {major}.{minor}: the wide defaults decide"] += 1
+            assert (a["max_decode_tokens"] == 8192) is (major == 10), c
+        seen.update(_bounds(a))
         widest = max([g[1] for g in a["graphs"] if g[2] is None], default=0)
         for n, t, utc, kind, (mode, *_) in a["batches"]:
             seen[f"batch {kind}"] += 1
@@ -446,7 +518,7 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
     for mode in ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
         assert seen[f"mode {mode}"] >= 200 and seen[f"resolved {mode}"] >= 200, mode
     assert seen["mode FULL_AND_PIECEWISE"] >= 600
-    for key in ("q 1", "q 2", "q 17", "q 25", "sm 9", "sm 10", "performance interactivity", "performance throughput",
+    for key in ("q 1", "q 2", "q 17", "q 25", "performance interactivity", "performance throughput",
                 "method dflash", "method eagle", "method eagle3", "method mtp", "method draft_model", "method ngram",
                 "method suffix", "multi-module MTP", "SM100 wide defaults", "dynamic schedule",
                 "several decode query lengths"):
@@ -465,6 +537,23 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
     assert seen["mixed batch past every prefill graph"] >= 3000
     for mode in ("NONE", "PIECEWISE", "FULL"):
         assert seen[f"dispatched {mode}"] >= 5000, mode
+    # Every family a deployment runs, the wide defaults deciding in each (so that 12.x or 11.x given them, or 10.3
+    # denied them, disagrees), and every ordering of the token bounds, each deciding some configurations' graphs.
+    for major, minor in FAMILIES:
+        assert seen[f"capability {major}.{minor}"] >= 100 and \
+            seen[f"capability {major}.{minor}: the wide defaults decide"] >= 40, (major, minor)
+    for key, least in (("max_num_batched_tokens below max_num_seqs x q", 200),
+                       ("max_num_batched_tokens below the decode token budget", 150),
+                       ("decode token budget below max_num_batched_tokens", 150),
+                       ("max_num_batched_tokens below the prefill cap", 80),
+                       ("prefill list above max_num_batched_tokens", 50), ("decode list above max_num_seqs", 80),
+                       ("decode list above max_num_batched_tokens / q", 20),
+                       ("decode list above the decode token budget / q", 20),
+                       ("decode graphs clipped at max_num_batched_tokens, no decode token budget", 20),
+                       ("decode graphs clipped at max_num_batched_tokens below the decode token budget", 20),
+                       ("decode graphs clipped at the decode token budget below max_num_batched_tokens", 60),
+                       ("prefill grid clipped at max_num_batched_tokens", 50)):
+        assert seen[key] >= least, (key, seen[key])
 
 
 # --------------------------------------------------------------------------------- `cgtune defaults` against vLLM 0.34

@@ -1,0 +1,83 @@
+"""cgtune's vLLM 0.34 rulebook on every compute capability family and every ordering of the token bounds, held to the
+answers worked by hand in tests/vllm034/hand_cases.py (test_vllm034_oracle.py holds vLLM 0.34's own code to the same
+answers): `resolve_capture_sizes` and the target manager's decode graphs, and the same through the Engine a workload
+gets (its defaults, and the lists it ships resolved again). Needs no vLLM."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vllm034 helpers (import-mode=importlib)
+from hand_cases import CASES, FAMILIES  # noqa: E402
+
+from tuner.engines.registry import engine_of  # noqa: E402
+from tuner.engines.serving import ServingConfig  # noqa: E402
+from tuner.engines.vllm.v034.defaults import SplitSizes, resolve_capture_sizes  # noqa: E402
+from tuner.engines.vllm.v034.dispatch import Dispatcher034  # noqa: E402
+from tuner.engines.vllm.v034.settings import Vllm034Settings  # noqa: E402
+
+
+def _answer(split: SplitSizes, d: Dispatcher034, case: dict[str, Any]) -> dict[str, Any]:
+    """What the case states, as cgtune resolved it."""
+    got = {"prefill": split.prefill_token_sizes, "decode": split.decode_request_sizes,
+           "budget": split.max_decode_tokens, "decode_graphs": sorted([n, q] for n, q in d.decode_shapes),
+           "max_record": split.max_record, "record": split.record, "draft": split.draft_decode_request_sizes,
+           "warnings": [w for w in split.warnings if w in case.get("warnings", [])]}
+    return {k: got[k] for k in case if k != "config"}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_rulebook_resolves_the_hand_worked_case(name):
+    case = CASES[name]
+    cfg = case["config"]
+    split = resolve_capture_sizes(**cfg)
+    d = Dispatcher034.from_split(split, max_num_seqs=cfg["max_num_seqs"],
+                                 uniform_decode_query_len=1 + cfg.get("num_speculative_tokens", 0))
+    assert _answer(split, d, case) == {k: v for k, v in case.items() if k != "config"}
+
+
+def _engine(cfg: dict[str, Any]) -> Any:
+    settings = Vllm034Settings(**{k: cfg[k] for k in ("prefill_token_sizes", "max_prefill_tokens",
+                                                      "decode_request_sizes", "max_decode_requests",
+                                                      "max_decode_tokens") if k in cfg})
+    return engine_of(ServingConfig(
+        max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
+        num_speculative_tokens=cfg.get("num_speculative_tokens", 0), gpu_capability=cfg["gpu_capability"],
+        speculative_method=cfg.get("speculative_method"),
+        max_cudagraph_capture_size=cfg.get("max_cudagraph_capture_size"), engine_settings=settings, vllm_version="0.34"))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_engine_captures_the_hand_worked_graphs_and_ships_lists_that_resolve_to_them(name):
+    # The Engine reads the workload's capability and 0.34 settings; a list it ships (explicit prefill and decode
+    # sizes, the wide budget applying again on 10.x) must give vLLM the same graphs.
+    case = CASES[name]
+    engine = _engine(case["config"])
+    defaults = engine.defaults()
+    assert engine.version == "0.34" and defaults.max_size == case["max_record"]
+    for d in (Dispatcher034.from_split(defaults.split, max_num_seqs=engine.serving.max_num_seqs,
+                                       uniform_decode_query_len=engine.decode_query_len),
+              engine.dispatcher(defaults.sizes)):
+        assert sorted([n, q] for n, q in d.decode_shapes) == case["decode_graphs"]
+        assert d.prefill_token_sizes == case["prefill"]
+    widest_step = max(w for w, _ in engine.dispatcher(defaults.sizes).decode_graphs)
+    assert widest_step <= engine.serving.max_num_batched_tokens  # no decode graph a step cannot fill
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f"{f[0]}.{f[1]}")
+def test_only_the_10x_family_takes_the_wide_defaults_and_the_deprecated_fields_turn_them_off(family):
+    # is_device_capability_family(100): major 10, whatever the minor (10.0 B200, 10.3 B300); not 11.x or 12.x.
+    # 48 x 4 speculating: off 10.x the shared list's max min(48 x 4 x 2, 512) = 384.
+    split = resolve_capture_sizes(max_num_seqs=48, max_num_batched_tokens=8192, num_speculative_tokens=3,
+                                  gpu_capability=family)
+    wide = family[0] == 10
+    assert split.wide_defaults is wide
+    assert (split.max_decode_tokens, split.max_record) == ((8192, 8192) if wide else (None, 384))
+    legacy = resolve_capture_sizes(max_num_seqs=48, max_num_batched_tokens=8192, num_speculative_tokens=3,
+                                   gpu_capability=family, max_cudagraph_capture_size=256)
+    assert (legacy.wide_defaults, legacy.legacy, legacy.max_decode_tokens, legacy.max_record) == (False, True, None,
+                                                                                                   256)
