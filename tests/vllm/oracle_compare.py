@@ -1,7 +1,8 @@
 """Compare cgtune's vLLM rulebook with vLLM 0.33's own code (tests/vllm/vllm_oracle.py) on seeded random serving
 configurations, and evaluate issue 19's six minimal cases on vLLM. Run as a script, in a process of its own (vLLM's
 import sets process-wide torch and environment options that other tests must not inherit); prints one JSON object:
-`{"status": "ok", "configs", "steps", "checks": {area: count}, "disagreements": [...], "cases": {...}}` or
+`{"status": "ok", "configs", "steps", "checks": {area: count}, "disagreements": [...], "cases": {...},
+"families": {...}}` or
 `{"status": "unavailable", "reason"}`.
 
     python tests/vllm/oracle_compare.py --seed 19 --configs 2000
@@ -47,18 +48,29 @@ V2_METHODS = ("eagle", "eagle3", "mtp", "dflash", "draft_model", "ngram")
 V1_METHODS = (*V2_METHODS, "suffix", "custom_class")
 EAGLE = ("eagle", "eagle3", "mtp")
 BATCHES_PER_CONFIG = 36
+FAMILIES = ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
+"""Every compute capability family a deployment runs: Ampere, Ada, Hopper, data-center Blackwell (10.0, 10.3),
+Thor (11.0), consumer Blackwell (12.0, 12.1)."""
 
 
 # ------------------------------------------------------------------------------------------------ random inputs
 def random_config(rnd: random.Random) -> vo.Config:
-    """Both runners, every mode, default and explicit lists, q from 1 to 25, dynamic schedules, drafters."""
+    """Both runners, every mode, default and explicit lists, q from 1 to 25, dynamic schedules, drafters, every
+    compute capability family, max_num_batched_tokens below and above max_num_seqs x q and the capture ceiling."""
     runner = rnd.choice(("v1", "v2"))
+    # A fifth past 512 tokens at 2 x max_num_seqs x q with the default list, where the capture ceiling decides.
+    ceiling = rnd.random() < 0.2
     k = rnd.choice((0, 0, 1, 1, 2, 3, 4, 7)) if rnd.random() < 0.85 else rnd.randint(5, 24)
+    k = rnd.choice((1, 2, 3, 7)) if ceiling else k
     method = None
     if k:
         method = rnd.choice(V1_METHODS if runner == "v1" else V2_METHODS)
     r = rnd.choice((1, 2, 3, 4, 8, 16, 24, 64)) if rnd.random() < 0.9 else rnd.randint(65, 300)
-    mnbt = max(r, rnd.choice((16, 64, 256, 512, 1024, 2048, 8192)), rnd.randint(1, 4) * r * (k + 1))
+    r = rnd.choice((128, 256)) if ceiling else r
+    if k and r > 1 and rnd.random() < 0.25:  # below max_num_seqs x q: the widest decode steps are past the budget
+        mnbt = rnd.randint(max(r, k + 1), r * (k + 1) - 1)
+    else:
+        mnbt = max(r, rnd.choice((16, 64, 256, 512, 1024, 2048, 8192)), rnd.randint(1, 4) * r * (k + 1))
     schedule = None
     if k and rnd.random() < 0.45:
         schedule, start = [], 1
@@ -68,16 +80,16 @@ def random_config(rnd: random.Random) -> vo.Config:
             start = end + 1 + (rnd.randint(1, 3) if rnd.random() < 0.2 else 0)  # gaps carry K forward
         schedule = tuple(schedule)
     sizes = max_size = None
-    if rnd.random() < 0.5:
+    if not ceiling and rnd.random() < 0.5:
         top = min(mnbt + 8, max(8, r * (k + 1) * rnd.choice((1, 2))), 700)
         sizes = tuple(rnd.sample(range(1, top + 1), rnd.randint(1, min(12, top))))
         if rnd.random() < 0.2:
             max_size = max(s for s in sizes if s <= mnbt) if any(s <= mnbt for s in sizes) else None
-    elif rnd.random() < 0.2:
+    elif not ceiling and rnd.random() < 0.2:
         max_size = rnd.randint(1, 600)
     return vo.Config(runner=runner, cudagraph_mode=rnd.choice(MODES), max_num_seqs=r, max_num_batched_tokens=mnbt,
                      num_speculative_tokens=k, method=method, schedule=schedule, capture_sizes=sizes,
-                     max_capture_size=max_size, gpu_capability=rnd.choice(((9, 0), (9, 0), (10, 0))),
+                     max_capture_size=max_size, gpu_capability=rnd.choice(((9, 0), (10, 0), *FAMILIES)),
                      performance_mode=rnd.choice(("balanced", "balanced", "interactivity")),
                      fused_decode=rnd.random() < 0.8)
 
@@ -187,7 +199,8 @@ def compare_config(o: vo.Oracle, cfg: vo.Config, rnd: random.Random, t: Tally) -
                 "explicit list" if cfg.capture_sizes is not None else "default list",
                 f"method {cfg.method}" if cfg.method else "no speculation",
                 *(["dynamic schedule in force"] if s.dynamic_schedule else []),
-                *(["dynamic schedule dropped (V1)"] if cfg.schedule and not s.dynamic_schedule else [])):
+                *(["dynamic schedule dropped (V1)"] if cfg.schedule and not s.dynamic_schedule else []),
+                f"capability {cfg.gpu_capability[0]}.{cfg.gpu_capability[1]}", *_bounds(cfg, r)):
         t.coverage[key] += 1
     t.check("config list", cfg, r.sizes, runs)
     t.check("config mode", cfg, r.mode, mode)
@@ -240,6 +253,21 @@ def compare_config(o: vo.Oracle, cfg: vo.Config, rnd: random.Random, t: Tally) -
         if cfg.runner == "v2" and method in EAGLE + ("dflash",) and runner is not None:
             _compare_v2_drafter(o, cfg, s, runner, runs, mode, ks, reqs, theirs, t)
     return len(batches)
+
+
+def _bounds(cfg: vo.Config, r: vo.Resolved) -> list[str]:
+    """Where the capture ceiling and max_num_batched_tokens decide a default list (a 512-token ceiling for 1024 or
+    the other way round, or no clip at max_num_batched_tokens, would give another list), and explicit sizes above
+    max_num_batched_tokens."""
+    mnbt, widest = cfg.max_num_batched_tokens, cfg.max_num_seqs * (1 + cfg.num_speculative_tokens)
+    default = cfg.capture_sizes is None and cfg.max_capture_size is None and r.sizes != []
+    return [name for name, holds in (
+        (f"capability {cfg.gpu_capability[0]}.{cfg.gpu_capability[1]}: the ceiling decides",
+         default and min(2 * widest, mnbt) > 512),
+        ("max_num_batched_tokens below max_num_seqs x q", mnbt < widest),
+        ("default list clipped at max_num_batched_tokens", default and r.max_size == mnbt < 2 * widest),
+        ("explicit list above max_num_batched_tokens", any(x > mnbt for x in cfg.capture_sizes or ())),
+        ("explicit max above max_num_batched_tokens", (cfg.max_capture_size or 0) > mnbt)) if holds]
 
 
 def cgtune_capture(cfg: vo.Config, s: Engine, runs: list[int], costs: Any) -> vo.Capture:
@@ -387,6 +415,21 @@ def six_cases(o: vo.Oracle, t: Tally) -> dict[str, Any]:
     return out
 
 
+def family_cases(o: vo.Oracle, t: Tally) -> dict[str, Any]:
+    """64 requests x 17 tokens (ngram, V2) on each compute capability family: vLLM's list and max beside cgtune's
+    (1024 on the 10.x family only; tests/vllm/test_defaults.py works the lists by hand)."""
+    out: dict[str, Any] = {}
+    for major, minor in FAMILIES:
+        cfg = vo.Config(runner="v2", cudagraph_mode="FULL_AND_PIECEWISE", max_num_seqs=64, max_num_batched_tokens=8192,
+                        num_speculative_tokens=16, method="ngram", gpu_capability=(major, minor))
+        r, s = o.resolve(cfg), engine_for(cfg)
+        d = s.defaults()
+        vllm, cgtune = [r.max_size, r.sizes], [d.max_size, list(s.runs_as(d.sizes))]
+        out[f"{major}.{minor}"] = {"vllm": vllm, "cgtune": cgtune}
+        t.check("family cases", cfg, vllm, cgtune)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=19)
@@ -405,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = 0
     with o.patched():
         cases = six_cases(o, t)
+        families = family_cases(o, t)
         for _ in range(args.configs):
             steps += compare_config(o, random_config(rnd), rnd, t)
         for _ in range(args.kv_cases):
@@ -412,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"status": "ok", "seed": args.seed, "configs": args.configs, "steps": steps,
                       "checks": dict(t.checks), "coverage": dict(sorted(t.coverage.items())),
                       "disagreement_count": len(t.disagreements),
-                      "disagreements": t.disagreements[:args.max_disagreements], "cases": cases,
+                      "disagreements": t.disagreements[:args.max_disagreements], "cases": cases, "families": families,
                       "seconds": round(time.perf_counter() - start, 1)}))
     return 0
 

@@ -10,8 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuner.engines.vllm import default_capture_sizes, uniform_decode_tiers
+from tuner.engines.registry import engine_of
+from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import (
     InvalidScheduleError,
+    capture_ceiling,
     dense_speculative_schedule,
     request_count_grid,
     validate_schedule,
@@ -63,6 +66,27 @@ def test_blackwell_ceiling_is_1024():
     assert result.max_size == 1024
     assert 952 in result.sizes and 1020 not in result.sizes  # 56 requests x 17 on the grid, 60 not
     assert default_capture_sizes(64, 16, gpu_capability=(12, 0)).max_size == 512  # consumer Blackwell
+
+
+G512 = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+G1024 = [1, 2, 4, *range(8, 256, 8), *range(256, 1025, 16)]
+
+
+@pytest.mark.parametrize("family", [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)],
+                         ids=lambda f: f"{f[0]}.{f[1]}")
+def test_only_the_10x_family_has_the_1024_token_ceiling(family):
+    # vLLM's is_device_capability_family(100): capability.to_int() // 10 == 10, so 10.0 (B200) and 10.3 (B300), not
+    # 11.0 (Thor) or 12.x (RTX PRO 6000, RTX 5090, DGX Spark); tests/vllm/test_vllm_oracle.py runs vLLM's own code.
+    # 64 x 17 = 1088: max min(2176, ceiling); the request grid 1, 2, 4, 8, ..., 64 at 17 tokens within it adds
+    # 17, 34, 68, 408 (and 680, 952 within 1024); 136, 272, 544 and 816 are on the grid already.
+    want = sorted({*G1024, 17, 34, 68, 408, 680, 952}) if family[0] == 10 else sorted({*G512, 17, 34, 68, 408})
+    assert capture_ceiling(family) == want[-1]
+    result = default_capture_sizes(64, 16, gpu_capability=family)
+    assert (result.sizes, result.max_size) == (want, want[-1])
+    assert result.uniform_decode_sizes_without_graph == [17 * n for n in range(1, 65) if 17 * n > want[-1]]
+    engine = engine_of(ServingConfig(max_num_seqs=64, num_speculative_tokens=16, gpu_capability=family,
+                                     vllm_version="0.33"))
+    assert engine.defaults().sizes == want
 
 
 def test_plain_default_grid():
