@@ -81,3 +81,21 @@ def test_only_the_10x_family_takes_the_wide_defaults_and_the_deprecated_fields_t
                                    gpu_capability=family, max_cudagraph_capture_size=256)
     assert (legacy.wide_defaults, legacy.legacy, legacy.max_decode_tokens, legacy.max_record) == (False, True, None,
                                                                                                    256)
+
+
+def test_cgtune_defaults_words_the_bound_that_stops_the_decode_graphs():
+    # The issue's B200: 256 x 17 = 4352 tokens, max_num_batched_tokens 2048 under SM100's 8192 budget: the graphs stop
+    # at 120 requests (2040 tokens); the words must not promise 256 requests or an 8192-token decode budget.
+    from tuner.report.run import words_of
+
+    engine = _engine(CASES["B200, 2048 tokens below 256 x 17 and the 8192 budget"]["config"])
+    rows = {line[:22].strip(): line[22:] for line in words_of(engine).defaults_text(engine, None, as_json=False)
+            .splitlines()}
+    assert rows["max_num_seqs x q"].endswith("the widest uniform decode batch is 120 x 17 = 2040 tokens")
+    assert rows["defaults"].endswith("prefill to 2048 tokens, decode to max_num_seqs within 2048 tokens")
+    assert rows["decode request sizes"] == ("37 sizes, max 256 requests; 28 graphs at q = 17, up to 120 requests "
+                                            "(2040 tokens: max_num_batched_tokens 2048), none above")
+    budget = _engine(CASES["B200, a 512 budget below 8192 tokens"]["config"])
+    text = words_of(budget).defaults_text(budget, None, as_json=False)
+    assert "within 512 tokens" in text and "up to 30 requests (510 tokens: max_decode_cudagraph_capture_tokens 512)" \
+        in text

@@ -43,7 +43,8 @@ class DefaultsCommand(Command):
         p.add_argument("--max-num-batched-tokens", type=positive_int, default=None,
                        help="token budget of one step (default 8192)")
         p.add_argument("--gpu-capability", type=capability, default=None, metavar="MAJOR.MINOR",
-                       help="compute capability of the GPU: 10.x raises the ceiling to 1024 (default 9.0, H100/H200)")
+                       help="compute capability of the GPU: the 10.x family (B200, B300; not 11.x or 12.x) raises "
+                            "0.33's ceiling to 1024 and takes 0.34's wide defaults (default 9.0, H100/H200)")
         p.add_argument("--performance-mode", choices=PERFORMANCE_MODES, default=None,
                        help="vLLM performance_mode; interactivity captures every width up to 32 (default balanced)")
         p.add_argument("--cudagraph-mode", choices=CUDAGRAPH_MODES, default=None,

@@ -8,6 +8,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from tuner.engines.vllm.v034.defaults import WIDE_PREFILL_TOKENS, SplitSizes, decode_shapes
 from tuner.engines.vllm.v034.dispatch import split_keys
 from tuner.report import vllm_words
 from tuner.report.text import GIB, mem_text, memory_unit
@@ -78,6 +79,21 @@ def memory_rule_lines(model: CostModel, table: dict[str, Evaluation]) -> list[st
     ]
 
 
+def _decode_sizes_text(engine: Engine, split: SplitSizes) -> str:
+    """The decode request sizes and the graphs they make at q: up to the first size at or above max_num_batched_tokens
+    (or the decode token budget) / q, that one captured at the limit, none above it."""
+    q, sizes = engine.decode_query_len, split.decode_request_sizes
+    top = max(sizes, default=0)
+    budget = min(engine.serving.max_num_batched_tokens, split.max_decode_tokens or engine.serving.max_num_batched_tokens)
+    graphs = [n for n, ql in decode_shapes(sizes, {q: engine.serving.max_num_seqs}, budget) if ql == q]
+    if max(graphs, default=0) == top:
+        return f"{len(sizes)} graphs per query length, max {top} requests ({top * q} tokens at q = {q})"
+    bound = (f"max_num_batched_tokens {engine.serving.max_num_batched_tokens}"
+             if budget == engine.serving.max_num_batched_tokens else f"max_decode_cudagraph_capture_tokens {budget}")
+    return (f"{len(sizes)} sizes, max {top} requests; {len(graphs)} graphs at q = {q}, up to {max(graphs, default=0)} "
+            f"requests ({max(graphs, default=0) * q} tokens: {bound}), none above")
+
+
 def defaults_text(engine: Engine, workload: Workload | None, *, as_json: bool) -> str:
     """`cgtune defaults` for a vLLM 0.34 serving config: both lists as 0.34 resolves them, the record, the decode
     widths without a graph, the eager share."""
@@ -99,15 +115,18 @@ def defaults_text(engine: Engine, workload: Workload | None, *, as_json: bool) -
             **report.as_dict(),
         })
     s, q = engine.serving, engine.decode_query_len
-    top = max(split.decode_request_sizes, default=0)
+    mnbt = s.max_num_batched_tokens
     rows = [
         ("vLLM", f"0.34 (model runner V2); cudagraph_mode {split.cudagraph_mode}"),
-        ("max_num_seqs x q", f"{s.max_num_seqs} x {q} = {s.max_num_seqs * q} tokens (widest uniform decode batch)"),
-        ("defaults", "SM100 wide defaults (prefill to 8192 tokens, decode to max_num_seqs within 8192 tokens)"
+        ("max_num_seqs x q", f"{s.max_num_seqs} x {q} = {s.max_num_seqs * q} tokens (widest uniform decode batch)"
+         if s.max_num_seqs * q <= mnbt else
+         f"{s.max_num_seqs} x {q} = {s.max_num_seqs * q} tokens, above max_num_batched_tokens {mnbt}: the widest "
+         f"uniform decode batch is {mnbt // q} x {q} = {mnbt // q * q} tokens"),
+        ("defaults", f"SM100 wide defaults (compute capability 10.x): prefill to {min(WIDE_PREFILL_TOKENS, mnbt)} "
+                     f"tokens, decode to max_num_seqs within {min(split.max_decode_tokens or mnbt, mnbt)} tokens"
          if split.wide_defaults else ("from the deprecated cudagraph_capture_sizes / max_cudagraph_capture_size"
                                       if split.legacy else "0.33's grid, split (off SM100)")),
-        ("decode request sizes", f"{len(split.decode_request_sizes)} graphs per query length, max {top} requests "
-                                 f"({top * q} tokens at q = {q})"),
+        ("decode request sizes", _decode_sizes_text(engine, split)),
     ]
     width = max(len(k) for k, _ in rows + [("prefill token sizes", "")])
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
