@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -345,8 +346,13 @@ def _cgtune(defaults: Any, dispatch: Any, answer: dict[str, Any]) -> dict[str, A
         return {"error": str(exc)}
     d = dispatch.Dispatcher034.from_split(split, max_num_seqs=cfg["max_num_seqs"],
                                           uniform_decode_query_len=1 + cfg.get("num_speculative_tokens", 0))
+    batches = answer.get("batches", [])
+    # the cost model's vectorised dispatch of the same batches: (mode, padded tokens; eager: the batch's own)
+    modes, padded, _ = d.dispatch_steps(np.array([t for _, t, *_ in batches], dtype=np.int64),
+                                        np.array([utc or 0 for _, _, utc, *_ in batches], dtype=np.int64))
     return {"error": None, "split": split, "graphs": [list(g) for g in d.manager_graphs()],
-            "dispatch": [list(d.dispatch_desc(n, t, utc)) for n, t, utc, *_ in answer.get("batches", [])],
+            "dispatch": [list(d.dispatch_desc(n, t, utc)) for n, t, utc, *_ in batches],
+            "steps": [[m, int(w) if m != "NONE" else b[1]] for m, w, b in zip(modes, padded, batches)],
             "drafter": _drafter_graphs(split, d, cfg)}
 
 
@@ -393,8 +399,11 @@ def _compare(defaults: Any, dispatch: Any, name: str, answer: dict[str, Any], ou
     check("decode token budget", answer["max_decode_tokens"], s.max_decode_tokens)
     check("decode query lens", dict(map(tuple, answer["decode_query_lens"])), dict(s.decode_query_lens))
     if check("graphs", answer["graphs"], ours["graphs"]):
-        for batch, got in zip(answer.get("batches", []), ours["dispatch"]):
+        for batch, got, step in zip(answer.get("batches", []), ours["dispatch"], ours["steps"]):
             check("dispatch", batch[4], got, batch=batch[:4])
+            if batch[0] <= answer["config"]["max_num_seqs"]:  # a step the scheduler can make (the vectorised
+                # dispatch, like the cost model's steps, never has more requests than max_num_seqs)
+                check("dispatch of steps", batch[4][:2], step, batch=batch[:4])
     if ours["drafter"] is not None and "drafter_graphs" in answer:
         graphs = answer["drafter_graphs"]  # a case's by manager, a random configuration's in one list
         flat = [g for gs in graphs.values() for g in gs] if isinstance(graphs, dict) else graphs
@@ -481,7 +490,7 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
     accepted = [a for a in configs if a["error"] is None]
     assert len(configs) == CONFIGS and len(accepted) >= 1700
     assert checks["refused"] >= CONFIGS and checks["graphs"] == checks["record"] >= len(accepted)
-    assert checks["dispatch"] >= 40 * len(accepted)
+    assert checks["dispatch"] >= 40 * len(accepted) and checks["dispatch of steps"] >= 35 * len(accepted)
     # The drafters' graphs: every model-based method's, over every kind of list and mode the targets meet.
     assert checks["drafter graphs"] >= 800
     drafted = Counter(a["config"].get("speculative_method") for a in accepted if a.get("drafter_graphs"))
