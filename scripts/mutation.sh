@@ -5,7 +5,8 @@
 #
 # usage: scripts/mutation.sh [MODULE...]     MODULE: exact costmodel dispatch memory validate (the default: these five),
 #        exact_bounds exact_levels compact saving_interval check outliers, and the other engines' rulebooks
-#        {sglang,trtllm}_{memory,dispatch,defaults,capture}; ALL: every one of them
+#        {sglang,trtllm}_{memory,dispatch,defaults,capture}, vLLM 0.34's
+#        v034_{defaults,dispatch,drafter_cost,emit,engine,memory,settings}; ALL: every one of them
 #   SAMPLE=N     mutants drawn per module, seeded (default 100; 0: every mutant)
 #   SEED=K       seed of the draw (default 0)
 #   ONLY=FILE    run only the mutants FILE names (one per line: a previous run's survivors, to re-judge them after
@@ -47,7 +48,7 @@ command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed (pi
 
 # module -> file to mutate | mutant-name globs (validate: its decision; the device backend and the trace are modules
 # of their own) | its tests
-declare -A FILE GLOBS TESTS
+declare -A FILE GLOBS TESTS CONF
 FILE[exact]=tuner/search/exact.py; GLOBS[exact]='tuner.search.exact.*'
 # The solver against brute force: vLLM's rules, and SGLang's and TensorRT-LLM's; its kept levels through the compact
 # choice, its caveat through the report (21 of its 46 survivors and untested mutants were killed by those files).
@@ -97,6 +98,29 @@ TESTS[check]='tests/commands/test_check_cli.py tests/commands/test_check_rules.p
 tests/test_calibration.py'
 FILE[outliers]=tuner/profile/outliers.py; GLOBS[outliers]='tuner.profile.outliers.*'
 TESTS[outliers]='tests/test_outliers.py -k not(wild_latency or per_width_csv or bytes_below)'
+# vLLM 0.34's rulebook, each part against its unit tests, vLLM 0.34's own code (the oracle, where CGTUNE_VLLM034_PATH
+# names it; its `cgtune defaults` subprocess runs are left out: mutmut runs only the tests that reach a mutant in its
+# own process) and the split solver and the 0.34 example run that apply it.
+O34='tests/vllm034/test_vllm034_oracle.py'
+F34='tests/vllm034/test_families_and_bounds_034.py'
+NOT_CLI34='-k not(prints_vllm_034s_own_resolution)'
+for part in defaults dispatch drafter_cost emit engine memory settings; do
+  FILE[v034_$part]=tuner/engines/vllm/v034/$part.py; GLOBS[v034_$part]="tuner.engines.vllm.v034.$part.*"
+done
+TESTS[v034_defaults]="$F34 $O34 tests/test_vllm_versions.py $NOT_CLI34"
+TESTS[v034_dispatch]="$F34 $O34 tests/test_exact_split.py $NOT_CLI34"
+TESTS[v034_drafter_cost]="$O34 tests/test_exact_split.py $NOT_CLI34"
+TESTS[v034_emit]='tests/commands/test_check_034_cli.py tests/test_vllm_versions.py'
+TESTS[v034_engine]="$F34 tests/test_exact_split.py tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
+TESTS[v034_memory]='tests/test_exact_split.py tests/commands/test_check_034_cli.py'
+TESTS[v034_settings]="$F34 tests/test_vllm_versions.py"
+# mutmut limits a mutant's run to 15 x (1 s + the calls of its tests as the clean run timed them), fixtures left out;
+# these tests' module fixtures (vLLM 0.34's own process, the example run) take a minute or more on a loaded machine,
+# so without a constant every mutant the oracle reaches would "time out" (and count as killed).
+for part in defaults dispatch drafter_cost emit engine memory settings; do
+  CONF[v034_$part]='timeout_constant = 120
+timeout_multiplier = 3'
+done
 FILE[validate]=tuner/validate/validation.py
 v=tuner.validate.validation
 GLOBS[validate]="$v.x_compare_list* $v.x_choose_measured* $v.x_lists_to_validate* $v.x_top_candidates*
@@ -111,15 +135,15 @@ run_module() {
   rm -rf "$work" && mkdir -p "$work"
   (cd "$REPO" && git ls-files -z | xargs -0 cp --parents -t "$work")
   cp "$REPO/${FILE[$name]}" "$work/${FILE[$name]}"  # the working copy, committed or not
-  python3 - "$work/setup.cfg" "${FILE[$name]}" "${TESTS[$name]}" <<'EOF'
+  python3 - "$work/setup.cfg" "${FILE[$name]}" "${TESTS[$name]}" "${CONF[$name]:-}" <<'EOF'
 import sys
-path, target, tests = sys.argv[1:]
+path, target, tests, conf = sys.argv[1:]
 files, _, keyword = " ".join(tests.split()).partition(" -k ")  # one pytest argument per line
 args = files.split() + (["-k", keyword.strip()] if keyword else [])
 # Tests that read shipped workloads or the example profile, or run a benchmark, find them in mutmut's copy too.
 lines = ["[mutmut]", "source_paths = tuner", f"only_mutate = {target}", "also_copy =", "    workloads", "    benchmarks",
          "pytest_add_cli_args_test_selection ="]
-lines += [f"    {a}" for a in args]
+lines += [f"    {a}" for a in args] + conf.splitlines()
 open(path, "w").write("\n".join(lines) + "\n")
 EOF
   cd "$work"

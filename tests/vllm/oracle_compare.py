@@ -21,7 +21,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm034"))
 import vllm_oracle as vo  # noqa: E402
+from hand_cases import FAMILIES  # noqa: E402  (plain data: the compute capability families a deployment runs)
 
 from tuner.shapes import ModelShape  # noqa: E402
 from tuner.engines.vllm.drafter import (  # noqa: E402
@@ -48,9 +50,6 @@ V2_METHODS = ("eagle", "eagle3", "mtp", "dflash", "draft_model", "ngram")
 V1_METHODS = (*V2_METHODS, "suffix", "custom_class")
 EAGLE = ("eagle", "eagle3", "mtp")
 BATCHES_PER_CONFIG = 36
-FAMILIES = ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
-"""Every compute capability family a deployment runs: Ampere, Ada, Hopper, data-center Blackwell (10.0, 10.3),
-Thor (11.0), consumer Blackwell (12.0, 12.1)."""
 
 
 # ------------------------------------------------------------------------------------------------ random inputs

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner.engines.vllm import default_capture_sizes, uniform_decode_tiers
 from tuner.engines.registry import engine_of
 from tuner.engines.serving import ServingConfig
+from tuner.engines.vllm import default_capture_sizes, uniform_decode_tiers
 from tuner.engines.vllm.defaults import (
     InvalidScheduleError,
     capture_ceiling,
@@ -20,6 +22,10 @@ from tuner.engines.vllm.defaults import (
     validate_schedule,
     widest_decode_batch,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm034"))  # import-mode=importlib
+from hand_cases import FAMILIES  # noqa: E402
+
 
 # ----------------------------------------------------------------------------- pinned from vLLM's tests
 
@@ -72,8 +78,7 @@ G512 = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
 G1024 = [1, 2, 4, *range(8, 256, 8), *range(256, 1025, 16)]
 
 
-@pytest.mark.parametrize("family", [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)],
-                         ids=lambda f: f"{f[0]}.{f[1]}")
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f"{f[0]}.{f[1]}")
 def test_only_the_10x_family_has_the_1024_token_ceiling(family):
     # vLLM's is_device_capability_family(100): capability.to_int() // 10 == 10, so 10.0 (B200) and 10.3 (B300), not
     # 11.0 (Thor) or 12.x (RTX PRO 6000, RTX 5090, DGX Spark); tests/vllm/test_vllm_oracle.py runs vLLM's own code.

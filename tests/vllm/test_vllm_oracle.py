@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm034"))  # import-mode=importlib
+from hand_cases import FAMILIES  # noqa: E402
+
 SCRIPT = Path(__file__).resolve().parent / "oracle_compare.py"
 SEED, CONFIGS, KV_CASES = 19, 2000, 480
 REQUIRED = os.environ.get("CGTUNE_REQUIRE_VLLM") == "1"
@@ -71,7 +74,7 @@ def test_the_comparison_covers_what_it_claims(result):
     assert seen["steps: mixed"] >= 5_000
     # Every compute capability family, with the default list past 512 tokens in each (so that a 1024-token ceiling
     # given to 12.x or 11.x, or 512 to 10.3, disagrees), and max_num_batched_tokens below each bound.
-    for family in ("8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"):
+    for family in (f"{major}.{minor}" for major, minor in FAMILIES):
         assert seen[f"capability {family}"] >= 100 and seen[f"capability {family}: the ceiling decides"] >= 15, family
     for key, least in (("max_num_batched_tokens below max_num_seqs x q", 200),
                        ("default list clipped at max_num_batched_tokens", 80),
@@ -84,7 +87,7 @@ def test_only_the_10x_family_has_the_1024_token_ceiling(result):
     # vLLM 0.33's own is_device_capability_family(100), at 64 requests x 17 tokens (2176 past both ceilings); the
     # lists themselves are worked by hand in tests/vllm/test_defaults.py.
     families = result["families"]
-    assert set(families) == {"8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"}
+    assert set(families) == {f"{major}.{minor}" for major, minor in FAMILIES} and len(families) == 9
     for family, answer in families.items():
         assert answer["vllm"] == answer["cgtune"], family
         assert answer["vllm"][0] == (1024 if family.startswith("10.") else 512), family

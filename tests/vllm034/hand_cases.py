@@ -115,6 +115,10 @@ def _bound_cases() -> dict[str, dict[str, Any]]:
             {**h200, "max_num_seqs": 64, "decode_request_sizes": (8, 64, 100)}, [1, 2, 4, *range(8, 129, 8)],
             [8, 64], None, [(8, 1), (64, 1)], 128,
             warnings=["Dropping [100] from decode_cudagraph_capture_request_sizes: outside [1, 64]."]),
+        # A decode cap of 100 above max_num_seqs = 64: the grid walks to 64 (the shared list off SM100 as above).
+        "H200, a decode cap above 64 requests": _case(
+            {**h200, "max_num_seqs": 64, "max_decode_requests": 100}, [1, 2, 4, *range(8, 129, 8)],
+            walked_to(DECODE_GRID_512, 64), None, [(n, 1) for n in walked_to(DECODE_GRID_512, 64)], 128),
         "B200, a decode list above 2048 // 17 requests": _case(
             {**b200, **dflash_256, "max_num_batched_tokens": 2048, "decode_request_sizes": (8, 64, 200, 256)},
             walked_to(PREFILL_GRID_8192, 2048), [8, 64, 200, 256], 8192, [(8, 17), (64, 17), (120, 17)], 2048),
