@@ -397,6 +397,9 @@ def _compare(defaults: Any, dispatch: Any, name: str, answer: dict[str, Any], ou
     check("record", [answer["record"], answer["max_record"]], [list(s.record), s.max_record])
     check("mode", answer["cudagraph_mode"], s.cudagraph_mode)
     check("decode token budget", answer["max_decode_tokens"], s.max_decode_tokens)
+    # vLLM's warnings, word for word (cgtune prints them); the info line on the mode falling to NONE is not one
+    check("warnings", [w for w in answer["warnings"] if not w.startswith("No CUDA graph capture sizes are left")],
+          s.warnings)
     check("decode query lens", dict(map(tuple, answer["decode_query_lens"])), dict(s.decode_query_lens))
     if check("graphs", answer["graphs"], ours["graphs"]):
         for batch, got, step in zip(answer.get("batches", []), ours["dispatch"], ours["steps"]):
