@@ -110,7 +110,7 @@ done
 TESTS[v034_defaults]="$F34 $O34 tests/test_vllm_versions.py $NOT_CLI34"
 TESTS[v034_dispatch]="$F34 $O34 tests/test_exact_split.py $NOT_CLI34"
 TESTS[v034_drafter_cost]="$O34 tests/test_exact_split.py $NOT_CLI34"
-TESTS[v034_emit]='tests/commands/test_check_034_cli.py tests/test_vllm_versions.py'
+TESTS[v034_emit]="$F34 tests/vllm034/test_emit_keys_034.py tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
 TESTS[v034_engine]="$F34 tests/test_exact_split.py tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
 TESTS[v034_memory]='tests/test_exact_split.py tests/commands/test_check_034_cli.py'
 TESTS[v034_settings]="$F34 tests/test_vllm_versions.py"

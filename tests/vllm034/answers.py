@@ -32,6 +32,7 @@ from hand_cases import CASES as HAND_CASES, FAMILIES  # noqa: E402
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 METHODS = ("dflash", "eagle", "eagle3", "mtp", "draft_model", "ngram", "suffix")
 BATCHES_PER_CONFIG = 40
+VARLEN_LIMITS = (1, 2, 3, 4, 7, 8, 9, 31, 32, 33, 100, 1023, 1024, 1025, 1100, 4095, 4096, 4100, 8192, 9000)
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -92,6 +93,13 @@ def case_answer(o: vo.Oracle, cfg: vo.Config) -> dict[str, Any]:
         # the real capture's order over the simulated pool (target, then drafter; the note: a draft decode graph's K)
         out["capture"] = o.capture(r, lambda *key: (MIB, MIB)).graphs
     return out
+
+
+def vo_grid(limit: int, dense: bool) -> list[int]:
+    """vLLM's `varlen_decode_cudagraph_capture_grid`."""
+    from vllm.config.compilation import varlen_decode_cudagraph_capture_grid
+
+    return list(varlen_decode_cudagraph_capture_grid(limit, dense))
 
 
 def memory_example(o: vo.Oracle) -> dict[str, Any]:
@@ -334,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         variants["b resolved again"] = case_answer(o, rerun_config(CASES["b"], rerun))
         hand = {name: case_answer(o, vo.Config(**case["config"])) for name, case in HAND_CASES.items()}
         memory, kv = memory_example(o), kv_example(o)
+        # adaptive verification's varlen decode grid, at and around each of its strides' edges
+        varlen = [[limit, dense, vo_grid(limit, dense)] for limit in VARLEN_LIMITS for dense in (False, True)]
         for _ in range(args.configs):
             cfg, kinds = random_config(rnd)
             if rnd.random() < 0.04:  # a resolved config given back (deprecated and new fields combined, accepted)
@@ -342,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                     cfg, kinds = rerun_config(cfg, first), ["resolved config resolved again"]
             configs.append(random_answer(o, rnd, cfg, kinds))
     print(json.dumps({"status": "ok", "vllm_version": vllm.__version__, "vllm_file": vllm.__file__, "seed": args.seed,
-                      "cases": cases, "variants": variants, "hand": hand, "memory": memory, "kv": kv,
+                      "cases": cases, "variants": variants, "hand": hand, "varlen": varlen, "memory": memory, "kv": kv,
                       "configs": configs,
                       "seconds": round(time.perf_counter() - start, 1)}))
     return 0

@@ -115,8 +115,8 @@ def test_a_shipped_decode_size_past_the_lowest_token_bound_is_refused(name, fits
 
     cfg = CASES[name]["config"]
     engine = _engine(cfg)
-    validate_034_lists(engine, join_keys([8], [1, fits]))
     mnbt, seqs = cfg["max_num_batched_tokens"], cfg["max_num_seqs"]
+    validate_034_lists(engine, join_keys([8, mnbt], [1, fits]))
     for prefill, decode, message in (([8], [1, past], f"captures {fits} requests"),
                                      ([mnbt + 1], [1], f"> max_num_batched_tokens={mnbt}"),
                                      ([8], [seqs + 1], f"> max_num_seqs={seqs}")):

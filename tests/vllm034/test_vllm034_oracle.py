@@ -420,6 +420,11 @@ def comparison(answers) -> dict[str, Any]:
     checks: Counter[str] = Counter()
     for name, answer in {**answers["cases"], **answers["variants"], **answers["hand"]}.items():
         _compare(defaults, dispatch, name, answer, out, checks)
+    for limit, dense, grid in answers["varlen"]:  # adaptive verification's grid (cgtune does not resolve it yet)
+        checks["varlen grid"] += 1
+        if defaults.varlen_grid(limit, dense) != grid:
+            out.append({"case": "varlen grid", "limit": limit, "dense_head": dense, "vllm": grid,
+                        "cgtune": defaults.varlen_grid(limit, dense)})
     cases = len(out)
     for i, answer in enumerate(answers["configs"]):
         _compare(defaults, dispatch, f"random {i}", answer, out, checks)
@@ -493,7 +498,7 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
     assert checks["refused"] >= CONFIGS and checks["graphs"] == checks["record"] >= len(accepted)
     assert checks["dispatch"] >= 40 * len(accepted) and checks["dispatch of steps"] >= 35 * len(accepted)
     # The drafters' graphs: every model-based method's, over every kind of list and mode the targets meet.
-    assert checks["drafter graphs"] >= 800
+    assert checks["drafter graphs"] >= 800 and checks["varlen grid"] == 40
     drafted = Counter(a["config"].get("speculative_method") for a in accepted if a.get("drafter_graphs"))
     assert all(drafted[m] >= 50 for m in ("dflash", "eagle", "eagle3", "mtp", "draft_model")), drafted
     seen: Counter[str] = Counter()
