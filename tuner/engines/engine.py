@@ -264,6 +264,11 @@ class Engine(ABC):
     def effective_cudagraph_mode(self) -> str:
         """The cudagraph mode the engine really uses (NONE: no graphs)."""
 
+    def config_refusal(self) -> str | None:
+        """The one line the engine refuses this serving configuration with at start-up (the field, its value and the
+        engine's own reason), None where it starts."""
+        return None
+
     # ------------------------------------------------------------------ lists and their graphs
     @abstractmethod
     def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:

@@ -129,6 +129,12 @@ class ServeSettings:
     """What the user must still put in (a placeholder's meaning), as comment lines."""
     kv_cache_memory_bytes: int | None = None
     """--kv-cache-memory-bytes: the KV cache pinned per rank (None: vLLM sizes it itself)."""
+    performance_mode: str = "balanced"
+    """--performance-mode: interactivity changes vLLM's default capture sizes (every width up to 32); written where it
+    is not vLLM's default, balanced."""
+    extensible_kv_cache: bool | None = None
+    """--enable-extensible-kv-cache (vLLM 0.34): False is written (`--no-enable-extensible-kv-cache`) where the
+    workload sizes the KV cache without it; None: vLLM's default."""
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -157,6 +163,8 @@ def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: 
         "max-num-batched-tokens": s.max_num_batched_tokens,
         "gpu-memory-utilization": s.gpu_memory_utilization,
         **({"kv-cache-memory-bytes": s.kv_cache_memory_bytes} if s.kv_cache_memory_bytes is not None else {}),
+        **({"enable-extensible-kv-cache": s.extensible_kv_cache} if s.extensible_kv_cache is not None else {}),
+        **({"performance-mode": s.performance_mode} if s.performance_mode != "balanced" else {}),
         **({"enforce-eager": True} if s.enforce_eager else {}),
         **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
         "compilation-config": compilation(sizes, cudagraph_mode),
@@ -172,6 +180,8 @@ def flag_args(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str
             continue
         if value is True:
             args.append(f"--{key}")
+        elif value is False:  # vLLM's boolean flags take --no-NAME (argparse.BooleanOptionalAction)
+            args.append(f"--no-{key}")
         else:
             args += [f"--{key}", json.dumps(value, separators=(", ", ": ")) if isinstance(value, dict) else str(value)]
     return args

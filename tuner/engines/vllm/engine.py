@@ -30,6 +30,7 @@ from tuner.engines.vllm.emit import (
 )
 from tuner.engines.vllm.log_lines import estimate_line_note, memory_lines
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_bytes, kv_capacity, start_kv_bytes
+from tuner.engines.vllm.refusals import lookahead_tokens, scheduler_refusal, slots_refusal
 from tuner.engines.vllm.runner import (
     effective_cudagraph_mode,
     keeps_dynamic_schedule,
@@ -136,6 +137,26 @@ class VllmEngine(Engine):
                   for query_len, tier_max in uniform_decode_tiers(s.max_num_seqs, s.num_speculative_tokens, schedule)
                   for n in range(1, tier_max + 1)}
         return sorted(w for w in widths if w <= s.max_num_batched_tokens)
+
+    def config_refusal(self) -> str | None:
+        """vLLM's own start-up checks on the fields cgtune reads (`tuner.engines.vllm.refusals`), then its resolution of
+        the capture settings: the first refusal as `serving.FIELD: VALUE: vLLM X refuses it: REASON`."""
+        for field, value, reason in self._refusals():
+            if reason is not None:
+                return f"{field}: {value}: vLLM {self.version} refuses to start with it: {reason}"
+        try:
+            self.defaults()
+        except ValueError as exc:  # the capture settings or the speculative schedule, as vLLM's config refuses them
+            return f"serving: vLLM {self.version} refuses to start with these capture settings: {exc}"
+        return None
+
+    def _refusals(self) -> list[tuple[str, object, str | None]]:
+        """`(field, value, vLLM's reason or None)` for each start-up check."""
+        s = self.serving
+        return [("serving.max_num_seqs", s.max_num_seqs, scheduler_refusal(s.max_num_seqs, s.max_num_batched_tokens)),
+                ("serving.max_num_batched_tokens", s.max_num_batched_tokens,
+                 slots_refusal(s.max_num_batched_tokens,
+                               lookahead_tokens(s.speculative_method, s.num_speculative_tokens)))]
 
     # ------------------------------------------------------------------ lists and their graphs
     def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:
@@ -283,7 +304,13 @@ class VllmEngine(Engine):
             max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
             max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
             enforce_eager=s.enforce_eager, speculative_config=self._speculative_config(deployment, notes),
-            environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin)
+            environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin,
+            performance_mode=s.performance_mode, extensible_kv_cache=self._extensible_flag)
+
+    @property
+    def _extensible_flag(self) -> bool | None:
+        """The extensible-KV-cache flag the files write (0.33 has none)."""
+        return None
 
     @property
     def pin_note(self) -> str:

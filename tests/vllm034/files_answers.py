@@ -1,0 +1,141 @@
+"""What vLLM 0.34's own code builds from the files cgtune writes, as one JSON object on stdout. Each case on stdin is a
+`vllm serve --config` YAML cgtune emitted (or, for the default, a deployment's own settings); it is parsed by the
+parser `vllm serve` builds (`FlexibleArgumentParser` + `make_arg_parser`, `AsyncEngineArgs.from_cli_args`), so its
+`--compilation-config` becomes vLLM's own `CompilationConfig`; its capture fields, the scheduler's and the speculative
+config's go through vLLM's config resolution, its runner's `CudaGraphManager` and its runner's capture (tests/vllm034/vllm034_oracle.py); the
+answer is the target's graphs in capture order, every graph the capture takes in order (the target's, then the
+drafter's managers'), and the dispatch of ~40 batches drawn around vLLM's own graphs. Only vLLM runs here: cgtune's side
+is tests/vllm034/test_files_engine_034.py, in another process.
+
+Run in a process of its own with vLLM 0.34.0's --target directory first on the path:
+
+    PYTHONPATH="$CGTUNE_VLLM034_PATH" python tests/vllm034/files_answers.py < cases.json
+
+Reads `{"seed", "cases": [{"yaml": text, "gpu_capability": [major, minor]} or {"config": {...}}]}`; prints
+`{"status": "ok", "answers": [...]}` or `{"status": "unavailable", "reason"}`."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vllm034_oracle as vo  # noqa: E402
+from answers import random_batches  # noqa: E402
+
+CAPTURE_FIELDS = {
+    "cudagraph_capture_sizes": "cudagraph_capture_sizes",
+    "max_cudagraph_capture_size": "max_cudagraph_capture_size",
+    "prefill_cudagraph_capture_token_sizes": "prefill_token_sizes",
+    "max_prefill_cudagraph_capture_tokens": "max_prefill_tokens",
+    "decode_cudagraph_capture_request_sizes": "decode_request_sizes",
+    "max_decode_cudagraph_capture_requests": "max_decode_requests",
+    "max_decode_cudagraph_capture_tokens": "max_decode_tokens",
+}
+"""`CompilationConfig`'s fields that decide the capture sizes -> the oracle's `Config` fields. A compilation config
+that sets any other field than these and the mode is reported as unread (the test then fails: it could change what
+vLLM builds without the oracle seeing it)."""
+
+
+class ServeParser:
+    """`vllm serve`'s own argument parser, built once."""
+
+    def __init__(self) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        self.AsyncEngineArgs = AsyncEngineArgs
+        self.parser = FlexibleArgumentParser(prog="vllm")
+        make_arg_parser(self.parser.add_subparsers(dest="subparser").add_parser("serve"))
+        self.dir = Path(tempfile.mkdtemp(prefix="cgtune-files-"))
+
+    def engine_args(self, yaml_text: str) -> Any:
+        """`vllm serve --config FILE`: the engine arguments vLLM hands its engine."""
+        path = self.dir / "vllm-serve.yaml"
+        path.write_text(yaml_text)
+        args = self.parser.parse_args(["serve", "--config", str(path)])
+        if args.model_tag is not None:
+            args.model = args.model_tag
+        return self.AsyncEngineArgs.from_cli_args(args)
+
+
+def config_of_files(parser: ServeParser, case: dict[str, Any]) -> tuple[vo.Config, list[str]]:
+    """The oracle's Config of what `vllm serve --config` reads from the emitted YAML (the GPU is the deployment's),
+    and the compilation config's fields it does not read."""
+    engine = parser.engine_args(case["yaml"])
+    cc = engine.compilation_config
+    given = json.loads(case["compilation_config"])
+    unread = sorted(set(given) - set(CAPTURE_FIELDS) - {"cudagraph_mode"})
+    spec = engine.speculative_config or {}
+    schedule = spec.get("num_speculative_tokens_per_batch_size")
+    fields = {ours: getattr(cc, theirs) for theirs, ours in CAPTURE_FIELDS.items() if getattr(cc, theirs) is not None}
+    cfg = vo.Config(
+        max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
+        num_speculative_tokens=spec.get("num_speculative_tokens", 0), speculative_method=spec.get("method"),
+        speculative_schedule=tuple(tuple(e) for e in schedule) if schedule else None,
+        gpu_capability=tuple(case["gpu_capability"]), performance_mode=engine.performance_mode,
+        cudagraph_mode=cc.cudagraph_mode.name if cc.cudagraph_mode is not None else "FULL_AND_PIECEWISE",
+        enforce_eager=bool(engine.enforce_eager),
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    return cfg, unread
+
+
+def answer(o: vo.Oracle, rnd: random.Random, cfg: vo.Config) -> dict[str, Any]:
+    """vLLM's resolution of `cfg`, its target manager's graphs in capture order, the graphs its runner's capture takes
+    in order (target, then drafter) and the dispatch of batches drawn around the target's graphs."""
+    r = o.resolve(cfg)
+    out: dict[str, Any] = {"error": r.error, "cudagraph_mode": r.cudagraph_mode}
+    if r.error is not None:
+        return out
+    runner = o.runner_for(r, False)
+    m = runner.cudagraph_manager
+    out["graphs"] = o.graphs_of(m)
+    o.pool.reset(lambda *key: (1, 1))
+    runner.capture_model()  # the runner's own capture: the target's graphs, then the drafter's
+    out["capture"] = [g[:3] for g in o.pool.log]
+    batches = random_batches(rnd, cfg, r, out["graphs"])
+    out["batches"] = [[n, t, utc, list(o.dispatch(m, n, t, utc))] for n, t, utc, _ in batches]
+    return out
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists as the Config's tuples (nested for a schedule)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def main() -> int:
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM's handler writes to stdout, where the answer goes
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the parser's DeviceConfig default needs a device type
+    request = json.loads(sys.stdin.read())
+    start = time.perf_counter()
+    try:
+        o = vo.load()
+        parser = ServeParser()
+    except (vo.Unavailable, ImportError) as exc:
+        print(json.dumps({"status": "unavailable", "reason": str(exc)}))
+        return 0
+    import vllm
+
+    rnd = random.Random(request["seed"])
+    answers = []
+    with o.patched():
+        for case in request["cases"]:
+            if "yaml" in case:
+                cfg, unread = config_of_files(parser, case)
+                answers.append({**answer(o, rnd, cfg), "unread": unread})
+            else:  # the deployment's own settings, as its workload gives them
+                answers.append(answer(o, rnd, vo.Config(**{k: _tuples(v) for k, v in case["config"].items()})))
+    print(json.dumps({"status": "ok", "vllm_version": vllm.__version__, "vllm_file": vllm.__file__,
+                      "answers": answers, "seconds": round(time.perf_counter() - start, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
