@@ -11,7 +11,8 @@ Run in a process of its own with vLLM 0.34.0's --target directory first on the p
 
     PYTHONPATH="$CGTUNE_VLLM034_PATH" python tests/vllm034/files_answers.py < cases.json
 
-Reads `{"seed", "cases": [{"yaml": text, "gpu_capability": [major, minor]} or {"config": {...}}]}`; prints
+Reads `{"seed", "cases": [{"yaml": text, "gpu_capability": [major, minor]} or {"config": {...}} or {"check": true,
+"config": {...}, "parallel_drafting": bool}]}` (the last: vLLM's start-up checks on a deployment's fields); prints
 `{"status": "ok", "answers": [...]}` or `{"status": "unavailable", "reason"}`."""
 
 from __future__ import annotations
@@ -87,11 +88,12 @@ def config_of_files(parser: ServeParser, case: dict[str, Any]) -> tuple[vo.Confi
     return cfg, unread
 
 
-def answer(o: vo.Oracle, rnd: random.Random, cfg: vo.Config) -> dict[str, Any]:
+def answer(o: vo.Oracle, rnd: random.Random, cfg: vo.Config, batches: list[list[Any]] | None = None) -> dict[str, Any]:
     """vLLM's resolution of `cfg`, its target manager's graphs in capture order, the graphs its runner's capture takes
     in order (target, then drafter) and the dispatch of batches drawn around the target's graphs."""
     r = o.resolve(cfg)
-    out: dict[str, Any] = {"error": r.error, "cudagraph_mode": r.cudagraph_mode}
+    out: dict[str, Any] = {"error": r.error, "cudagraph_mode": r.cudagraph_mode, "prefill": r.prefill_token_sizes,
+                           "decode": r.decode_request_sizes}
     if r.error is not None:
         return out
     runner = o.runner_for(r, False)
@@ -100,9 +102,51 @@ def answer(o: vo.Oracle, rnd: random.Random, cfg: vo.Config) -> dict[str, Any]:
     o.pool.reset(lambda *key: (1, 1))
     runner.capture_model()  # the runner's own capture: the target's graphs, then the drafter's
     out["capture"] = [g[:3] for g in o.pool.log]
-    batches = random_batches(rnd, cfg, r, out["graphs"])
-    out["batches"] = [[n, t, utc, list(o.dispatch(m, n, t, utc))] for n, t, utc, _ in batches]
+    if batches is None:
+        batches = [b[:3] for b in random_batches(rnd, cfg, r, out["graphs"])]
+    out["batches"] = [[n, t, utc, list(o.dispatch(m, n, t, utc))] for n, t, utc in batches]
     return out
+
+
+def start_up_refusal(o: vo.Oracle, case: dict[str, Any]) -> dict[str, str | None]:
+    """What vLLM 0.34's own start-up checks say of a deployment's fields (None: it starts): `SchedulerConfig` (a
+    real one: its `verify_max_model_len`), `SpeculativeConfig`'s method validator and `_verify_args`, the speculative
+    slots check (`VllmConfig._set_max_num_scheduled_tokens` with the method's own `SpeculatorConfig`), then the config
+    resolution of the capture settings (`Oracle.resolve`). Stand-ins: the VllmConfig and SpeculativeConfig instances
+    (namespaces borrowing their classes' methods: building real ones loads a model)."""
+    import types
+
+    from vllm.config import VllmConfig
+    from vllm.config.scheduler import SchedulerConfig
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.v1.worker.gpu.spec_decode.speculator_config import get_method_config_class
+
+    cfg = vo.Config(**{k: _tuples(v) for k, v in case["config"].items()})
+    try:  # in EngineArgs.create_engine_config's order: the speculative config, the scheduler's, then VllmConfig
+        spec = None
+        if cfg.num_speculative_tokens:
+            SpeculativeConfig.__dict__["_validate_method"].__func__(SpeculativeConfig, cfg.speculative_method)
+            spec = types.SimpleNamespace(
+                method=cfg.speculative_method, num_speculative_tokens=cfg.num_speculative_tokens, custom_method=None,
+                draft_model_config=None, target_model_config=None, tensor_parallel_size=None,
+                rejection_sample_method="standard", synthetic_acceptance_rates=None, synthetic_acceptance_length=None,
+                parallel_drafting=True if case.get("parallel_drafting") else None)
+            spec.speculator_config = get_method_config_class(spec)(spec)
+            spec.verify_equal_vocab_size_if_draft_model = types.MethodType(
+                SpeculativeConfig.verify_equal_vocab_size_if_draft_model, spec)
+            SpeculativeConfig.__dict__["_verify_args"](spec)
+        scheduler = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                    max_model_len=8192, is_encoder_decoder=False)
+        if spec is not None:
+            vc = type("VllmConfigStandIn", (types.SimpleNamespace,), {
+                "num_lookahead_tokens": VllmConfig.num_lookahead_tokens,
+                "num_speculative_tokens": VllmConfig.num_speculative_tokens})(
+                scheduler_config=scheduler, speculative_config=spec)
+            VllmConfig._set_max_num_scheduled_tokens(vc)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        return {"refusal": str(exc), "stage": "start-up checks"}
+    error = o.resolve(cfg).error
+    return {"refusal": error, "stage": "capture settings" if error else None}
 
 
 def _tuples(value: Any) -> Any:
@@ -127,9 +171,11 @@ def main() -> int:
     answers = []
     with o.patched():
         for case in request["cases"]:
-            if "yaml" in case:
+            if case.get("check"):
+                answers.append(start_up_refusal(o, case))
+            elif "yaml" in case:
                 cfg, unread = config_of_files(parser, case)
-                answers.append({**answer(o, rnd, cfg), "unread": unread})
+                answers.append({**answer(o, rnd, cfg, case.get("batches")), "unread": unread})
             else:  # the deployment's own settings, as its workload gives them
                 answers.append(answer(o, rnd, vo.Config(**{k: _tuples(v) for k, v in case["config"].items()})))
     print(json.dumps({"status": "ok", "vllm_version": vllm.__version__, "vllm_file": vllm.__file__,

@@ -33,30 +33,62 @@ import vllm034_oracle as vo  # noqa: E402
 from tuner.engines.engine import Deployment  # noqa: E402
 from tuner.engines.serving import ServingConfig  # noqa: E402
 from tuner.engines.vllm.drafter import MODEL_BASED_METHODS  # noqa: E402
-from tuner.engines.vllm.emit import COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, EmitError, Provenance  # noqa: E402
+from tuner.engines.vllm.emit import (  # noqa: E402
+    COMPILATION_CONFIG_FILE,
+    SERVE_YAML_FILE,
+    EmitError,
+    Provenance,
+    render_files,
+)
 from tuner.engines.vllm.v034.dispatch import join_keys, split_keys  # noqa: E402
 from tuner.engines.vllm.v034.drafter_cost import Drafter034  # noqa: E402
+from tuner.engines.vllm.v034.emit import compilation_config_034  # noqa: E402
 from tuner.engines.vllm.v034.engine import Vllm034Engine  # noqa: E402
 from tuner.engines.vllm.v034.settings import Vllm034Settings  # noqa: E402
 
 SEED, DEPLOYMENTS, PAIRS = 48, 600, 3
+EXAMPLES = {
+    # issue 48: SM100, 512 requests, K = 24, a 16384-token decode budget: the files must carry the budget, or vLLM
+    # clamps the decode graphs at 327 requests (FULL 8175) where cgtune costs 512 (FULL 12800).
+    "SM100 decode budget 16384": (vo.Config(max_num_seqs=512, max_num_batched_tokens=16384, num_speculative_tokens=24,
+                                            speculative_method="ngram", gpu_capability=(10, 0),
+                                            max_decode_tokens=16384), join_keys([1, 2, 4, 8, 4096, 16384],
+                                                                                [1, 2, 4, 64, 327, 512])),
+    # SM90, max_num_seqs 2, max_num_batched_tokens 2, decode budget 1: only FULL 1 (vLLM captured FULL 2 as well from
+    # files without the budget).
+    "SM90 decode budget 1": (vo.Config(max_num_seqs=2, max_num_batched_tokens=2, max_decode_tokens=1),
+                             join_keys([1, 2], [1, 2])),
+    # the default with a deprecated field set on SM100: no decode budget, FULL decode graphs up to 257 requests.
+    "SM100 default with max_cudagraph_capture_size": (vo.Config(
+        max_num_seqs=257, max_num_batched_tokens=16384, num_speculative_tokens=31, speculative_method="ngram",
+        gpu_capability=(10, 0), max_cudagraph_capture_size=16384), None),
+}
 PROVENANCE = Provenance("test", "-", "-", "random deployment", "-")
 NEEDS_CHECKPOINT = ("eagle", "eagle3", "dflash", "draft_model")
 
 
 # ------------------------------------------------------------------------------------------------ the deployments
-def random_deployment(rnd: random.Random) -> vo.Config:
+def random_deployment(rnd: random.Random) -> tuple[vo.Config, bool]:
     """answers.py's random configuration (every mode, method, schedule, GPU family and capture knob), a decode token
     budget added to a third of them whatever else is set, multi-module MTP left out (a checkpoint's property, which
-    no setting of cgtune's or vLLM's names)."""
+    no setting of cgtune's or vLLM's names); now and then a token budget below max_num_seqs or about the drafter's
+    lookahead slots, 0.33's custom_class method, parallel drafting. Returns the config and whether it drafts in parallel."""
     cfg, _ = oracle_answers.random_config(rnd)
     if rnd.random() < 0.33:
         cfg = dataclasses.replace(cfg, max_decode_tokens=rnd.choice(
             (rnd.randint(1, 3 * cfg.max_num_batched_tokens), cfg.max_num_batched_tokens, 8192, 16384, 1)))
-    return dataclasses.replace(cfg, multi_module_mtp=False)
+    if rnd.random() < 0.03 and cfg.max_num_seqs > 1:
+        cfg = dataclasses.replace(cfg, max_num_batched_tokens=rnd.randint(1, cfg.max_num_seqs - 1))
+    elif rnd.random() < 0.04 and cfg.num_speculative_tokens:  # a token budget about the drafter's lookahead slots
+        mnbt = rnd.randint(1, cfg.num_speculative_tokens + 2)
+        cfg = dataclasses.replace(cfg, max_num_batched_tokens=mnbt, max_num_seqs=min(cfg.max_num_seqs, mnbt))
+    if rnd.random() < 0.02 and cfg.num_speculative_tokens:
+        cfg = dataclasses.replace(cfg, speculative_method="custom_class", speculative_schedule=None)
+    parallel = bool(cfg.num_speculative_tokens) and rnd.random() < 0.05
+    return dataclasses.replace(cfg, multi_module_mtp=False), parallel
 
 
-def engine_of(cfg: vo.Config) -> Vllm034Engine:
+def engine_of(cfg: vo.Config, parallel_drafting: bool = False) -> Vllm034Engine:
     settings = Vllm034Settings(prefill_token_sizes=cfg.prefill_token_sizes, max_prefill_tokens=cfg.max_prefill_tokens,
                                decode_request_sizes=cfg.decode_request_sizes,
                                max_decode_requests=cfg.max_decode_requests, max_decode_tokens=cfg.max_decode_tokens)
@@ -66,16 +98,8 @@ def engine_of(cfg: vo.Config) -> Vllm034Engine:
         performance_mode=cfg.performance_mode, gpu_capability=cfg.gpu_capability,
         max_cudagraph_capture_size=cfg.max_cudagraph_capture_size, cudagraph_capture_sizes=cfg.cudagraph_capture_sizes,
         speculative_schedule=cfg.speculative_schedule, enforce_eager=cfg.enforce_eager,
-        speculative_method=cfg.speculative_method, engine_settings=settings, vllm_version="0.34"))
-
-
-def accepted(engine: Vllm034Engine) -> str | None:
-    """None where cgtune takes the deployment, else its one-line refusal (vLLM's own reason)."""
-    try:
-        refusal = engine.config_refusal()
-    except ValueError as exc:
-        return str(exc)
-    return refusal
+        speculative_method=cfg.speculative_method, parallel_drafting=parallel_drafting, engine_settings=settings,
+        vllm_version="0.34"))
 
 
 def random_pairs(rnd: random.Random, engine: Vllm034Engine) -> list[tuple[str, tuple[int, ...]]]:
@@ -150,10 +174,26 @@ def run() -> dict[str, Any]:
     ours: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     refused_emits: list[tuple[str, str]] = []
-    while counts["deployments"] < DEPLOYMENTS:
-        cfg = random_deployment(rnd)
+    for name, (cfg, keys) in EXAMPLES.items():
         engine = engine_of(cfg)
-        if accepted(engine) is not None:
+        keys = tuple(engine.defaults().sizes) if keys is None else keys
+        files = emit(engine, keys)
+        config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+        cases.append({"yaml": files[SERVE_YAML_FILE], "compilation_config": files[COMPILATION_CONFIG_FILE],
+                      "gpu_capability": list(cfg.gpu_capability), "batches": [[n, n * engine.decode_query_len,
+                                                                              engine.decode_query_len]
+                                                                             for n in range(1, cfg.max_num_seqs + 1)]})
+        ours.append({"kind": name, "config": config, "keys": keys,
+                     "compilation_config": json.loads(files[COMPILATION_CONFIG_FILE]), **cgtune_model(engine, keys)})
+    while counts["deployments"] < DEPLOYMENTS:
+        cfg, parallel = random_deployment(rnd)
+        engine = engine_of(cfg, parallel)
+        config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+        refusal = engine.config_refusal()
+        # vLLM's own start-up checks on the deployment's fields, whether cgtune takes it or not
+        cases.append({"check": True, "config": config, "parallel_drafting": parallel})
+        ours.append({"kind": "start-up checks", "config": config, "refusal": refusal})
+        if refusal is not None:
             counts["deployments refused"] += 1
             continue
         counts["deployments"] += 1
@@ -161,13 +201,20 @@ def run() -> dict[str, Any]:
         counts["with a decode budget" if cfg.max_decode_tokens is not None else "no decode budget"] += 1
         default = tuple(engine.defaults().sizes)
         # the default as vLLM resolves the deployment's own settings
-        config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
         cases.append({"config": config})
         ours.append({"kind": "deployment's own settings", "config": config, **cgtune_model(engine, default)})
+        mode = engine.dispatcher(engine.probe_sizes()).cudagraph_mode
         for kind, keys in random_pairs(rnd, engine):
             try:
                 files = emit(engine, keys)
             except EmitError as exc:
+                # what the files would have said: vLLM must build something else from them
+                would_be = render_files(keys, engine.serve_settings(deployment_of(engine)), cudagraph_mode=mode,
+                                        provenance=PROVENANCE, compilation=lambda v, m: compilation_config_034(
+                                            v, m, engine.list_fields(*split_keys(v))))
+                cases.append({"yaml": would_be[SERVE_YAML_FILE], "compilation_config":
+                              would_be[COMPILATION_CONFIG_FILE], "gpu_capability": list(cfg.gpu_capability)})
+                ours.append({"kind": "refused by the emit", "config": config, "keys": keys, "refusal": str(exc)})
                 refused_emits.append((kind, str(exc)))
                 continue
             counts[f"pairs: {kind}"] += 1
@@ -201,6 +248,22 @@ def _compare(run: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
                         "cgtune": cgtune})
 
     for ours, theirs in zip(run["ours"], run["vllm"]["answers"], strict=True):
+        if ours["kind"] == "start-up checks":
+            check("refuses at start-up", ours, theirs["refusal"] is not None, ours["refusal"] is not None,
+                  vllm_reason=theirs["refusal"], cgtune_reason=ours["refusal"])
+            if theirs["stage"] == "start-up checks" and ours["refusal"] is not None:
+                # the one line names vLLM's own reason (pydantic wraps the scheduler's in its own lines)
+                reason = ours["refusal"].split("refuses to start with it: ", 1)[-1]
+                check("vLLM's reason", ours, reason in theirs["refusal"], True, vllm_reason=theirs["refusal"],
+                      cgtune_reason=ours["refusal"])
+            continue
+        if ours["kind"] == "refused by the emit":
+            prefill, decode = split_keys(ours["keys"])
+            captured = {g[3] for g in theirs.get("graphs", []) if g[2] is not None}
+            changed = theirs["error"] is not None or theirs["prefill"] != prefill or theirs["decode"] != decode \
+                or bool(captured - set(decode))
+            check("a refused emit is a list vLLM would change", ours, changed, True, refusal=ours["refusal"])
+            continue
         check("read every field", ours, theirs.get("unread", []), [])
         check("refused", ours, theirs["error"], None)
         if theirs["error"] is not None:
@@ -229,9 +292,78 @@ def test_vllm_034_builds_from_cgtunes_files_what_cgtune_costed(run, comparison, 
     c = run["counts"]
     pairs = sum(v for k, v in c.items() if k.startswith("pairs: "))
     with capsys.disabled():
-        print(f"\nvLLM 0.34 from cgtune's files (seed {SEED}): {c['deployments']} deployments (SM90 {c['sm 9']}, "
+        print(f"\nvLLM 0.34 from cgtune's files (seed {SEED}): {checks['refuses at start-up']} deployments through "
+              f"vLLM's start-up checks ({c['deployments refused']} refused by both), {c['deployments']} taken (SM90 "
+              f"{c['sm 9']}, "
               f"SM100 {c['sm 10']}; {c['with a decode budget']} with a decode budget), {pairs} emitted list pairs "
-              f"({c['pairs: default']} defaults), {len(run['refused_emits'])} refused by the emit, "
+              f"({c['pairs: default']} defaults), {len(run['refused_emits'])} refused by the emit (each one vLLM would "
+              f"change), "
               f"{checks['graphs']} graph sets, {checks['drafter graphs']} drafter graph sets, {checks['capture order']} "
               f"capture orders, {checks['dispatch']} dispatched batches: 0 disagreements; vLLM's side took "
               f"{run['vllm']['seconds']} s")
+
+
+def _example(run: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    return next((ours, theirs) for ours, theirs in zip(run["ours"], run["vllm"]["answers"]) if ours["kind"] == name)
+
+
+def _decode_graphs(graphs: list[list[Any]]) -> list[list[Any]]:
+    return [list(g) for g in graphs if g[2] is not None]
+
+
+def test_the_issues_examples_build_in_vllm_the_graphs_cgtune_costs(run):
+    # SM100, 512 requests, K = 24, decode budget 16384: the files carry the budget, and vLLM's widest decode graph is
+    # cgtune's, FULL 12800 for 512 requests (not 327 requests, FULL 8175); a 512-request decode step replays it.
+    ours, theirs = _example(run, "SM100 decode budget 16384")
+    assert ours["compilation_config"]["max_decode_cudagraph_capture_tokens"] == 16384
+    assert _decode_graphs(theirs["graphs"])[0] == ["FULL", 12800, 25, 512] == _decode_graphs(ours["graphs"])[0]
+    assert theirs["batches"][-1] == [512, 12800, 25, ["FULL", 12800, 512]]
+    assert list(ours["dispatcher"].dispatch_desc(512, 12800, 25)) == ["FULL", 12800, 512]
+    # SM90, max_num_seqs 2, max_num_batched_tokens 2, decode budget 1: FULL 1 alone on both sides; a 2-request decode
+    # step replays the PIECEWISE graph of 2 tokens.
+    ours, theirs = _example(run, "SM90 decode budget 1")
+    assert ours["compilation_config"]["max_decode_cudagraph_capture_tokens"] == 1
+    assert _decode_graphs(theirs["graphs"]) == [["FULL", 1, 1, 1]] == _decode_graphs(ours["graphs"])
+    assert theirs["batches"][1] == [2, 2, 1, ["PIECEWISE", 2, None]] and \
+        list(ours["dispatcher"].dispatch_desc(2, 2, 1)) == ["PIECEWISE", 2, None]
+    # SM100, max_num_seqs 257, K = 31, max_cudagraph_capture_size 16384 (a deprecated field: no decode budget): the
+    # default's FULL decode graphs reach 257 requests (8224 tokens) in vLLM and in cgtune's costing of the default, and
+    # its files keep that (a 257-request step: FULL 8224, not PIECEWISE).
+    ours, theirs = _example(run, "SM100 default with max_cudagraph_capture_size")
+    assert _decode_graphs(theirs["graphs"])[0] == ["FULL", 8224, 32, 257] == _decode_graphs(ours["graphs"])[0]
+    assert theirs["batches"][-1] == [257, 8224, 32, ["FULL", 8224, 257]]
+    assert list(ours["dispatcher"].dispatch_desc(257, 8224, 32)) == ["FULL", 8224, 257]
+
+
+def test_the_comparison_covers_what_it_claims(run, comparison):
+    # So that "0 disagreements" means something: both GPU families, every mode, method and kind of setting, dynamic
+    # schedules, budgets, refusals of each kind, and lists the emit refused.
+    _, checks = comparison
+    seen: Counter[str] = Counter()
+    for ours in run["ours"]:
+        c = ours["config"]
+        if ours["kind"] in ("start-up checks", "refused by the emit") or ours["kind"] in EXAMPLES:
+            continue
+        seen.update([f"mode {c['cudagraph_mode']}", f"method {c['speculative_method']}", f"sm {c['gpu_capability'][0]}",
+                     "budget" if c["max_decode_tokens"] is not None else "no budget", ours["kind"]])
+        seen["dynamic schedule"] += c["speculative_schedule"] is not None
+        seen["deprecated field"] += c["cudagraph_capture_sizes"] is not None or \
+            c["max_cudagraph_capture_size"] is not None
+        seen["decode budget written"] += "max_decode_cudagraph_capture_tokens" in (ours.get("compilation_config") or {})
+        seen["the deployment's own fields written"] += "prefill_cudagraph_capture_token_sizes" not in \
+            (ours.get("compilation_config") or {"prefill_cudagraph_capture_token_sizes": 0}) and \
+            ours.get("compilation_config", {}).get("cudagraph_mode") != "NONE"
+    for mode in oracle_answers.MODES:
+        assert seen[f"mode {mode}"] >= 100, mode
+    for method in ("dflash", "eagle", "eagle3", "mtp", "draft_model", "ngram", "suffix", None):
+        assert seen[f"method {method}"] >= 50, method
+    for key in ("sm 9", "sm 10", "budget", "no budget", "dynamic schedule", "deprecated field", "default",
+                "default less one", "default and one", "tuned", "decode budget written"):
+        assert seen[key] >= 100, key
+    assert seen["the deployment's own fields written"] >= 1
+    refusals = [ours for ours in run["ours"] if ours["kind"] == "start-up checks" and ours["refusal"]]
+    for needle in ("must be greater than or equal to max_num_seqs", "does not have enough slots",
+                   "Unknown speculative method", "parallel_drafting is only supported", "capture settings"):
+        assert sum(needle in ours["refusal"] for ours in refusals) >= 5, needle
+    assert len(run["refused_emits"]) >= 100 and checks["a refused emit is a list vLLM would change"] >= 100
+    assert checks["dispatch"] >= 100_000 and checks["capture order"] >= 3000

@@ -264,9 +264,10 @@ class Engine(ABC):
     def effective_cudagraph_mode(self) -> str:
         """The cudagraph mode the engine really uses (NONE: no graphs)."""
 
-    def config_refusal(self) -> str | None:
+    def config_refusal(self, *, as_flags: bool = False) -> str | None:
         """The one line the engine refuses this serving configuration with at start-up (the field, its value and the
-        engine's own reason), None where it starts."""
+        engine's own reason), None where it starts; `as_flags`: the field named as the command-line flag that gave
+        it (`--max-num-seqs`), not as the workload's field."""
         return None
 
     # ------------------------------------------------------------------ lists and their graphs

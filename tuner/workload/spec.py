@@ -362,6 +362,9 @@ def _parse_serving(r: FieldReader, speculative: SpeculativeSpec | None, engine: 
         r, speculative_method=speculative.method if speculative else None,
         parallel_drafting=speculative.parallel_drafting if speculative else False)
     answers = engine_of(config)
+    refusal = answers.config_refusal()  # the engine's own start-up checks: it would not start
+    if refusal is not None:
+        raise WorkloadError(refusal)
     try:
         answers.runs_as(answers.defaults().sizes)
     except ValueError as exc:

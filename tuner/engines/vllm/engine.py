@@ -138,12 +138,13 @@ class VllmEngine(Engine):
                   for n in range(1, tier_max + 1)}
         return sorted(w for w in widths if w <= s.max_num_batched_tokens)
 
-    def config_refusal(self) -> str | None:
+    def config_refusal(self, *, as_flags: bool = False) -> str | None:
         """vLLM's own start-up checks on the fields cgtune reads (`tuner.engines.vllm.refusals`), then its resolution of
-        the capture settings: the first refusal as `serving.FIELD: VALUE: vLLM X refuses it: REASON`."""
+        the capture settings: the first refusal as `serving.FIELD: VALUE: vLLM X refuses to start with it: REASON`."""
         for field, value, reason in self._refusals():
             if reason is not None:
-                return f"{field}: {value}: vLLM {self.version} refuses to start with it: {reason}"
+                name = "--" + field.split(".")[-1].replace("_", "-") if as_flags else field
+                return f"{name}: {value}: vLLM {self.version} refuses to start with it: {reason}"
         try:
             self.defaults()
         except ValueError as exc:  # the capture settings or the speculative schedule, as vLLM's config refuses them
@@ -151,7 +152,8 @@ class VllmEngine(Engine):
         return None
 
     def _refusals(self) -> list[tuple[str, object, str | None]]:
-        """`(field, value, vLLM's reason or None)` for each start-up check."""
+        """`(field, value, vLLM's reason or None)` for each start-up check, in the order vLLM makes them (the scheduler
+        config is built before the VllmConfig that checks the speculative slots)."""
         s = self.serving
         return [("serving.max_num_seqs", s.max_num_seqs, scheduler_refusal(s.max_num_seqs, s.max_num_batched_tokens)),
                 ("serving.max_num_batched_tokens", s.max_num_batched_tokens,

@@ -79,9 +79,10 @@ class Vllm034Engine(VllmV2Engine):
         return super().pin_note
 
     def _refusals(self) -> list[tuple[str, object, str | None]]:
-        """0.33's checks (the same in 0.34), and what 0.34's `SpeculativeConfig` refuses of the method."""
+        """What 0.34's `SpeculativeConfig` refuses of the method (built first: `EngineArgs.create_engine_config`),
+        then 0.33's checks, which 0.34 makes the same."""
         s = self.serving
-        return [*super()._refusals(), *speculative_refusals_034(s.speculative_method, s.parallel_drafting)]
+        return [*speculative_refusals_034(s.speculative_method, s.parallel_drafting), *super()._refusals()]
 
     # ------------------------------------------------------------------ lists and their graphs
     def resolve(self, *, prefill: Sequence[int] | None = None, decode: Sequence[int] | None = None,

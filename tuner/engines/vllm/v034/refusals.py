@@ -14,8 +14,8 @@ VLLM_034_METHODS = ("ngram", "draft_model", "suffix", "eagle", "eagle3", "extrac
 def speculative_refusals_034(method: str | None, parallel_drafting: bool) -> list[tuple[str, object, str | None]]:
     """`(field, value, vLLM 0.34's reason or None)` for what `SpeculativeConfig` checks of the method and parallel
     drafting."""
-    unknown = (f"Unknown speculative method {method!r}. Built-in methods: {sorted(VLLM_034_METHODS)}; registered "
-               f"custom methods: []." if method is not None and method not in VLLM_034_METHODS else None)
+    unknown = (f"Unknown speculative method {method!r}." if method is not None and method not in VLLM_034_METHODS
+               else None)  # vLLM goes on to list its built-in methods (some forty MTP model types among them)
     parallel = (f"parallel_drafting is only supported by the dflash and dspark methods, not {method!r}."
                 if parallel_drafting and method not in ("dflash", "dspark") else None)
     return [("speculative.method", method, unknown), ("speculative.parallel_drafting", parallel_drafting, parallel)]
