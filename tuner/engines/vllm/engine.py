@@ -24,6 +24,7 @@ from tuner.engines.vllm.emit import (
     FLAGS_FILE,
     NEEDS_DRAFT_CHECKPOINT,
     SERVE_YAML_FILE,
+    EmitError,
     ServeSettings,
     env_prefix,
     render_files,
@@ -285,7 +286,13 @@ class VllmEngine(Engine):
     def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,
                      provenance: Provenance | None = None) -> dict[str, str]:
         """`compilation_config.json`, `vllm-serve.yaml` and `vllm-flags.txt`, the last two with the serving flags,
-        the speculative config and the environment the tuning assumed."""
+        the speculative config and the environment the tuning assumed; EmitError for a list the runner refuses to start
+        with (V1's rewrite when speculating)."""
+        if capture_sizes and cudagraph_mode != "NONE":
+            try:
+                self.runs_as(capture_sizes)
+            except ValueError as exc:
+                raise EmitError(str(exc)) from None
         return render_files(capture_sizes, self.serve_settings(deployment), cudagraph_mode=cudagraph_mode,
                             provenance=provenance)
 
