@@ -205,7 +205,7 @@ class VllmEngine(Engine):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> KvRule:
+                activation_peak_bytes: int | None = None, kv: Any = None) -> KvRule:
         s = self.serving
         if not s.estimate_cudagraph_memory:
             notes.append("estimate_cudagraph_memory: false (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM "

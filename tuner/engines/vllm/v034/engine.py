@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from tuner.engines.engine import Deployment, DrafterSweep
+from tuner.engines.engine import Deployment, DrafterSweep, KvFacts
 from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import CaptureDefaults
 from tuner.engines.vllm.dispatch import mode_parts
@@ -27,6 +27,7 @@ from tuner.engines.vllm.v034.emit import (
     list_fields,
     render_034_files,
 )
+from tuner.engines.vllm.v034.kv_layout import BLOCK_SIZE_TOKENS, GRANULE_BYTES, KvGeometry, KvLayer, KvLayout
 from tuner.engines.vllm.v034.memory import ExtensibleKvRule
 from tuner.engines.vllm.v034.refusals import speculative_refusals_034
 from tuner.engines.vllm.v034.settings import Vllm034Settings
@@ -257,7 +258,7 @@ class Vllm034Engine(VllmV2Engine):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> ExtensibleKvRule | KvRule:
+                activation_peak_bytes: int | None = None, kv: KvFacts | None = None) -> ExtensibleKvRule | KvRule:
         s = self.serving
         if not self.extensible:
             return super().kv_rule(total_memory_bytes=total_memory_bytes, non_kv_cache_bytes=non_kv_cache_bytes,
@@ -265,12 +266,38 @@ class Vllm034Engine(VllmV2Engine):
                                    tensor_parallel_size=tensor_parallel_size, notes=notes,
                                    pre_load_free_bytes=pre_load_free_bytes)
         notes.append("vLLM 0.34 sizes the KV cache after capture (extensible KV cache): every graph's real pool comes "
-                     "out of it, and no estimate is made")
-        if activation_peak_bytes is None:
-            notes.append("the profile records no activation peak: the memory vLLM 0.34 keeps free beside the KV cache "
-                         "is taken at its 1 GiB floor")
+                     "out of it, in whole blocks of 2 MiB-rounded layer segments, and no estimate is made")
+        kv = kv or KvFacts()
+        recorded = dict(kv.recorded or {})
+        peak = recorded.get("transient_peak_bytes", activation_peak_bytes)
+        growth = recorded.get("torch_reserve_growth_bytes", kv.torch_reserve_growth_bytes)
+        start = recorded.get("init_free_memory_bytes", pre_load_free_bytes)
+        for value, missing in ((peak, "no activation peak: the margin vLLM 0.34 keeps free is taken at its 1 GiB "
+                                      "floor"),
+                               (growth, "no torch reserve growth: vLLM 0.34 keeps the larger of it and the transient "
+                                        "peak free, here the peak"),
+                               (start, "no free memory at start: the device's whole memory stands for it")):
+            if value is None:
+                notes.append(f"the profile records {missing}")
         return ExtensibleKvRule(total_memory_bytes, s.gpu_memory_utilization, non_kv_cache_bytes, required_kv_bytes,
-                                peak_bytes=activation_peak_bytes or 0)
+                                geometry=self.kv_geometry(kv), peak_bytes=int(peak or 0),
+                                torch_reserve_growth_bytes=int(growth or 0), start_free_bytes=start,
+                                granule_bytes=int(recorded.get("granule_bytes", GRANULE_BYTES)))
+
+    def kv_geometry(self, kv: KvFacts) -> KvGeometry:
+        """The KV cache's segments and pool bytes per block: as vLLM 0.34 recorded them in the profile, else laid out
+        from the workload's attention layers (full attention: the target's, then the drafter's)."""
+        recorded = kv.recorded or {}
+        if recorded.get("segment_strides") and recorded.get("pool_bytes_per_block"):
+            return KvGeometry(tuple(int(x) for x in recorded["segment_strides"]), int(recorded["pool_bytes_per_block"]))
+        layers = tuple(KvLayer("full", heads, head_dim, dtype_bytes)
+                       for count, heads, head_dim, dtype_bytes in kv.layers for _ in range(count))
+        per_token = sum(2 * count * heads * head_dim * size for count, heads, head_dim, size in kv.layers)
+        if layers and kv.bytes_per_token and kv.bytes_per_token != per_token:
+            # the profile measured another figure (MLA, a quantized KV cache): its bytes, over the same layers
+            page = BLOCK_SIZE_TOKENS * kv.bytes_per_token // len(layers)
+            layers = tuple(KvLayer("full", 1, 1, 1, page_size_padded=page) for _ in layers)
+        return KvLayout(layers).geometry
 
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         """No estimate under the extensible KV cache (0: the real pool is what the KV cache loses); without it, 0.33's
