@@ -107,7 +107,8 @@ def test_the_yaml_names_the_performance_mode_and_an_extensible_kv_cache_turned_o
     e = _engine(max_num_seqs=8, max_num_batched_tokens=64, performance_mode="interactivity",
                 extensible_kv_cache=False)
     _, serve, flags = _files(e, join_keys([1, 8], [1]))
-    assert serve["performance-mode"] == "interactivity" and serve["enable-extensible-kv-cache"] is False
-    assert "--performance-mode interactivity" in flags and "--no-enable-extensible-kv-cache" in flags
+    # vLLM's parser takes --disable-extensible-kv-cache (EnableDisableAction): `enable-...: false` would be dropped
+    assert serve["performance-mode"] == "interactivity" and serve["disable-extensible-kv-cache"] is True
+    assert "--performance-mode interactivity" in flags and "--disable-extensible-kv-cache" in flags
     _, serve, flags = _files(_engine(max_num_seqs=8, max_num_batched_tokens=64), join_keys([1, 8], [1]))
-    assert "performance-mode" not in serve and "enable-extensible-kv-cache" not in serve
+    assert "performance-mode" not in serve and "disable-extensible-kv-cache" not in serve

@@ -67,9 +67,9 @@ class ServeParser:
         return self.AsyncEngineArgs.from_cli_args(args)
 
 
-def config_of_files(parser: ServeParser, case: dict[str, Any]) -> tuple[vo.Config, list[str]]:
+def config_of_files(parser: ServeParser, case: dict[str, Any]) -> tuple[vo.Config, list[str], bool | None]:
     """The oracle's Config of what `vllm serve --config` reads from the emitted YAML (the GPU is the deployment's),
-    and the compilation config's fields it does not read."""
+    the compilation config's fields it does not read, and its `enable_extensible_kv_cache`."""
     engine = parser.engine_args(case["yaml"])
     cc = engine.compilation_config
     given = json.loads(case["compilation_config"])
@@ -85,7 +85,7 @@ def config_of_files(parser: ServeParser, case: dict[str, Any]) -> tuple[vo.Confi
         cudagraph_mode=cc.cudagraph_mode.name if cc.cudagraph_mode is not None else "FULL_AND_PIECEWISE",
         enforce_eager=bool(engine.enforce_eager),
         **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-    return cfg, unread
+    return cfg, unread, engine.enable_extensible_kv_cache
 
 
 def answer(o: vo.Oracle, rnd: random.Random, cfg: vo.Config, batches: list[list[Any]] | None = None) -> dict[str, Any]:
@@ -174,8 +174,9 @@ def main() -> int:
             if case.get("check"):
                 answers.append(start_up_refusal(o, case))
             elif "yaml" in case:
-                cfg, unread = config_of_files(parser, case)
-                answers.append({**answer(o, rnd, cfg, case.get("batches")), "unread": unread})
+                cfg, unread, extensible = config_of_files(parser, case)
+                answers.append({**answer(o, rnd, cfg, case.get("batches")), "unread": unread,
+                                "extensible": extensible})
             else:  # the deployment's own settings, as its workload gives them
                 answers.append(answer(o, rnd, vo.Config(**{k: _tuples(v) for k, v in case["config"].items()})))
     print(json.dumps({"status": "ok", "vllm_version": vllm.__version__, "vllm_file": vllm.__file__,

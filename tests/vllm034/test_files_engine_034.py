@@ -88,10 +88,11 @@ def random_deployment(rnd: random.Random) -> tuple[vo.Config, bool]:
     return dataclasses.replace(cfg, multi_module_mtp=False), parallel
 
 
-def engine_of(cfg: vo.Config, parallel_drafting: bool = False) -> Vllm034Engine:
+def engine_of(cfg: vo.Config, parallel_drafting: bool = False, extensible: bool = True) -> Vllm034Engine:
     settings = Vllm034Settings(prefill_token_sizes=cfg.prefill_token_sizes, max_prefill_tokens=cfg.max_prefill_tokens,
                                decode_request_sizes=cfg.decode_request_sizes,
-                               max_decode_requests=cfg.max_decode_requests, max_decode_tokens=cfg.max_decode_tokens)
+                               max_decode_requests=cfg.max_decode_requests, max_decode_tokens=cfg.max_decode_tokens,
+                               extensible_kv_cache=extensible)
     return Vllm034Engine(ServingConfig(
         max_num_seqs=cfg.max_num_seqs, num_speculative_tokens=cfg.num_speculative_tokens,
         max_num_batched_tokens=cfg.max_num_batched_tokens, cudagraph_mode=cfg.cudagraph_mode,
@@ -187,7 +188,7 @@ def run() -> dict[str, Any]:
                      "compilation_config": json.loads(files[COMPILATION_CONFIG_FILE]), **cgtune_model(engine, keys)})
     while counts["deployments"] < DEPLOYMENTS:
         cfg, parallel = random_deployment(rnd)
-        engine = engine_of(cfg, parallel)
+        engine = engine_of(cfg, parallel, extensible=rnd.random() < 0.8)
         config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
         refusal = engine.config_refusal()
         # vLLM's own start-up checks on the deployment's fields, whether cgtune takes it or not
@@ -222,7 +223,7 @@ def run() -> dict[str, Any]:
                           "gpu_capability": list(cfg.gpu_capability)})
             ours.append({"kind": kind, "config": config, "keys": keys,
                          "compilation_config": json.loads(files[COMPILATION_CONFIG_FILE]),
-                         **cgtune_model(engine, keys)})
+                         "extensible": None if engine.extensible else False, **cgtune_model(engine, keys)})
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_USE_BREAKABLE_CUDAGRAPH", "VLLM_BATCH_INVARIANT")}
     env["PYTHONPATH"] = os.pathsep.join([str(vllm_034_code()), *filter(None, [os.environ.get("PYTHONPATH")])])
     env["VLLM_CONFIGURE_LOGGING"] = "0"
@@ -265,6 +266,8 @@ def _compare(run: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
             check("a refused emit is a list vLLM would change", ours, changed, True, refusal=ours["refusal"])
             continue
         check("read every field", ours, theirs.get("unread", []), [])
+        if "extensible" in ours:  # the KV cache sized as costed: vLLM's default, or off where the workload turns it off
+            check("extensible KV cache", ours, theirs["extensible"], ours["extensible"])
         check("refused", ours, theirs["error"], None)
         if theirs["error"] is not None:
             continue
@@ -357,6 +360,7 @@ def test_the_comparison_covers_what_it_claims(run, comparison):
         assert seen[f"mode {mode}"] >= 100, mode
     for method in ("dflash", "eagle", "eagle3", "mtp", "draft_model", "ngram", "suffix", None):
         assert seen[f"method {method}"] >= 50, method
+    assert 50 <= checks["extensible KV cache"] and sum(o.get("extensible") is False for o in run["ours"]) >= 100
     for key in ("sm 9", "sm 10", "budget", "no budget", "dynamic schedule", "deprecated field", "default",
                 "default less one", "default and one", "tuned", "decode budget written"):
         assert seen[key] >= 100, key

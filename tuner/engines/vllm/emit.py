@@ -133,8 +133,9 @@ class ServeSettings:
     """--performance-mode: interactivity changes vLLM's default capture sizes (every width up to 32); written where it
     is not vLLM's default, balanced."""
     extensible_kv_cache: bool | None = None
-    """--enable-extensible-kv-cache (vLLM 0.34): False is written (`--no-enable-extensible-kv-cache`) where the
-    workload sizes the KV cache without it; None: vLLM's default."""
+    """vLLM 0.34's extensible KV cache: False is written (`--disable-extensible-kv-cache`, the parser's EnableDisable
+    flag: a YAML `enable-extensible-kv-cache: false` would be dropped) where the workload sizes the KV cache without
+    it; None: vLLM's default."""
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -163,7 +164,7 @@ def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: 
         "max-num-batched-tokens": s.max_num_batched_tokens,
         "gpu-memory-utilization": s.gpu_memory_utilization,
         **({"kv-cache-memory-bytes": s.kv_cache_memory_bytes} if s.kv_cache_memory_bytes is not None else {}),
-        **({"enable-extensible-kv-cache": s.extensible_kv_cache} if s.extensible_kv_cache is not None else {}),
+        **({"disable-extensible-kv-cache": True} if s.extensible_kv_cache is False else {}),
         **({"performance-mode": s.performance_mode} if s.performance_mode != "balanced" else {}),
         **({"enforce-eager": True} if s.enforce_eager else {}),
         **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
@@ -180,8 +181,6 @@ def flag_args(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str
             continue
         if value is True:
             args.append(f"--{key}")
-        elif value is False:  # vLLM's boolean flags take --no-NAME (argparse.BooleanOptionalAction)
-            args.append(f"--no-{key}")
         else:
             args += [f"--{key}", json.dumps(value, separators=(", ", ": ")) if isinstance(value, dict) else str(value)]
     return args
