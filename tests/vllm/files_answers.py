@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
@@ -26,28 +25,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_oracle as vo  # noqa: E402
+from vllm_serve_parse import ServeParser  # noqa: E402
 
 DRAFTERS = ("eagle", "eagle3", "mtp", "dflash", "draft_model")
 """Methods whose drafter the oracle's runners capture graphs for."""
-
-
-class ServeParser:
-    """`vllm serve`'s own argument parser, built once."""
-
-    def __init__(self) -> None:
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.entrypoints.common.cli_args import make_arg_parser
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-        self.AsyncEngineArgs = AsyncEngineArgs
-        self.parser = FlexibleArgumentParser(prog="vllm")
-        make_arg_parser(self.parser.add_subparsers(dest="subparser").add_parser("serve"))
-        self.path = Path(tempfile.mkdtemp(prefix="cgtune-files-")) / "vllm-serve.yaml"
-
-    def engine_args(self, yaml_text: str) -> Any:
-        self.path.write_text(yaml_text)
-        args = self.parser.parse_args(["serve", "--config", str(self.path)])
-        return self.AsyncEngineArgs.from_cli_args(args)
 
 
 def uses_v2(environment: dict[str, str], method: str | None, parallel_drafting: bool) -> bool:
@@ -81,7 +62,7 @@ def uses_v2(environment: dict[str, str], method: str | None, parallel_drafting: 
 
 
 def answer(o: vo.Oracle, parser: ServeParser, case: dict[str, Any]) -> dict[str, Any]:
-    engine = parser.engine_args(case["yaml"])
+    engine = parser.of_yaml(case["yaml"])
     cc = engine.compilation_config
     spec = engine.speculative_config or {}
     method = spec.get("method")

@@ -21,7 +21,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm034_oracle as vo  # noqa: E402
 from answers import random_batches  # noqa: E402
+from vllm_serve_parse import ServeParser  # noqa: E402  (tests/vllm, on the path vllm034_oracle sets)
 
 CAPTURE_FIELDS = {
     "cudagraph_capture_sizes": "cudagraph_capture_sizes",
@@ -44,33 +44,10 @@ that sets any other field than these and the mode is reported as unread (the tes
 vLLM builds without the oracle seeing it)."""
 
 
-class ServeParser:
-    """`vllm serve`'s own argument parser, built once."""
-
-    def __init__(self) -> None:
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.entrypoints.common.cli_args import make_arg_parser
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-        self.AsyncEngineArgs = AsyncEngineArgs
-        self.parser = FlexibleArgumentParser(prog="vllm")
-        make_arg_parser(self.parser.add_subparsers(dest="subparser").add_parser("serve"))
-        self.dir = Path(tempfile.mkdtemp(prefix="cgtune-files-"))
-
-    def engine_args(self, yaml_text: str) -> Any:
-        """`vllm serve --config FILE`: the engine arguments vLLM hands its engine."""
-        path = self.dir / "vllm-serve.yaml"
-        path.write_text(yaml_text)
-        args = self.parser.parse_args(["serve", "--config", str(path)])
-        if args.model_tag is not None:
-            args.model = args.model_tag
-        return self.AsyncEngineArgs.from_cli_args(args)
-
-
 def config_of_files(parser: ServeParser, case: dict[str, Any]) -> tuple[vo.Config, list[str], bool | None]:
     """The oracle's Config of what `vllm serve --config` reads from the emitted YAML (the GPU is the deployment's),
     the compilation config's fields it does not read, and its `enable_extensible_kv_cache`."""
-    engine = parser.engine_args(case["yaml"])
+    engine = parser.of_yaml(case["yaml"])
     cc = engine.compilation_config
     given = json.loads(case["compilation_config"])
     unread = sorted(set(given) - set(CAPTURE_FIELDS) - {"cudagraph_mode"})
