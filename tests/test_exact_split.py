@@ -25,7 +25,8 @@ GIB = 1 << 30
 def split_case(tmp_path: Path, seed: int, *, mode: str | None = None, monotone: bool | None = None,
                whole_mib: bool = True) -> tuple[CostModel, list[int]]:
     """A 0.34 workload (max_num_seqs 8, 32 tokens a step, mixed and decode steps) on a 4 GiB device whose weights leave
-    8..36 MiB of real pool for graphs beside the required KV cache and vLLM 0.34's 1 GiB margin; random latencies and
+    8..36 MiB of real pool for graphs beside the required KV cache (its granule-rounded segments) and vLLM 0.34's 1 GiB
+    margin; random latencies and
     memory (whole MiB, or not), and ten random candidate keys of both lists."""
     rnd = random.Random(seed)
     spec = rnd.choice([0, 1, 3])
@@ -48,7 +49,8 @@ def split_case(tmp_path: Path, seed: int, *, mode: str | None = None, monotone: 
     unit = MIB if whole_mib else MIB + 4097
     activation = 50 * MIB
     total = 4 * GIB
-    weights = total - GIB - activation - rnd.randint(8, 36) * MIB - 64 * 16 * 1024  # the rest: the required KV
+    # the rest: the required KV; vLLM 0.34 maps its five blocks (40 KiB) in one 2 MiB granule per layer segment (two)
+    weights = total - GIB - activation - rnd.randint(8, 36) * MIB - 64 * 16 * 1024 - (2 * 2 * MIB - 40 * 1024)
     path = handmade_profile(tmp_path, wl, widths, total_memory_bytes=total, weights_bytes=weights,
                             activation_peak_bytes=activation, eager_ms=e.get, full_ms=f.get,
                             piecewise_ms=pw.get if seed % 3 else None, standalone_bytes=lambda w: sa[w] * unit,

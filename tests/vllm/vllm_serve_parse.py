@@ -19,18 +19,38 @@ from typing import Any
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
+class ServeParser:
+    """`vllm serve`'s own argument parser (`FlexibleArgumentParser` + `make_arg_parser`), built once."""
+
+    def __init__(self) -> None:
+        import tempfile
+        from pathlib import Path
+
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        self.AsyncEngineArgs = AsyncEngineArgs
+        self.parser = FlexibleArgumentParser(prog="vllm")
+        make_arg_parser(self.parser.add_subparsers(dest="subparser").add_parser("serve"))
+        self.path = Path(tempfile.mkdtemp(prefix="cgtune-files-")) / "vllm-serve.yaml"
+
+    def engine_args(self, argv: list[str]) -> Any:
+        """What `vllm serve ARGV` hands its engine (`AsyncEngineArgs.from_cli_args`)."""
+        args = self.parser.parse_args(["serve", *argv])
+        if args.model_tag is not None:  # vllm/entrypoints/cli/serve.py:56-57: a positional model wins over the config's
+            args.model = args.model_tag
+        return self.AsyncEngineArgs.from_cli_args(args)
+
+    def of_yaml(self, yaml_text: str) -> Any:
+        """What `vllm serve --config FILE` hands its engine, FILE holding `yaml_text`."""
+        self.path.write_text(yaml_text)
+        return self.engine_args(["--config", str(self.path)])
+
+
 def parse(argv: list[str]) -> dict[str, Any]:
     """What `vllm serve ARGV` hands its engine: the parsed settings cgtune tuned for."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.common.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = FlexibleArgumentParser(prog="vllm")
-    make_arg_parser(parser.add_subparsers(dest="subparser").add_parser("serve"))
-    args = parser.parse_args(["serve", *argv])
-    if args.model_tag is not None:  # vllm/entrypoints/cli/serve.py:56-57: a positional model wins over the config's
-        args.model = args.model_tag
-    engine = AsyncEngineArgs.from_cli_args(args)
+    engine = ServeParser().engine_args(argv)
     cc = engine.compilation_config
     return {
         "model": engine.model, "dtype": engine.dtype, "tensor_parallel_size": engine.tensor_parallel_size,

@@ -10,6 +10,7 @@ from tuner.commands.common import capability, load_workload_arg, non_negative_in
 from tuner.engines.registry import engine_of
 from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES, dense_speculative_schedule
+from tuner.engines.vllm.versions import resolve_version
 
 _FLAGS = (
     "max_num_seqs", "num_speculative_tokens", "max_num_batched_tokens", "gpu_capability", "performance_mode",
@@ -93,8 +94,12 @@ class DefaultsCommand(Command):
                 cudagraph_capture_sizes=_tuple(args.cudagraph_capture_sizes),
                 speculative_schedule=_tuple(args.speculative_schedule),
                 enforce_eager=bool(args.enforce_eager),
+                vllm_version=resolve_version(None),  # the release --vllm-version names (engine_of caches by config)
             )
         engine = engine_of(serving)
+        refusal = engine.config_refusal(as_flags=workload is None)  # vLLM's own start-up checks
+        if refusal is not None:
+            raise UsageError(refusal)
         print(words_of(engine).defaults_text(engine, workload, as_json=args.json))
         return 0
 

@@ -8,7 +8,7 @@ at its own edge (`in_engine_unit`, its files and its words)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tuner.engines.vllm.emit import Provenance
     from tuner.profile.table import Profile
 
-__all__ = ["LIST_LABELS", "Deployment", "DrafterSweep", "Engine", "GraphDispatcher", "KvRule", "Speculation",
+__all__ = ["LIST_LABELS", "Deployment", "DrafterSweep", "Engine", "GraphDispatcher", "KvFacts", "KvRule", "Speculation",
            "flag_file_line", "placeholder"]
 
 LIST_LABELS = {"tuned": "tuned", "compact": "compact (least graph memory within the tolerance)",
@@ -143,6 +143,23 @@ def flag_file_line(path: Path) -> str | None:
     if not path.is_file():
         return None
     return next((ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")), None)
+
+
+@dataclass(frozen=True)
+class KvFacts:
+    """What the workload and the profile say of the KV cache's shape, for an engine that sizes it in whole blocks of
+    its own layout."""
+
+    layers: tuple[tuple[int, int, int, int], ...] = ()
+    """`(attention layers, KV heads on one rank, head_dim, bytes per element)` of each group of identical layers: the
+    target's, then the drafter's."""
+    bytes_per_token: int | None = None
+    """The KV bytes per token the model uses (a profile measured through the engine records its own)."""
+    torch_reserve_growth_bytes: int | None = None
+    """How far the profile's sizing step grew torch's reserved memory beyond what it kept (None: not measured)."""
+    recorded: Mapping[str, Any] | None = None
+    """The engine's own layout figures, where the profile measured through the engine recorded them (vLLM 0.34: its
+    extensible KV cache's segment strides, pool bytes per block, granule, transient peak and reserve growth)."""
 
 
 @dataclass(frozen=True)
@@ -264,6 +281,12 @@ class Engine(ABC):
     def effective_cudagraph_mode(self) -> str:
         """The cudagraph mode the engine really uses (NONE: no graphs)."""
 
+    def config_refusal(self, *, as_flags: bool = False) -> str | None:
+        """The one line the engine refuses this serving configuration with at start-up (the field, its value and the
+        engine's own reason), None where it starts; `as_flags`: the field named as the command-line flag that gave
+        it (`--max-num-seqs`), not as the workload's field."""
+        return None
+
     # ------------------------------------------------------------------ lists and their graphs
     @abstractmethod
     def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:
@@ -353,10 +376,11 @@ class Engine(ABC):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> KvRule:
+                activation_peak_bytes: int | None = None, kv: KvFacts | None = None) -> KvRule:
         """How the engine sizes its KV cache on this device (`weights_bytes()`: the weights on one rank;
         `pre_load_free_bytes`: free device memory before the weights load, `activation_peak_bytes`: the transient
-        activation peak of the profile's widest step, when the profile measured them)."""
+        activation peak of the profile's widest step, when the profile measured them; `kv`: the KV cache's shape, for
+        a rule that counts whole blocks)."""
 
     def start_kv_bytes(self, kv_bytes_per_token: int) -> int:
         """The least KV memory the engine refuses to start below, whatever the workload asks (0: none)."""

@@ -198,6 +198,21 @@ class StepRunner:
         torch.cuda.synchronize(self.device)
         return int(torch.cuda.max_memory_allocated(self.device) - base)
 
+    def reserve_growth_bytes(self, fn: Callable[[], object]) -> int | None:
+        """How far `fn` grows torch's reserved memory from an emptied cache beyond what it keeps allocated, as vLLM
+        0.34's `_measure_sizing_step` reads it around its KV-cache sizing steps (fragmentation the allocated peak does
+        not show); None off CUDA."""
+        if self.device.type != "cuda":
+            return None
+        self.release(collect=True)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        before = torch.cuda.memory_stats(self.device)
+        fn()
+        torch.cuda.synchronize(self.device)
+        after = torch.cuda.memory_stats(self.device)
+        kept = max(after.get("allocated_bytes.all.current", 0) - before.get("allocated_bytes.all.current", 0), 0)
+        return int(after.get("reserved_bytes.all.peak", 0) - before.get("reserved_bytes.all.current", 0) - kept)
+
     def profile_memory(self, fn: Callable[[], object]) -> tuple[int, int] | None:
         """(torch's peak allocated bytes while `fn` ran, bytes allocated after it), as vLLM's memory profiling
         reads them around its profiling step; None off CUDA."""
@@ -624,7 +639,8 @@ def _activation_peaks(runner: StepRunner, workload: Workload, widest: int) -> di
     """`activation_peak_bytes`, what the KV budget must leave free besides weights and graphs: the larger of
     the peak of vLLM's memory-profiling step (max_num_batched_tokens fresh tokens over max_num_seqs requests,
     the number vLLM itself subtracts) and the peak of the widest decode step measured (logits for every
-    token), which serving needs as well. Both are kept; None on a CPU or when a step ran out of memory."""
+    token), which serving needs as well. Both are kept; None on a CPU or when a step ran out of memory. And
+    `torch_reserve_growth_bytes`: how far the profiling step grows torch's reservation from an emptied cache."""
     s = workload.serving
     tokens, requests = s.max_num_batched_tokens, min(s.max_num_seqs, s.max_num_batched_tokens)
     ok_run, run_peak, run_oom = _attempt(
@@ -634,8 +650,15 @@ def _activation_peaks(runner: StepRunner, workload: Workload, widest: int) -> di
         if message:
             log.warning("%s ran out of memory while measuring the activation peak: %s", what, message)
     peaks = [p for p in (run_peak, step_peak) if p is not None]
+    # vLLM 0.34 keeps free the larger of the peak and this growth of torch's reservation over its sizing step (the
+    # same max_num_batched_tokens step)
+    ok_growth, growth, growth_oom = _attempt(
+        runner, lambda: runner.reserve_growth_bytes(lambda: runner.model.profile_run(tokens, requests)))
+    if growth_oom:
+        log.warning("the sizing step ran out of memory while measuring torch's reserve growth: %s", growth_oom)
     return {
         "activation_peak_bytes": max(peaks) if ok_run and ok_step and peaks else None,
+        "torch_reserve_growth_bytes": growth if ok_growth else None,
         "activation_peaks": {
             "profile_run_bytes": run_peak, "profile_run_tokens": tokens, "profile_run_requests": requests,
             "decode_step_bytes": step_peak, "decode_step_tokens": widest,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.engines.engine import GraphDispatcher, KvRule
+from tuner.engines.engine import GraphDispatcher, KvFacts, KvRule
 from tuner.engines.vllm.memory import GraphCost
 from tuner.profile.calibration import apply_calibration, non_kv_from_vllm
 from tuner.profile.curve import Curve, memory_curve
@@ -484,7 +484,10 @@ class CostModel:
             required_kv_bytes=self.workload.required_kv_bytes_at(self.kv_bytes_per_token),
             tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes,
             pre_load_free_bytes=_meta_bytes(self.profile, "pre_load_free_bytes"),
-            activation_peak_bytes=_meta_bytes(self.profile, "activation_peak_bytes"))
+            activation_peak_bytes=_meta_bytes(self.profile, "activation_peak_bytes"),
+            kv=KvFacts(self.workload.kv_layer_groups(), self.kv_bytes_per_token,
+                       _meta_bytes(self.profile, "torch_reserve_growth_bytes"),
+                       (self.profile.metadata.get("kv_cache") or {}).get("extensible")))
 
     def with_load_steps(self, rows: Sequence[Sequence[Any]] | None) -> CostModel:
         """This model's profile, workload and settings, weighing `rows` (see `load_steps`; None: the traffic)."""

@@ -60,9 +60,14 @@ decode step (both kept under `activation_peaks`); `compiled`: measured through t
 Profiles from `cgtune profile` since the PIECEWISE rows also carry (older ones lack them): `capture_order`
 ("piecewise-then-full": FULL deltas were read with every PIECEWISE graph in the pool; absent: FULL graphs only),
 `non_kv_cache_bytes` (vLLM's non-KV memory, breakdown in `non_kv`), `pre_load_free_bytes` (free device memory with
-CUDA up, before the weights load: where SGLang's KV budget starts), `compile_s`, `eager_kernels_per_layer`
+CUDA up, before the weights load: where SGLang's KV budget starts, and vLLM 0.34's headroom), `torch_reserve_growth_bytes`
+(how far vLLM's profiling step grows torch's reservation from an emptied cache beyond what it keeps: vLLM 0.34 keeps the
+larger of it and the transient peak free), `compile_s`, `eager_kernels_per_layer`
 and `noisy_widths`; with a draft model also `drafter` ({method, shape, weights_bytes, kv_layers, runner,
-graph_modes, ...}: its weights are then inside `non_kv_cache_bytes`). A profile calibrated on vLLM's start-up log
+graph_modes, ...}: its weights are then inside `non_kv_cache_bytes`). A profile measured through vLLM 0.34 with its
+extensible KV cache records what that cache sized the KV cache from under `kv_cache.extensible` (segment strides, pool
+bytes per block, granule, transient peak, reserve growth, free memory at start:
+`tuner.measure.vllm_engine.worker.extensible_kv_figures`). A profile calibrated on vLLM's start-up log
 (`cgtune check --calibrate`) also carries `vllm_calibration` (`tuner.profile.calibration`: a graph-memory scale, and
 whether `non_kv_cache_bytes` is vLLM's)."""
 

@@ -19,6 +19,7 @@ from tuner.engines.vllm.drafter import (
     MODEL_BASED_METHODS,
     PARALLEL_DRAFTING_METHODS,
     drafter_kv_bytes_per_token,
+    drafter_kv_layers,
     drafter_weight_bytes,
 )
 from tuner.engines.vllm.runner import SPECULATIVE_METHODS
@@ -186,6 +187,19 @@ class Workload:
         """KV bytes one token costs on one rank: the target's layers and the drafter's (vLLM gives draft attention
         layers KV cache beside the target's)."""
         return self.model.kv_bytes_per_token() + self.drafter_kv_bytes_per_token()
+
+    def kv_layer_groups(self) -> tuple[tuple[int, int, int, int], ...]:
+        """`(attention layers, KV heads on one rank, head_dim, bytes per element)`: the target's, then the drafter's
+        (where it has KV layers); `kv_bytes_per_token` is their 2 x layers x heads x head_dim x bytes summed."""
+        m, tp, size = self.model, self.model.tensor_parallel_size, DTYPE_BYTES[self.model.dtype]
+        groups = [(m.shape.num_layers, m.shape.kv_heads_per_rank(tp), m.shape.head_dim, size)]
+        spec = self.speculative
+        if spec is not None and spec.drafter is not None and spec.method is not None:
+            layers = drafter_kv_layers(spec.method, spec.drafter.num_layers,
+                                       num_nextn_predict_layers=spec.num_nextn_predict_layers)
+            if layers:
+                groups.append((layers, spec.drafter.kv_heads_per_rank(tp), spec.drafter.head_dim, size))
+        return tuple(groups)
 
     @property
     def required_kv_bytes(self) -> int:
@@ -362,6 +376,9 @@ def _parse_serving(r: FieldReader, speculative: SpeculativeSpec | None, engine: 
         r, speculative_method=speculative.method if speculative else None,
         parallel_drafting=speculative.parallel_drafting if speculative else False)
     answers = engine_of(config)
+    refusal = answers.config_refusal()  # the engine's own start-up checks: it would not start
+    if refusal is not None:
+        raise WorkloadError(refusal)
     try:
         answers.runs_as(answers.defaults().sizes)
     except ValueError as exc:

@@ -125,7 +125,7 @@ class SglangEngine(RequestEngine):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> SglangKvRule:
+                activation_peak_bytes: int | None = None, kv: Any = None) -> SglangKvRule:
         """SGLang's budget starts from the free memory before the weights load (kv_cache_configurator.py:3007,
         3038; bootstrap.py:207): the profile's `pre_load_free_bytes`, else total memory, which overstates the KV cache
         and the slack by what the CUDA context and other processes hold, times the fraction (a note says so)."""

@@ -100,7 +100,7 @@ class TrtllmEngine(RequestEngine):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> TrtllmKvRule:
+                activation_peak_bytes: int | None = None, kv: Any = None) -> TrtllmKvRule:
         return TrtllmKvRule(total_memory_bytes, non_kv_cache_bytes, required_kv_bytes,
                             self.settings.free_gpu_memory_fraction)
 

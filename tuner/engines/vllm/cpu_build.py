@@ -72,7 +72,7 @@ class CpuBuild:
 
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
-                pre_load_free_bytes: int | None = None, activation_peak_bytes: int | None = None) -> KvRule:
+                pre_load_free_bytes: int | None = None, activation_peak_bytes: int | None = None, kv: Any = None) -> KvRule:
         """vLLM's rule with what the CPU worker holds: its weights and its KV space, all of it requested
         (utilization 1), no estimate: the KV cache is the space whatever the list, and no graph needs room."""
         notes.append(f"the KV cache is the CPU build's space, {self.kv_space_bytes / (1 << 30):.2f} GiB, whatever "

@@ -129,6 +129,13 @@ class ServeSettings:
     """What the user must still put in (a placeholder's meaning), as comment lines."""
     kv_cache_memory_bytes: int | None = None
     """--kv-cache-memory-bytes: the KV cache pinned per rank (None: vLLM sizes it itself)."""
+    performance_mode: str = "balanced"
+    """--performance-mode: interactivity changes vLLM's default capture sizes (every width up to 32); written where it
+    is not vLLM's default, balanced."""
+    extensible_kv_cache: bool | None = None
+    """vLLM 0.34's extensible KV cache: False is written (`--disable-extensible-kv-cache`, the parser's EnableDisable
+    flag: a YAML `enable-extensible-kv-cache: false` would be dropped) where the workload sizes the KV cache without
+    it; None: vLLM's default."""
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -157,6 +164,8 @@ def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: 
         "max-num-batched-tokens": s.max_num_batched_tokens,
         "gpu-memory-utilization": s.gpu_memory_utilization,
         **({"kv-cache-memory-bytes": s.kv_cache_memory_bytes} if s.kv_cache_memory_bytes is not None else {}),
+        **({"disable-extensible-kv-cache": True} if s.extensible_kv_cache is False else {}),
+        **({"performance-mode": s.performance_mode} if s.performance_mode != "balanced" else {}),
         **({"enforce-eager": True} if s.enforce_eager else {}),
         **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
         "compilation-config": compilation(sizes, cudagraph_mode),

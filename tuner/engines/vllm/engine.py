@@ -24,12 +24,14 @@ from tuner.engines.vllm.emit import (
     FLAGS_FILE,
     NEEDS_DRAFT_CHECKPOINT,
     SERVE_YAML_FILE,
+    EmitError,
     ServeSettings,
     env_prefix,
     render_files,
 )
 from tuner.engines.vllm.log_lines import estimate_line_note, memory_lines
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_bytes, kv_capacity, start_kv_bytes
+from tuner.engines.vllm.refusals import lookahead_tokens, scheduler_refusal, slots_refusal
 from tuner.engines.vllm.runner import (
     effective_cudagraph_mode,
     keeps_dynamic_schedule,
@@ -137,6 +139,28 @@ class VllmEngine(Engine):
                   for n in range(1, tier_max + 1)}
         return sorted(w for w in widths if w <= s.max_num_batched_tokens)
 
+    def config_refusal(self, *, as_flags: bool = False) -> str | None:
+        """vLLM's own start-up checks on the fields cgtune reads (`tuner.engines.vllm.refusals`), then its resolution of
+        the capture settings: the first refusal as `serving.FIELD: VALUE: vLLM X refuses to start with it: REASON`."""
+        for field, value, reason in self._refusals():
+            if reason is not None:
+                name = "--" + field.split(".")[-1].replace("_", "-") if as_flags else field
+                return f"{name}: {value}: vLLM {self.version} refuses to start with it: {reason}"
+        try:
+            self.defaults()
+        except ValueError as exc:  # the capture settings or the speculative schedule, as vLLM's config refuses them
+            return f"serving: vLLM {self.version} refuses to start with these capture settings: {exc}"
+        return None
+
+    def _refusals(self) -> list[tuple[str, object, str | None]]:
+        """`(field, value, vLLM's reason or None)` for each start-up check, in the order vLLM makes them (the scheduler
+        config is built before the VllmConfig that checks the speculative slots)."""
+        s = self.serving
+        return [("serving.max_num_seqs", s.max_num_seqs, scheduler_refusal(s.max_num_seqs, s.max_num_batched_tokens)),
+                ("serving.max_num_batched_tokens", s.max_num_batched_tokens,
+                 slots_refusal(s.max_num_batched_tokens,
+                               lookahead_tokens(s.speculative_method, s.num_speculative_tokens)))]
+
     # ------------------------------------------------------------------ lists and their graphs
     def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:
         s = self.serving
@@ -181,7 +205,7 @@ class VllmEngine(Engine):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> KvRule:
+                activation_peak_bytes: int | None = None, kv: Any = None) -> KvRule:
         s = self.serving
         if not s.estimate_cudagraph_memory:
             notes.append("estimate_cudagraph_memory: false (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): vLLM "
@@ -262,7 +286,13 @@ class VllmEngine(Engine):
     def render_files(self, capture_sizes: Sequence[int], deployment: Deployment, *, cudagraph_mode: str,
                      provenance: Provenance | None = None) -> dict[str, str]:
         """`compilation_config.json`, `vllm-serve.yaml` and `vllm-flags.txt`, the last two with the serving flags,
-        the speculative config and the environment the tuning assumed."""
+        the speculative config and the environment the tuning assumed; EmitError for a list the runner refuses to start
+        with (V1's rewrite when speculating)."""
+        if capture_sizes and cudagraph_mode != "NONE":
+            try:
+                self.runs_as(capture_sizes)
+            except ValueError as exc:
+                raise EmitError(str(exc)) from None
         return render_files(capture_sizes, self.serve_settings(deployment), cudagraph_mode=cudagraph_mode,
                             provenance=provenance)
 
@@ -283,7 +313,13 @@ class VllmEngine(Engine):
             max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
             max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
             enforce_eager=s.enforce_eager, speculative_config=self._speculative_config(deployment, notes),
-            environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin)
+            environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin,
+            performance_mode=s.performance_mode, extensible_kv_cache=self._extensible_flag)
+
+    @property
+    def _extensible_flag(self) -> bool | None:
+        """The extensible-KV-cache flag the files write (0.33 has none)."""
+        return None
 
     @property
     def pin_note(self) -> str:

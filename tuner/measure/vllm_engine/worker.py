@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-__all__ = ["captures", "describe", "drafter_of", "drafter_step_fn", "logits_fn", "parameter_bytes", "step_fn",
-           "is_uniform", "time_drafter_width", "time_width", "warm", "warm_drafter", "without_drafter"]
+__all__ = ["captures", "describe", "drafter_of", "drafter_step_fn", "extensible_kv_figures", "logits_fn",
+           "parameter_bytes", "step_fn", "is_uniform", "time_drafter_width", "time_width", "warm", "warm_drafter",
+           "without_drafter"]
 
 
 def _runner(worker: Any) -> Any:
@@ -34,6 +35,33 @@ def kv_cache_summary(spec: dict[str, Any]) -> dict[str, Any]:
         g["layers"] += 1
     return {"bytes_per_token": per_token, "layers": len(spec), "groups": groups,
             "source": "vLLM's get_kv_cache_spec(): page_size_bytes / block_size summed over the layers"}
+
+
+def extensible_kv_figures(worker: Any) -> dict[str, Any] | None:
+    """What vLLM 0.34's extensible KV cache sized the KV cache from, read off the worker after start-up (None without
+    one: 0.33, or the cache turned off): its segments' block strides, the pool's bytes per block (the planned tensor's
+    size over its blocks), the granule the segments are rounded to, the transient peak and torch's reserve growth the
+    sizing steps measured, the free memory at start, and the blocks reserved and kept. The cost model sizes the KV
+    cache from these to the block (`tuner.engines.vllm.v034.memory.ExtensibleKvRule`)."""
+    runner = _runner(worker)
+    kv = getattr(runner, "extensible_kv_cache", None)
+    if kv is None:
+        return None
+    config = getattr(runner, "kv_cache_config", None)
+    tensors = [t for t in getattr(config, "kv_cache_tensors", None) or [] if not getattr(t, "host_resident", False)]
+    blocks = int(getattr(config, "num_blocks", 0) or 0)
+    snapshot = getattr(worker, "init_snapshot", None)
+    return {
+        "segment_strides": [int(x) for x in kv.segment_strides],
+        "pool_bytes_per_block": int(tensors[0].size) // blocks if tensors and blocks else None,
+        "granule_bytes": int(kv.buffer.granularity),
+        "transient_peak_bytes": int(kv.reserved_headroom_bytes),
+        "torch_reserve_growth_bytes": int(kv.torch_reserve_growth_bytes),
+        "init_free_memory_bytes": int(snapshot.free_memory) if snapshot is not None else None,
+        "capacity_blocks": int(kv.capacity_blocks),
+        "num_blocks": int(kv.num_committed_blocks),
+        "source": "vLLM 0.34's ExtensibleKVCache and the worker's init snapshot, after start-up",
+    }
 
 
 def drafter_of(runner: Any) -> Any | None:
@@ -90,7 +118,8 @@ def describe(worker: Any) -> dict[str, Any]:
         "runner_class": type(runner).__name__,
         "runner": generation(runner),
         "attention_backends": sorted(backends),
-        "kv_cache": kv_cache_summary(spec),
+        "kv_cache": {**kv_cache_summary(spec), **({"extensible": figures}
+                                                   if (figures := extensible_kv_figures(worker)) else {})},
         "weights_bytes": weights,
         "rank": int(getattr(worker, "rank", 0) or 0),
         "drafter": None,

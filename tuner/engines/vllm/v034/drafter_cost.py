@@ -5,10 +5,14 @@ managers capture for a pair of lists, in the pool after the target's, and what i
   decode request sizes, at q = 1 + K), eager above them or without them.
 - EAGLE, EAGLE3, MTP: draft step 0 in the target's shapes (its prefill manager holds the target's decode and prefill
   graphs), so it replays what the target replayed; the K - 1 later one-token steps on FULL graphs of the request grid up
-  to max_num_seqs, which 0.34 captures whenever the target has decode graphs (`get_draft_decode_cudagraph_request_sizes`).
+  to max_num_seqs, which 0.34 captures whenever the target has decode graphs (`get_draft_decode_cudagraph_request_sizes`),
+  under a dynamic schedule once for each K of it above 1 (`SpeculatorCudaGraphManager.capture` with
+  `specialize_spec_tokens`: FlashAttention updates the draft decode metadata in place).
 - a draft model: its first pass over the step plus N tokens runs eager (its prefill manager's K + 2 shapes are not
   modelled), its later steps as EAGLE's.
-Model-free methods capture nothing and add nothing."""
+Model-free methods capture nothing and add nothing. Where the target captures no graph, the runner captures none of the
+drafter's either (`GPUModelRunner.capture_model` calls the speculator's capture only after the target's), and its
+passes run eager."""
 
 from __future__ import annotations
 
@@ -48,9 +52,10 @@ class Drafter034:
 
     def __init__(self, profile: Profile, method: str, *, dispatcher: Callable[[Sequence[int]], object],
                  num_speculative_tokens: int, max_num_seqs: int, decode_mode: str, name: str,
-                 notes: list[str], multi_module_mtp: bool = False) -> None:
+                 notes: list[str], multi_module_mtp: bool = False, dynamic_ks: Sequence[int] | None = None) -> None:
         self.method, self.k, self.R, self.q = method, num_speculative_tokens, max_num_seqs, num_speculative_tokens + 1
         self.dispatcher = dispatcher
+        self.dynamic_ks = dynamic_ks
         self.decode_full = decode_mode == "FULL"
         """The target's decode mode is FULL: DFlash's and EAGLE's decode managers capture (0.34: NONE otherwise)."""
         eager, full = profile.by_mode("drafter_eager"), profile.by_mode("drafter_full")
@@ -78,11 +83,13 @@ class Drafter034:
 
     @classmethod
     def rules(cls, method: str, *, dispatcher: Callable[[Sequence[int]], object], num_speculative_tokens: int,
-              max_num_seqs: int, decode_mode: str, multi_module_mtp: bool = False) -> Drafter034:
+              max_num_seqs: int, decode_mode: str, multi_module_mtp: bool = False,
+              dynamic_ks: Sequence[int] | None = None) -> Drafter034:
         """The drafter's graph rules alone, without a profile's curves (what captures, not what it costs)."""
         self = object.__new__(cls)
         self.method, self.k, self.R = method, num_speculative_tokens, max_num_seqs
         self.q, self.dispatcher, self.decode_full = num_speculative_tokens + 1, dispatcher, decode_mode == "FULL"
+        self.dynamic_ks = dynamic_ks
         self._rules(multi_module_mtp)
         return self
 
@@ -93,12 +100,21 @@ class Drafter034:
         self.grid = (decode_grid(self.R) if self.k >= 2 and self.method in DRAFT_DECODE_METHODS
                      and self.decode_full and not self.multi_module else [])
         """The request counts of the one-token draft decode graphs (while the target has decode graphs)."""
+        self.copies = (1,) if self.dynamic_ks is None else tuple(sorted(set(self.dynamic_ks) - {0, 1}, reverse=True))
+        """The Ks each one-token draft decode graph is captured for: once without a dynamic schedule; under one, once
+        for each K of its dense lookup above 1 (none where every batch drafts 0 or 1)."""
 
     # ------------------------------------------------------------------ graphs
+    def _captures(self, d: object) -> bool:
+        """The target captures a graph for the list (the runner captures the drafter's only then)."""
+        return bool(d.manager_graphs())  # type: ignore[attr-defined]
+
     def _decode_shapes(self, runs: Sequence[int]) -> list[tuple[int, int]]:
         """The target's decode graphs `(requests, query length)`; DFlash's at q = 1 + K alone (it always drafts K:
         a dynamic schedule's tiers are not expanded for it)."""
         d = self.dispatcher(runs)
+        if not self._captures(d):
+            return []
         if self.method == "dflash":  # its own FULL_DECODE_ONLY manager, whatever routine the target runs
             return decode_shapes(d.decode_request_sizes, {self.q: self.R}, d.decode_max_tokens) \
                 if d.cudagraph_mode != "NONE" and self.decode_full else []  # type: ignore[attr-defined]
@@ -110,6 +126,8 @@ class Drafter034:
         if not runs:
             return []
         d = self.dispatcher(runs)
+        if not self._captures(d):
+            return []
         shapes = self._decode_shapes(runs)
         if self.method == "dflash":
             return [("FULL", n * q) for n, q in sorted(shapes, key=lambda s: -s[0] * s[1])] if self.decode_full else []
@@ -124,12 +142,13 @@ class Drafter034:
             step0 += [("FULL", n * ql) for n, ql in sorted(
                 decode_shapes(d.decode_request_sizes, lens, d.decode_max_tokens),  # type: ignore[attr-defined]
                 key=lambda s: -s[0] * s[1])] if self.decode_full else []
-        return step0 + [("FULL", n) for n in sorted(self._later_sizes(d), reverse=True)]
+        return step0 + [("FULL", n) for n in sorted(self._later_sizes(d), reverse=True) for _ in self.copies]
 
     def _later_sizes(self, d: object) -> list[int]:
         """The request counts of the one-token draft decode graphs for a target dispatcher: the grid, while the target
-        has decode sizes, within the decode token budget (`decode_cudagraph_capture_shapes` at q = 1)."""
-        if not self.grid or not d.decode_request_sizes:  # type: ignore[attr-defined]
+        has decode sizes, within the decode token budget (`decode_cudagraph_capture_shapes` at q = 1); none where no
+        K above 1 captures them or the target captures nothing."""
+        if not (self.grid and self.copies and d.decode_request_sizes and self._captures(d)):  # type: ignore[attr-defined]
             return []
         return [n for n, _ in decode_shapes(self.grid, {1: self.R}, d.decode_max_tokens)]  # type: ignore[attr-defined]
 
@@ -207,10 +226,11 @@ class Drafter034:
 
     def later_steps(self, requests: np.ndarray, ks: np.ndarray, with_decode: bool) -> tuple[np.ndarray, float]:
         """(each step's later draft steps' latency, their graphs' bytes), with the target's decode graphs or without."""
-        grid = self.grid if with_decode else []
+        grid = self.grid if with_decode and self.copies else []
         lat = np.maximum(ks - 1, 0) * self._by_requests(grid, requests, lambda x: x) if self.method != "dflash" \
             else np.zeros(len(requests))
-        mem = float(np.rint(self.full_de(np.array(grid))).sum()) if grid and self.full_de is not None else 0.0
+        mem = float(np.rint(self.full_de(np.array(grid))).sum()) * len(self.copies) \
+            if grid and self.full_de is not None else 0.0
         return lat, mem
 
 

@@ -7,9 +7,10 @@ requests)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from tuner.engines.engine import Deployment, DrafterSweep
+from tuner.engines.engine import Deployment, DrafterSweep, KvFacts
 from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import CaptureDefaults
 from tuner.engines.vllm.dispatch import mode_parts
@@ -17,11 +18,18 @@ from tuner.engines.vllm.drafter import MODEL_BASED_METHODS
 from tuner.engines.vllm.engine import VllmV2Engine
 from tuner.engines.vllm.log_lines import CAPTURE, GIB, KV_AVAILABLE, KV_SIZE, format_gib
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_v2_bytes
-from tuner.engines.vllm.v034.defaults import SplitSizes, decode_grid, resolve_capture_sizes
+from tuner.engines.vllm.v034.defaults import WIDE_DECODE_TOKENS, SplitSizes, decode_grid, resolve_capture_sizes
 from tuner.engines.vllm.v034.dispatch import Dispatcher034, join_keys, split_keys
 from tuner.engines.vllm.v034.drafter_cost import Drafter034
-from tuner.engines.vllm.v034.emit import keys_of_compilation_config, render_034_files
+from tuner.engines.vllm.v034.emit import (
+    COMPILATION_FIELDS,
+    keys_of_compilation_config,
+    list_fields,
+    render_034_files,
+)
+from tuner.engines.vllm.v034.kv_layout import BLOCK_SIZE_TOKENS, GRANULE_BYTES, KvGeometry, KvLayer, KvLayout
 from tuner.engines.vllm.v034.memory import ExtensibleKvRule
+from tuner.engines.vllm.v034.refusals import speculative_refusals_034
 from tuner.engines.vllm.v034.settings import Vllm034Settings
 
 if TYPE_CHECKING:
@@ -71,37 +79,95 @@ class Vllm034Engine(VllmV2Engine):
                     "on this device, and skips its memory profiling")
         return super().pin_note
 
+    def _refusals(self) -> list[tuple[str, object, str | None]]:
+        """What 0.34's `SpeculativeConfig` refuses of the method (built first: `EngineArgs.create_engine_config`),
+        then 0.33's checks, which 0.34 makes the same."""
+        s = self.serving
+        return [*speculative_refusals_034(s.speculative_method, s.parallel_drafting), *super()._refusals()]
+
     # ------------------------------------------------------------------ lists and their graphs
     def resolve(self, *, prefill: Sequence[int] | None = None, decode: Sequence[int] | None = None,
                 from_workload: bool = True) -> SplitSizes:
-        """vLLM 0.34's resolution of the workload's settings (`from_workload`), or of explicit lists."""
-        s, o = self.serving, self.settings_034
-        schedule = [list(e) for e in self.dynamic_schedule] if self.dynamic_schedule else None
-        common = dict(max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-                      num_speculative_tokens=s.num_speculative_tokens, speculative_method=s.speculative_method,
-                      speculative_schedule=schedule, gpu_capability=s.gpu_capability,
-                      performance_mode=s.performance_mode, cudagraph_mode=s.cudagraph_mode,
-                      enforce_eager=s.enforce_eager, max_decode_tokens=o.max_decode_tokens)
+        """vLLM 0.34's resolution of the workload's settings (`from_workload`: the deployment's default), or of explicit
+        lists as cgtune's files write them (with the decode token budget they carry, `files_decode_tokens`)."""
         if from_workload:
-            return resolve_capture_sizes(
-                **common, cudagraph_capture_sizes=s.cudagraph_capture_sizes,
-                max_cudagraph_capture_size=s.max_cudagraph_capture_size,
-                prefill_token_sizes=o.prefill_token_sizes, max_prefill_tokens=o.max_prefill_tokens,
-                decode_request_sizes=o.decode_request_sizes, max_decode_requests=o.max_decode_requests)
-        return resolve_capture_sizes(**common, prefill_token_sizes=list(prefill or ()),
-                                     decode_request_sizes=list(decode or ()))
+            return self._default_split
+        return self.resolve_fields(self.list_fields(prefill or (), decode or ()))
+
+    def resolve_fields(self, fields: dict[str, Any], cudagraph_mode: str | None = None) -> SplitSizes:
+        """vLLM 0.34's resolution of a compilation config's capture fields (`COMPILATION_FIELDS`' names: what a
+        `--compilation-config` holds) beside the workload's other settings; ValueError where vLLM refuses."""
+        s = self.serving
+        schedule = [list(e) for e in self.dynamic_schedule] if self.dynamic_schedule else None
+        given = {COMPILATION_FIELDS[k]: list(v) if isinstance(v, tuple | list) else v for k, v in fields.items()}
+        return resolve_capture_sizes(
+            max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+            num_speculative_tokens=s.num_speculative_tokens, speculative_method=s.speculative_method,
+            speculative_schedule=schedule, gpu_capability=s.gpu_capability, performance_mode=s.performance_mode,
+            cudagraph_mode=cudagraph_mode or s.cudagraph_mode, enforce_eager=s.enforce_eager, **given)
+
+    def deployment_fields(self) -> dict[str, Any]:
+        """The capture fields the workload sets, under the compilation config's names (what the deployment runs with
+        today; none set: vLLM's own default)."""
+        s, o = self.serving, self.settings_034
+        values = {"cudagraph_capture_sizes": s.cudagraph_capture_sizes,
+                  "max_cudagraph_capture_size": s.max_cudagraph_capture_size,
+                  "prefill_cudagraph_capture_token_sizes": o.prefill_token_sizes,
+                  "max_prefill_cudagraph_capture_tokens": o.max_prefill_tokens,
+                  "decode_cudagraph_capture_request_sizes": o.decode_request_sizes,
+                  "max_decode_cudagraph_capture_requests": o.max_decode_requests,
+                  "max_decode_cudagraph_capture_tokens": o.max_decode_tokens}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
+
+    @cached_property
+    def _default_split(self) -> SplitSizes:
+        return self.resolve_fields(self.deployment_fields())
+
+    @property
+    def files_decode_tokens(self) -> int | None:
+        """The `max_decode_cudagraph_capture_tokens` cgtune's files write (None: none). A tuned pair keeps the decode
+        token budget the deployment runs with (its own, SM100's 8192 under the wide defaults, or none once a deprecated
+        field turns those off); the files write it where vLLM, reading lists and no deprecated field, would apply
+        another: 8192 on SM100 (vllm.py:2607-2611), none elsewhere. No budget on SM100 is written as
+        max_num_batched_tokens, which bounds every decode graph anyway (`min(mnbt, budget)`)."""
+        s = self.serving
+        kept = self._default_split.max_decode_tokens
+        vllm_default = WIDE_DECODE_TOKENS if s.gpu_capability[0] == 10 else None
+        if kept == vllm_default:
+            return None
+        return s.max_num_batched_tokens if kept is None else kept
+
+    def list_fields(self, prefill: Sequence[int], decode: Sequence[int]) -> dict[str, Any]:
+        """The capture fields cgtune's files write for a pair of lists: both lists, each capped at its max (so vLLM
+        builds no grid and drops nothing), and the decode token budget where vLLM's would differ."""
+        fields = list_fields(join_keys(prefill, decode))
+        if self.files_decode_tokens is not None:
+            fields["max_decode_cudagraph_capture_tokens"] = self.files_decode_tokens
+        return fields
 
     def defaults(self, *, gpu_memory_mib: float | None = None) -> CaptureDefaults:
         split = self.resolve()
-        keys = list(join_keys(split.prefill_token_sizes, split.decode_request_sizes)) if split.max_record else []
-        d = Dispatcher034.from_split(split, max_num_seqs=self.serving.max_num_seqs,
-                                     uniform_decode_query_len=self.decode_query_len)
+        keys = self._default_keys
+        d = self._default_dispatcher
         covered = set(d.decode_graph_sizes)
         tops = {q: max((n for n, ql in d.decode_shapes if ql == q), default=0) for q in split.decode_query_lens}
         without = sorted({w for w in self.decode_widths() if w not in covered
                           and any(w % q == 0 and w // q > tops[q] for q in tops)})
-        return CaptureDefaults(sizes=keys, max_size=split.max_record, uniform_decode_sizes_without_graph=without,
+        return CaptureDefaults(sizes=list(keys), max_size=split.max_record, uniform_decode_sizes_without_graph=without,
                                warnings=list(split.warnings), split=split)
+
+    @cached_property
+    def _default_keys(self) -> tuple[int, ...]:
+        split = self._default_split
+        return join_keys(split.prefill_token_sizes, split.decode_request_sizes) if split.max_record else ()
+
+    @cached_property
+    def _default_dispatcher(self) -> Dispatcher034:
+        """The default's graphs and dispatch as vLLM resolves the deployment's own settings (not as cgtune's files
+        would write its lists: a deprecated field set turns SM100's decode token budget off, and keeps the prefill
+        sizes in the record the decode graphs are bounded by)."""
+        return Dispatcher034.from_split(self._default_split, max_num_seqs=self.serving.max_num_seqs,
+                                        uniform_decode_query_len=self.decode_query_len)
 
     def runs_as(self, capture_sizes: Sequence[int]) -> tuple[int, ...]:
         """The keys vLLM keeps: prefill sizes within the token budget, decode sizes within max_num_seqs."""
@@ -123,7 +189,12 @@ class Vllm034Engine(VllmV2Engine):
         return join_keys(range(1, top_width + 1), range(1, self.serving.max_num_seqs + 1))
 
     def dispatcher(self, capture_sizes: Sequence[int]) -> Dispatcher034:
-        prefill, decode = split_keys(self.runs_as(capture_sizes))
+        """The graphs and dispatch of a pair of lists as vLLM 0.34 builds them from cgtune's files; the default's keys
+        as vLLM resolves the deployment's own settings (one answer for every "vs vLLM default" figure)."""
+        runs = self.runs_as(capture_sizes)
+        if runs == self._default_keys:
+            return self._default_dispatcher
+        prefill, decode = split_keys(runs)
         split = self.resolve(prefill=prefill, decode=decode, from_workload=False)
         return Dispatcher034.from_split(split, max_num_seqs=self.serving.max_num_seqs,
                                         uniform_decode_query_len=self.decode_query_len)
@@ -187,7 +258,7 @@ class Vllm034Engine(VllmV2Engine):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> ExtensibleKvRule | KvRule:
+                activation_peak_bytes: int | None = None, kv: KvFacts | None = None) -> ExtensibleKvRule | KvRule:
         s = self.serving
         if not self.extensible:
             return super().kv_rule(total_memory_bytes=total_memory_bytes, non_kv_cache_bytes=non_kv_cache_bytes,
@@ -195,12 +266,38 @@ class Vllm034Engine(VllmV2Engine):
                                    tensor_parallel_size=tensor_parallel_size, notes=notes,
                                    pre_load_free_bytes=pre_load_free_bytes)
         notes.append("vLLM 0.34 sizes the KV cache after capture (extensible KV cache): every graph's real pool comes "
-                     "out of it, and no estimate is made")
-        if activation_peak_bytes is None:
-            notes.append("the profile records no activation peak: the memory vLLM 0.34 keeps free beside the KV cache "
-                         "is taken at its 1 GiB floor")
+                     "out of it, in whole blocks of 2 MiB-rounded layer segments, and no estimate is made")
+        kv = kv or KvFacts()
+        recorded = dict(kv.recorded or {})
+        peak = recorded.get("transient_peak_bytes", activation_peak_bytes)
+        growth = recorded.get("torch_reserve_growth_bytes", kv.torch_reserve_growth_bytes)
+        start = recorded.get("init_free_memory_bytes", pre_load_free_bytes)
+        for value, missing in ((peak, "no activation peak: the margin vLLM 0.34 keeps free is taken at its 1 GiB "
+                                      "floor"),
+                               (growth, "no torch reserve growth: vLLM 0.34 keeps the larger of it and the transient "
+                                        "peak free, here the peak"),
+                               (start, "no free memory at start: the device's whole memory stands for it")):
+            if value is None:
+                notes.append(f"the profile records {missing}")
         return ExtensibleKvRule(total_memory_bytes, s.gpu_memory_utilization, non_kv_cache_bytes, required_kv_bytes,
-                                peak_bytes=activation_peak_bytes or 0)
+                                geometry=self.kv_geometry(kv), peak_bytes=int(peak or 0),
+                                torch_reserve_growth_bytes=int(growth or 0), start_free_bytes=start,
+                                granule_bytes=int(recorded.get("granule_bytes", GRANULE_BYTES)))
+
+    def kv_geometry(self, kv: KvFacts) -> KvGeometry:
+        """The KV cache's segments and pool bytes per block: as vLLM 0.34 recorded them in the profile, else laid out
+        from the workload's attention layers (full attention: the target's, then the drafter's)."""
+        recorded = kv.recorded or {}
+        if recorded.get("segment_strides") and recorded.get("pool_bytes_per_block"):
+            return KvGeometry(tuple(int(x) for x in recorded["segment_strides"]), int(recorded["pool_bytes_per_block"]))
+        layers = tuple(KvLayer("full", heads, head_dim, dtype_bytes)
+                       for count, heads, head_dim, dtype_bytes in kv.layers for _ in range(count))
+        per_token = sum(2 * count * heads * head_dim * size for count, heads, head_dim, size in kv.layers)
+        if layers and kv.bytes_per_token and kv.bytes_per_token != per_token:
+            # the profile measured another figure (MLA, a quantized KV cache): its bytes, over the same layers
+            page = BLOCK_SIZE_TOKENS * kv.bytes_per_token // len(layers)
+            layers = tuple(KvLayer("full", 1, 1, 1, page_size_padded=page) for _ in layers)
+        return KvLayout(layers).geometry
 
     def estimate_bytes(self, costs: Sequence[GraphCost]) -> float:
         """No estimate under the extensible KV cache (0: the real pool is what the KV cache loses); without it, 0.33's
@@ -230,7 +327,13 @@ class Vllm034Engine(VllmV2Engine):
         s = self.serving
         return Drafter034(profile, method, dispatcher=self.dispatcher, num_speculative_tokens=s.num_speculative_tokens,
                           max_num_seqs=s.max_num_seqs, decode_mode=dispatcher.decode_mode, name=name, notes=notes,
-                          multi_module_mtp=(speculative.num_nextn_predict_layers or 1) > 1)
+                          multi_module_mtp=(speculative.num_nextn_predict_layers or 1) > 1,
+                          dynamic_ks=self.dynamic_ks)
+
+    @property
+    def dynamic_ks(self) -> list[int] | None:
+        """The K of each batch size under the dynamic speculative schedule (None without one)."""
+        return [q - 1 for q in self.decode_query_lens()[1:]] if self.dynamic_schedule else None
 
     def drafter_sweep(self, method: str, candidates: Sequence[int]) -> DrafterSweep:
         """What a sweep measures of 0.34's drafter: its graphs' modes (DFlash: FULL at the target's decode shapes; the
@@ -282,8 +385,8 @@ class Vllm034Engine(VllmV2Engine):
 
     # ------------------------------------------------------------------ its start-up log, read back (cgtune check)
     def read_compilation_config(self, config: dict[str, Any]) -> tuple[int, ...]:
-        """The keys of the two lists a run's compilation_config.json gives vLLM 0.34."""
-        return keys_of_compilation_config(config)
+        """The keys of the two lists vLLM 0.34 resolves from a run's compilation_config.json."""
+        return keys_of_compilation_config(self, config)
 
     def config_lists(self, capture_sizes: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
         prefill, decode = split_keys(capture_sizes)
@@ -327,6 +430,11 @@ class Vllm034Engine(VllmV2Engine):
         `decode_cudagraph_capture_request_sizes` with their caps, checked against 0.34's resolution first."""
         return render_034_files(self, capture_sizes, self.serve_settings(deployment), cudagraph_mode=cudagraph_mode,
                                 provenance=provenance)
+
+    @property
+    def _extensible_flag(self) -> bool | None:
+        """Off where the workload sizes the KV cache without the extensible KV cache (vLLM turns it on by default)."""
+        return None if self.extensible else False
 
     def _environment(self) -> tuple[tuple[str, str, str], ...]:
         """0.34 has no runner to pin; the estimate switch matters only without the extensible KV cache."""
