@@ -166,7 +166,7 @@ def test_what_changed_rows_are_each_added_width_with_and_without_it(ceiling):
         est = t.graph_estimate_bytes - without.graph_estimate_bytes
         real = t.graph_memory_bytes - without.graph_memory_bytes
         saved = without.expected_step_ms - t.expected_step_ms
-        assert rows[w] == {"num_tokens": w, "vllm_graph_estimate_bytes": est, "graph_memory_bytes": real,
+        assert rows[w] == {"key": w, "num_tokens": w, "vllm_graph_estimate_bytes": est, "graph_memory_bytes": real,
                            "saved_ms": saved}
         share = saved / t.expected_step_ms
         row = f"| {w} | {est / MIB:+.2f} | {real / MIB:+.2f} | {saved:+.4f} | {share:+.2%} |"
@@ -189,8 +189,11 @@ def test_what_changed_rows_are_each_added_width_with_and_without_it(ceiling):
 def test_predicted_vllm_log_lines_kv_tokens_and_utilization(ceiling):
     model = ceiling
     tuned = sorted(set(model.default_sizes) | {544})  # hand-picked
-    md, data = render(model, hand_picked(model, tuned))
+    search = hand_picked(model, tuned)
+    search.ship = "fastest"  # the log lines are the shipped list's: here the hand-picked one
+    md, data = render(model, search)
     t, d = model.evaluate(tuned), model.evaluate(model.default_sizes)
+    assert data["vllm_log_lines_list"] == "tuned" and data["shipped"]["list"] == "fastest"
     assert model.kv_bytes_per_token == TINY_KV_BYTES_PER_TOKEN
     b = model.budget
     assert b.requested_bytes == 900 * MIB and b.non_kv_cache_bytes == 150 * MIB  # 0.9 x 1000; weights + activations

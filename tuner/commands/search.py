@@ -368,8 +368,10 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
     pruned = f", {n['pruned']} pruned (interrupted)" if n.get("pruned") else ""
     print(f"study {dec.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
           f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed{pruned}, {n.get('run_now', 0)} run now)")
-    names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
-    print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
+    # Files in folders below DIR by their path (a workload's model config.json, say); plots/ by name only when drawn.
+    names = sorted(str(p.relative_to(out)) for p in written if p.parent != out / "plots")
+    print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent == out / "plots" for p in written)
+                                                  else ""))
     from tuner.decision.record import alternative_name
 
     ship = dec.ship

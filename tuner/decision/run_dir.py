@@ -219,7 +219,7 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
         return Decision(
             table=table,
             changed=WhatChanged(tuple(changed["added"]), tuple(changed["removed"]), int(changed["default_max"]),
-                                tuple(WidthChange(int(r["num_tokens"]), int(r["graph_memory_bytes"]),
+                                tuple(WidthChange(int(r.get("key", r["num_tokens"])), int(r["graph_memory_bytes"]),
                                                   int(r["vllm_graph_estimate_bytes"]), float(r["saved_ms"]))
                                       for r in changed["above_default_max"])),
             off_peak=OffPeak(float(peak["default_step_ms"]), float(peak["tuned_step_ms"]),

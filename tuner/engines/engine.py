@@ -308,6 +308,18 @@ class Engine(ABC):
         top = max(default, default=0)
         return [w for w in sorted(added) if w > top]
 
+    def graph_kinds(self, capture_sizes: Sequence[int]) -> list[tuple[str, str, list[int]]]:
+        """The graphs a list makes, by what they are, for plots and tables: `(what, graph mode, token widths)` per
+        kind the engine captures (one list: `graphs`, in its decode graphs' mode where it has them); [] with no
+        graphs. Every user surface draws and marks a list through this, never through its keys."""
+        d = self.dispatcher(capture_sizes)
+        if d.cudagraph_mode == "NONE":
+            return []
+        widths = sorted(set(d.decode_graph_sizes) | set(d.mixed_graph_sizes))
+        mode = "FULL" if d.decode_mode == "FULL" and d.decode_graph_sizes else (
+            d.mixed_mode if d.mixed_mode != "NONE" else d.decode_mode)
+        return [("graphs", mode, widths)] if widths else []
+
     def key_text(self, key: int) -> str:
         """One size of a list, as a report names it (a token width: the number)."""
         return str(key)

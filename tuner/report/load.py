@@ -4,7 +4,6 @@ of TPOT p99 against the rate with the cliff marked. Renders `Decision.load` only
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -110,7 +109,7 @@ def load_console_lines(model: CostModel, facts: LoadFacts) -> list[str]:
     return out
 
 
-def plot_load(model: CostModel, facts: LoadFacts, title_suffix: str, path: Path, plt: Any) -> Path:
+def plot_load(model: CostModel, facts: LoadFacts, title_suffix: str, plt: Any) -> Any:
     """TPOT p99 (the worse start) against the rate for each list; a rate where the two starts settle apart is
     marked x, one where the queue grows is drawn hollow; the target and each list's held rate as lines."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -139,7 +138,4 @@ def plot_load(model: CostModel, facts: LoadFacts, title_suffix: str, path: Path,
     ax.set_ylabel("TPOT p99, worse of empty and saturated start (ms)")
     ax.set_title("TPOT p99 against the rate (simulated scheduler, cost-model steps)" + title_suffix)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
