@@ -362,6 +362,8 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
     how = {"study": f"optuna study, {gap:+.2%} vs {exact}" if gap is not None else "optuna study",
            "exact": "exact solver; see the notes in summary.json", "default": model.engine.list_label("default"),
            "gpu-validated": "fastest measured on the GPU by --validate"}[dec.source]
+    if model.engine.release_words:
+        print(f"searched under the rules of {model.engine.release_words}; the files are for that release")
     for line in words_of(model.engine).console_lines(model, dec, how):
         print(line)
     n = dec.trials

@@ -58,9 +58,12 @@ def _shape_of(run_dir: Path) -> Any:
     """How the run's engine words a list (`Engine.list_shape`: a vLLM 0.34 list's decode and prefill graphs), read from
     the run's workload under its recorded release; `N graphs` where the workload cannot be read."""
     from tuner.decision.run_dir import load_run_workload
+    from tuner.engines.vllm.versions import VersionConflict
 
     try:
         engine = load_run_workload(run_dir).engine
+    except VersionConflict:  # --vllm-version naming another release than the run's: refused in its own line
+        raise
     except (OSError, ValueError):
         return lambda sizes: f"{len(sizes)} graphs"
     return engine.list_shape

@@ -157,8 +157,9 @@ def load_run_workload(run_dir: str | Path) -> Workload:
     from tuner.engines.vllm.versions import recorded_version
     from tuner.workload.spec import load_workload
 
-    version = recorded_summary(Path(run_dir)).get("vllm_version")
-    with recorded_version(version if isinstance(version, str) else None):
+    recorded = recorded_summary(Path(run_dir))
+    version, why = recorded.get("vllm_version"), recorded.get("vllm_version_why")
+    with recorded_version(version if isinstance(version, str) else None, why if isinstance(why, str) else None):
         return load_workload(Path(run_dir) / "workload.yaml")
 
 

@@ -180,6 +180,9 @@ class Engine(ABC):
     """What the engine's lists count: `tokens` (vLLM) or `requests` (a graph of bs requests holds bs x q tokens)."""
     files: ClassVar[tuple[str, ...]]
     """The files a run directory holds for the engine's tuned list."""
+    note_files: ClassVar[tuple[str, ...]] = ()
+    """Files written beside them that carry notes a file's own format cannot (vLLM: the compilation config JSON's),
+    replaced and removed with them."""
     report_words: ClassVar[str]
     """The module that words a run's report, summary and console lines for the engine's unit and rules
     (`tuner.report.vllm_words`, `tuner.report.request_words`); it asks the engine for the words that are its own."""
@@ -449,6 +452,12 @@ class Engine(ABC):
         return None
 
     # ------------------------------------------------------------------ words
+    @property
+    def release_words(self) -> str | None:
+        """The engine release the deployment runs and why that one (`vLLM 0.34, cgtune's default, ...`), as every
+        emitted file and the search's console say it; None where the engine has one release cgtune speaks."""
+        return None
+
     @property
     def default_name(self) -> str:
         """`vLLM's default`: the engine's default list in sentences."""

@@ -406,6 +406,7 @@ def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: 
             {"source": dec.source, "expected_step_ms": f"{dec.tuned.expected_step_ms:.4f} "
              f"({model.engine.list_label('default')} {dec.default.expected_step_ms:.4f}) under the cgtune cost "
              f"model"},
+            release=model.engine.release_words,
         )
         # The engine's own files, its list in its own unit (EmitError: one line): the shipped list's under the engine's
         # names, the other list's beside them under names that say which it is.

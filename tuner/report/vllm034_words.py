@@ -40,9 +40,8 @@ def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
 
 
 def provenance_line(model: CostModel) -> str:
-    return (f"- vLLM {model.engine.version}, model runner **V2** ({model.engine.runner_reason}); cudagraph_mode "
-            f"{model.cudagraph_mode}; "
-            f"two lists: decode graphs by request count, prefill graphs by token count")
+    return (f"- {model.engine.release_words}, model runner **V2** ({model.engine.runner_reason}); cudagraph_mode "
+            f"{model.cudagraph_mode}; two lists: decode graphs by request count, prefill graphs by token count")
 
 
 def summary_block(model: CostModel, table: dict[str, Evaluation], *,
@@ -51,7 +50,8 @@ def summary_block(model: CostModel, table: dict[str, Evaluation], *,
     b, d = model.budget, table["default"]
     name, t = vllm_words._shipped(table, shipped)
     keep = keep_default_kv_utilization(model, d, t)
-    out: dict[str, Any] = {"vllm_version": model.engine.version, "gpu_memory_utilization": b.gpu_memory_utilization,
+    out: dict[str, Any] = {"vllm_version": model.engine.version, "vllm_version_why": model.serving.vllm_version_why,
+                           "gpu_memory_utilization": b.gpu_memory_utilization,
                            # None: no utilization keeps it (the device's margin would have to go)
                            "gpu_memory_utilization_to_keep_default_kv": keep if math.isfinite(keep) else None,
                            "vllm_log_lines": vllm_log_lines(model, t), "vllm_log_lines_list": name}

@@ -79,8 +79,8 @@ def _shipped(table: dict[str, Evaluation], shipped: tuple[str, Evaluation] | Non
 
 def provenance_line(model: CostModel) -> str:
     """The engine line of the report's header: vLLM, its runner and why, its cudagraph mode."""
-    return (f"- vLLM 0.33, model runner **{model.runner.upper()}** ({model.engine.runner_reason}); cudagraph_mode "
-            f"{model.cudagraph_mode}")
+    return (f"- {model.engine.release_words}, model runner **{model.runner.upper()}** ({model.engine.runner_reason}); "
+            f"cudagraph_mode {model.cudagraph_mode}")
 
 
 def list_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
@@ -113,7 +113,8 @@ def summary_block(model: CostModel, table: dict[str, Evaluation], *,
     default's KV cache and the predicted log lines, both for the list shipped (`vllm_log_lines_list` names it)."""
     b, d = model.budget, table["default"]
     name, t = _shipped(table, shipped)
-    return {"vllm_version": model.engine.version, "gpu_memory_utilization": b.gpu_memory_utilization,
+    return {"vllm_version": model.engine.version, "vllm_version_why": model.serving.vllm_version_why,
+            "gpu_memory_utilization": b.gpu_memory_utilization,
             "estimate_budget_bytes": b.estimate_budget_bytes,
             "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
             "vllm_log_lines": vllm_log_lines(model, t), "vllm_log_lines_list": name}

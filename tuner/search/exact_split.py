@@ -340,7 +340,7 @@ class _Split:
         model = self.model
         empty = model.evaluate(())
         if not empty.feasible:
-            raise SearchError(f"no capture list fits, not even the empty one: {empty.why_infeasible}")
+            raise SearchError(model.nothing_fits(empty))
         self.best = empty
         self.seen[()] = empty
         keep_empty = self.keep_ms is not None and empty.expected_step_ms <= self.keep_ms + 1e-12
