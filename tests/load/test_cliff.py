@@ -92,3 +92,44 @@ def test_the_cliff_rule_is_ten_percent_of_the_smaller_or_one_start_falling_behin
     assert compare_starts(base, other(tpot_p50_ms=base.tpot_p50_ms / 1.09)).unique
     behind = compare_starts(base, other(keeps_up=False))
     assert behind.cliff and "the empty start keeps up" in behind.why
+
+
+def test_a_saturated_start_still_working_off_its_backlog_is_looked_at_again_not_called_a_cliff(
+        cliff_model: CostModel) -> None:
+    # Issue 50: 640-token outputs at 40 requests/s under the covering list. In 5 simulated seconds the saturated
+    # start works its 128-request backlog off inside the window (96 requests in the system at the cut, 29 at the end,
+    # about where the empty start runs), so its window's steps are wider than the empty start's (31 vs 19 tokens): the
+    # rule alone would call that two operating points. Looked at again over 10 s it is at the empty start's point.
+    from tuner.load.cliff import SETTLE_ROUNDS, _probe
+    from tuner.load.scheduler import simulate
+
+    load = Load(Lengths(16), Lengths(640), rate_per_s=40.0, seed=0)
+    short = compare_starts(simulate(cliff_model, CLIFF_COVER, load, duration_s=5.0),
+                           saturated := simulate(cliff_model, CLIFF_COVER, load, duration_s=5.0, initial_waiting=128))
+    assert short.cliff and saturated.came_back_to(short.empty)
+    points = operating_points(cliff_model, CLIFF_COVER, load, duration_s=5.0)
+    assert SETTLE_ROUNDS >= 1 and points.unique and points.settled and not points.cliff
+    assert points.saturated.end_s > 9.9
+    assert points.why.startswith("one operating point")
+    assert _probe(cliff_model, CLIFF_COVER, load, 40.0, 2.0, {"duration_s": 5.0})[0].held
+
+
+def test_a_backlog_never_worked_off_in_the_longest_run_is_not_settled_and_holds_no_rate(
+        cliff_model: CostModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.load import cliff
+
+    monkeypatch.setattr(cliff, "SETTLE_ROUNDS", 0)  # no second look: the 5 s window is all there is
+    load = Load(Lengths(16), Lengths(640), rate_per_s=40.0, seed=0)
+    points = operating_points(cliff_model, CLIFF_COVER, load, duration_s=5.0)
+    assert not points.cliff and not points.settled and points.saturated.came_back_to(points.empty)
+    assert points.why.startswith("not settled: the saturated start was still working off its backlog in a 5 s run")
+    probe, _ = cliff._probe(cliff_model, CLIFF_COVER, load, 40.0, 2.0, {"duration_s": 5.0})
+    assert not probe.held and probe.why.startswith("not settled")
+
+
+def test_the_true_cliff_is_still_two_operating_points_after_a_second_look(cliff_model: CostModel) -> None:
+    # The short list at 180 requests/s: the saturated start ends its window at its eager point (~60 requests running,
+    # the empty start ~9), so no second look is taken and the cliff stands.
+    points = operating_points(cliff_model, CLIFF_SHORT, LOAD, duration_s=DURATION_S)
+    assert points.cliff and points.settled and not points.saturated.came_back_to(points.empty)
+    assert points.saturated.end_s == pytest.approx(DURATION_S, rel=0.01)

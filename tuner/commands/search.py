@@ -388,7 +388,7 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
     if dec.load is not None:
         from tuner.report.load import load_console_lines
 
-        for line in load_console_lines(model, dec.load):
+        for line in load_console_lines(model, dec.load, "compact" if dec.ship.name == "compact" else "tuned"):
             print(line)
     _decision_summary(dec, out, model, report=report)
 

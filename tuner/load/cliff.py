@@ -5,7 +5,12 @@ holds with one operating point that meets a TPOT target.
 
 The cliff rule: the two starts' steady states are TWO operating points when their mean step widths or their TPOT
 medians differ by more than `tolerance` (default 10%) relative to the smaller, or when one start keeps up with the
-arrivals and the other does not (`LoadResult.keeps_up`). Otherwise the operating point is unique.
+arrivals and the other does not (`LoadResult.keeps_up`), and the saturated start stays apart. Otherwise the
+operating point is unique. A saturated start that ends its window back at the empty start's point
+(`LoadResult.came_back_to`) worked its backlog off inside the window, whose figures mix the two: it is simulated again,
+twice as long each time (the warm-up cut moving with it), `SETTLE_ROUNDS` times at most; still apart after that while
+coming back, the answer is one operating point NOT SETTLED (`OperatingPoints.settled` false), which no rate holds and
+which is never called a cliff.
 
 `max_stable_rate` bisects the rate geometrically over a bracket, to a stated relative precision (default 2%), taking
 a rate as held when its operating point is unique, both starts keep up, and the worse of their TPOT p99 meets the
@@ -14,6 +19,7 @@ target. It assumes what holds at a rate holds below it (one crossing in the brac
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,13 +30,15 @@ from tuner.workload.load import Load, LoadError
 from tuner.load.steady_state import LoadResult
 from tuner.model.costmodel import CostModel
 
-__all__ = ["CLIFF_TOLERANCE", "OperatingPoints", "RateProbe", "StableRate", "compare_starts", "max_stable_rate",
+__all__ = ["CLIFF_TOLERANCE", "SETTLE_ROUNDS", "OperatingPoints", "RateProbe", "StableRate", "compare_starts", "max_stable_rate",
            "operating_points", "rate_ceiling"]
 
 CLIFF_TOLERANCE = 0.10
 """Relative difference (to the smaller) of mean step width or TPOT p50 above which two starts are two points."""
 SATURATED_SEATS = 2
 """A saturated start fills the waiting queue with this many times max_num_seqs requests."""
+SETTLE_ROUNDS = 2
+"""Times a saturated start still draining its backlog is simulated again, each twice as long as the one before."""
 
 
 def _relative(a: float | None, b: float | None) -> float | None:
@@ -63,6 +71,8 @@ class OperatingPoints:
     """Two operating points (module docstring's rule)."""
     why: str
     """The rule's figures in words."""
+    settled: bool = True
+    """The saturated start settled in its window (False: still working off its backlog after the longest run)."""
 
     @property
     def unique(self) -> bool:
@@ -74,7 +84,8 @@ class OperatingPoints:
         return (self.empty, self.saturated) if self.cliff else (self.empty,)
 
     def as_dict(self) -> dict[str, object]:
-        return {"rate_per_s": self.rate_per_s, "cliff": self.cliff, "why": self.why, "tolerance": self.tolerance,
+        return {"rate_per_s": self.rate_per_s, "cliff": self.cliff, "settled": self.settled, "why": self.why,
+                "tolerance": self.tolerance,
                 "width_difference": self.width_difference, "tpot_difference": self.tpot_difference,
                 "empty": self.empty.as_dict(), "saturated": self.saturated.as_dict()}
 
@@ -112,7 +123,24 @@ def operating_points(model: CostModel, capture_sizes: Sequence[int], load: Load,
         raise LoadError(f"initial_waiting={initial_waiting!r} must be >= 1 for a saturated start")
     empty = simulate(model, capture_sizes, load, **simulate_kwargs)
     saturated = simulate(model, capture_sizes, load, initial_waiting=initial_waiting, **simulate_kwargs)
-    return compare_starts(empty, saturated, tolerance)
+    points = compare_starts(empty, saturated, tolerance)
+    duration = saturated.end_s
+    for _ in range(SETTLE_ROUNDS):
+        if not (points.cliff and saturated.came_back_to(empty) and saturated.stopped_by == "duration"
+                and load.rate_per_s is not None):
+            break
+        duration *= 2  # the backlog is being worked off: look again later, the warm-up cut moving with it
+        saturated = simulate(model, capture_sizes, load, initial_waiting=initial_waiting,
+                             **{**simulate_kwargs, "duration_s": duration})
+        points = compare_starts(empty, saturated, tolerance)
+    if points.cliff and saturated.came_back_to(empty):
+        fell = (saturated.waiting_at_cut + saturated.running_at_cut, saturated.waiting_end + saturated.running_end)
+        return dataclasses.replace(points, cliff=False, settled=False, why=(
+            f"not settled: the saturated start was still working off its backlog in a {saturated.end_s:.0f} s run "
+            f"({fell[0]} -> {fell[1]} requests in the system over its window, the empty start's "
+            f"{empty.mean_in_system:.1f} on average), so it is no second operating point; "
+            f"{points.why.split(': ', 1)[1]}"))
+    return points
 
 
 @dataclass(frozen=True)
@@ -175,7 +203,7 @@ def _probe(model: CostModel, capture_sizes: Sequence[int], load: Load, rate: flo
     points = operating_points(model, capture_sizes, load.at_rate(rate), **simulate_kwargs)
     p99s = [r.tpot_p99_ms for r in (points.empty, points.saturated)]
     worst = None if None in p99s else max(p for p in p99s if p is not None)
-    if points.cliff:
+    if points.cliff or not points.settled:
         held, why = False, points.why
     elif not (points.empty.keeps_up and points.saturated.keeps_up):
         held, why = False, "the waiting queue grows (overload)"

@@ -293,7 +293,7 @@ def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots
         *words.what_changed_lines(model, dec),
         *_off_peak_lines(model, dec),
         *words.side_by_side_lines(model, dec),
-        *(load_lines(model, dec.load) if dec.load is not None else []),
+        *(load_lines(model, dec.load, _load_name(dec)) if dec.load is not None else []),
         "## Search",
         "",
         (f"- study `{dec.study_name}` in `{dec.storage}` (objective {dec.objective}): "
@@ -318,6 +318,11 @@ def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots
     lines += [f"![{c}]({plots_dir}/{p})" for c, p in zip(captions, PLOTS)]
     lines += ["", words.files_line(model), ""]
     return "\n".join(lines)
+
+
+def _load_name(dec: Decision) -> str:
+    """The shipped list's name among the load figures' lists (`tuned` for the fastest)."""
+    return "compact" if dec.ship.name == "compact" else "tuned"
 
 
 def summary_json(data: dict[str, Any]) -> str:
