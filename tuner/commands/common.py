@@ -136,8 +136,8 @@ def check_out_dir(path: Path, flag: str = "--out", *, directory: bool = True) ->
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".cgtune-probe-", dir=ancestor))
     except OSError as exc:
-        raise UsageError(f"{flag}: {str(path)!r} cannot be written: {str(ancestor)!r} takes no new files "
-                         f"({exc.strerror or exc})") from None
+        raise UsageError(f"{flag}: {str(path)!r} cannot be written: {exc.strerror or exc} ({str(ancestor)!r} takes "
+                         f"no new files)") from None
     return path
 
 

@@ -7,10 +7,12 @@ The cliff rule: the two starts' steady states are TWO operating points when thei
 medians differ by more than `tolerance` (default 10%) relative to the smaller, or when one start keeps up with the
 arrivals and the other does not (`LoadResult.keeps_up`), and the saturated start stays apart. Otherwise the
 operating point is unique. A saturated start that ends its window back at the empty start's point
-(`LoadResult.came_back_to`) worked its backlog off inside the window, whose figures mix the two: it is simulated again,
-twice as long each time (the warm-up cut moving with it), `SETTLE_ROUNDS` times at most; still apart after that while
-coming back, the answer is one operating point NOT SETTLED (`OperatingPoints.settled` false), which no rate holds and
-which is never called a cliff.
+(`LoadResult.came_back_to`), or still working its backlog off (`LoadResult.working_off`: fewer requests in the system
+by more than a house of seats), has a window that mixes its backlog with where it goes: it is simulated again, twice
+as long each time (the warm-up cut moving with it), `SETTLE_ROUNDS` times at most. Back at the empty start's point by
+the end of the last run, the operating point is unique (its window still carries the backlog); still working it off
+and not back, it is one operating point NOT SETTLED (`OperatingPoints.settled` false), which no rate holds; neither is
+ever called a cliff.
 
 `max_stable_rate` bisects the rate geometrically over a bracket, to a stated relative precision (default 2%), taking
 a rate as held when its operating point is unique, both starts keep up, and the worse of their TPOT p99 meets the
@@ -124,23 +126,33 @@ def operating_points(model: CostModel, capture_sizes: Sequence[int], load: Load,
     empty = simulate(model, capture_sizes, load, **simulate_kwargs)
     saturated = simulate(model, capture_sizes, load, initial_waiting=initial_waiting, **simulate_kwargs)
     points = compare_starts(empty, saturated, tolerance)
+    seats = int(model.serving.max_num_seqs)
+
+    def moving(r: LoadResult) -> bool:
+        return r.came_back_to(empty) or r.working_off(seats)
+
     duration = saturated.end_s
     for _ in range(SETTLE_ROUNDS):
-        if not (points.cliff and saturated.came_back_to(empty) and saturated.stopped_by == "duration"
+        if not (points.cliff and moving(saturated) and saturated.stopped_by == "duration"
                 and load.rate_per_s is not None):
             break
         duration *= 2  # the backlog is being worked off: look again later, the warm-up cut moving with it
         saturated = simulate(model, capture_sizes, load, initial_waiting=initial_waiting,
                              **{**simulate_kwargs, "duration_s": duration})
         points = compare_starts(empty, saturated, tolerance)
-    if points.cliff and saturated.came_back_to(empty):
-        fell = (saturated.waiting_at_cut + saturated.running_at_cut, saturated.waiting_end + saturated.running_end)
-        return dataclasses.replace(points, cliff=False, settled=False, why=(
-            f"not settled: the saturated start was still working off its backlog in a {saturated.end_s:.0f} s run "
-            f"({fell[0]} -> {fell[1]} requests in the system over its window, the empty start's "
-            f"{empty.mean_in_system:.1f} on average), so it is no second operating point; "
-            f"{points.why.split(': ', 1)[1]}"))
-    return points
+    if not (points.cliff and moving(saturated)):
+        return points
+    back = saturated.came_back_to(empty)
+    held = (saturated.waiting_at_cut + saturated.running_at_cut, saturated.waiting_end + saturated.running_end)
+    what = "came back to the empty start's point" if back else "was still working off its backlog"
+    backlog = (f"the saturated start {what} in a {saturated.end_s:.0f} s run ({held[0]} -> {held[1]} requests in the "
+               f"system over its window, the empty start's {empty.mean_in_system:.1f} on average)")
+    if back:
+        return dataclasses.replace(points, cliff=False, why=(
+            f"one operating point: {backlog}, so its window's figures still carry the backlog "
+            f"({points.why.split(': ', 1)[1]})"))
+    return dataclasses.replace(points, cliff=False, settled=False, why=(
+        f"not settled: {backlog}, so it is no second operating point; {points.why.split(': ', 1)[1]}"))
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,13 @@ class LoadResult:
     """The window's steps by kind: (width, uniform decode, query length (0: mixed), requests scheduled, steps),
     ascending: the step distribution this list makes of the load (not in `as_dict`)."""
 
+    def working_off(self, seats: int) -> bool:
+        """Requests in the system (waiting + running) fell over the window by more than a house of `seats` (what a
+        backlog admitted into the running seats leaves at a point it settles at) plus BACKLOG_SLACK of its arrivals
+        (+2): a start still on its way down, not yet where it settles."""
+        fell = (self.waiting_at_cut + self.running_at_cut) - (self.waiting_end + self.running_end)
+        return fell > seats + BACKLOG_SLACK * self.num_requests + 2
+
     def came_back_to(self, other: LoadResult) -> bool:
         """This start ended its window with no more requests in the system (waiting + running) than `other` holds on
         average, give or take three Poisson spreads (+2): a saturated start back at the empty start's point by the

@@ -812,7 +812,8 @@ class CostModel:
         s, need = self.serving, self.budget.required_kv_bytes
         name = f"serving.{self.engine.field_name('max_model_len')}"
         if s.required_kv_bytes is not None and s.required_kv_bytes >= need:
-            what = f"serving.required_kv_gib={s.required_kv_bytes / GIB:g} asks for {need / GIB:.3f} GiB of KV cache"
+            name = "serving.required_kv_gib"
+            what = f"{name}={s.required_kv_bytes / GIB:g} asks for {need / GIB:.3f} GiB of KV cache"
         else:  # the request of max_model_len tokens the KV cache must hold (vLLM refuses to start without it)
             what = f"{name}={s.max_model_len}: one request that long needs {need / GIB:.3f} GiB of KV cache"
         return (f"no capture list fits, not even the empty one: {what}, but with no graphs at all the device leaves "

@@ -382,7 +382,7 @@ class VllmEngine(Engine):
 
     @property
     def release_words(self) -> str:
-        """`vLLM 0.34 (cgtune's default, the newest release it speaks (no vLLM is installed here))`."""
+        """`vLLM 0.34 (cgtune's default, the newest release it speaks, as no vLLM is installed here)`."""
         why = self.serving.vllm_version_why
         return f"vLLM {self.version}" + (f" ({why})" if why else "")
 

@@ -88,8 +88,9 @@ def version_choice(requested: str | None) -> tuple[str, str]:
     `--vllm-version` was given (`flag_version`) and the workload or the run says another release."""
     flag = _FLAG.get()
     recorded, recorded_why = _RECORDED.get()
-    whys = {"serving.vllm_version": "pinned by the workload (serving.vllm_version)",
-            "the run's summary.json": recorded_why or "the release the run was searched under (its summary.json)",
+    whys = {"serving.vllm_version": "pinned by the workload's serving.vllm_version",
+            "the run's summary.json": recorded_why or "the release the run was searched under, as its summary.json "
+                                                      "records",
             VERSION_ENV: "asked for by --vllm-version" if flag else f"asked for by {VERSION_ENV}"}
     for value, where in ((requested, "serving.vllm_version"), (recorded, "the run's summary.json"),
                          (os.environ.get(VERSION_ENV), VERSION_ENV)):
@@ -109,11 +110,11 @@ def version_choice(requested: str | None) -> tuple[str, str]:
         log.warning("vLLM %s is installed; cgtune speaks vLLM %s: a workload that does not pin serving.vllm_version "
                     "runs under %s's rules", found, ", ".join(VERSIONS), DEFAULT_VERSION)
     if found in VERSIONS:
-        return found, f"the vLLM installed here ({_installed_text()})"
+        return found, f"the vLLM installed here, {_installed_text()}"
     if found is not None:
-        return DEFAULT_VERSION, (f"cgtune's default, the newest release it speaks (the vLLM installed here, "
-                                 f"{_installed_text()}, is one it does not speak)")
-    return DEFAULT_VERSION, "cgtune's default, the newest release it speaks (no vLLM is installed here)"
+        return DEFAULT_VERSION, (f"cgtune's default, the newest release it speaks, as the vLLM installed here, "
+                                 f"{_installed_text()}, is none it speaks")
+    return DEFAULT_VERSION, "cgtune's default, the newest release it speaks, as no vLLM is installed here"
 
 
 def _installed_text() -> str:
