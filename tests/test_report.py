@@ -405,3 +405,15 @@ def test_memory_rounding_is_stated_once(ceiling):
 def test_log_axis_when_values_span_two_decades():
     assert not log_axis([1.0, 50.0]) and log_axis([1.0, 100.0]) and log_axis([0.0, 5.0, 600.0])
     assert not log_axis([]) and not log_axis([0.0])
+
+
+def test_sizes_no_step_gains_from_are_named_with_what_they_cost(peak):
+    # Traffic of 28..32-request decode steps (q = 1): a 4-token graph serves no step (each pads to 28 or above), so a
+    # list holding it is told so, with its 4 MiB (a PIECEWISE and a FULL graph at 4 tokens, the fixture's 2 MiB
+    # capture delta each); the list without it is not.
+    md, _ = render(peak, hand_picked(peak, (4, 28, 30, 32)))
+    assert ("The tuned list holds sizes that save nothing on this workload's traffic: 4. No step (the drafter's passes "
+            "included) gains from their graphs: dropping any one leaves the expected step as it is. Together they cost "
+            "4.000 MiB of real pool") in md
+    md, _ = render(peak, hand_picked(peak, (28, 30, 32)))
+    assert "save nothing" not in md

@@ -313,12 +313,13 @@ class Engine(ABC):
 
     def graph_kinds(self, capture_sizes: Sequence[int]) -> list[tuple[str, str, list[int]]]:
         """The graphs a list makes, by what they are, for plots and tables: `(what, graph mode, token widths)` per
-        kind the engine captures (one list: `graphs`, in its decode graphs' mode where it has them); [] with no
-        graphs. Every user surface draws and marks a list through this, never through its keys."""
+        kind the engine captures (one list: `graphs`, its sizes as the engine runs them, in its decode graphs' mode
+        where it has them); [] with no graphs. Every user surface draws and marks a list through this, never through
+        its keys."""
         d = self.dispatcher(capture_sizes)
         if d.cudagraph_mode == "NONE":
             return []
-        widths = sorted(set(d.decode_graph_sizes) | set(d.mixed_graph_sizes))
+        widths = sorted(set(d.capture_sizes))  # one list: its sizes as the engine runs them
         mode = "FULL" if d.decode_mode == "FULL" and d.decode_graph_sizes else (
             d.mixed_mode if d.mixed_mode != "NONE" else d.decode_mode)
         return [("graphs", mode, widths)] if widths else []
