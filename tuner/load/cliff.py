@@ -32,8 +32,8 @@ from tuner.workload.load import Load, LoadError
 from tuner.load.steady_state import LoadResult
 from tuner.model.costmodel import CostModel
 
-__all__ = ["CLIFF_TOLERANCE", "SETTLE_ROUNDS", "OperatingPoints", "RateProbe", "StableRate", "compare_starts", "max_stable_rate",
-           "operating_points", "rate_ceiling"]
+__all__ = ["CLIFF_TOLERANCE", "SETTLE_ROUNDS", "OperatingPoints", "RateProbe", "StableRate", "compare_starts",
+           "max_stable_rate", "operating_points", "rate_ceiling"]
 
 CLIFF_TOLERANCE = 0.10
 """Relative difference (to the smaller) of mean step width or TPOT p50 above which two starts are two points."""

@@ -7,8 +7,8 @@ that mode was not measured at the width) and, for graph modes, `<mode>_capture_d
 (the width's timing was flagged noisy) and `outlier` (the columns flagged wildly off their neighbours, `;`-joined,
 whether dropped or kept); `in_<list>` for each list of the report (default, tuned, compact, exact, widest, the peer
 rows) and `in_shipped` (the list the deployment files carry): whether the list captures a graph of that many tokens
-(`Engine.graph_kinds`; under vLLM 0.34 a decode size of n requests marks n x q tokens). Values are the profile's own (outliers included, as
-read), so the table is the measurement the decision rests on, never the cost model's interpolation.
+(`Engine.graph_kinds`; under vLLM 0.34 a decode size of n requests marks n x q tokens). Values are the profile's own
+(outliers included, as read), so the table is the measurement the decision rests on, never the cost model's interpolation.
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ class VllmReplayBackend:
             raise ValidationError(str(exc)) from None
         from tuner.measure.vllm_engine.choose import release_problem
 
-        reason = release_problem(version, dist, model.workload) or engine.unsupported_reason(model.workload)
+        reason = (release_problem(version, dist, model.workload, any_version=any_version)
+                  or engine.unsupported_reason(model.workload))
         if reason:
             raise ValidationError(f"--backend vllm: {reason}")
         self.model = model

@@ -32,16 +32,20 @@ def _build_problem(version: str | None, dist: str | None, device: str) -> str | 
     return None
 
 
-def release_problem(version: str | None, dist: str | None, workload: Workload) -> str | None:
+def release_problem(version: str | None, dist: str | None, workload: Workload, *,
+                    any_version: bool = False) -> str | None:
     """Why the installed vLLM is not the release the workload runs under (None when it is, when it is the CPU build,
-    which rehearses any release, or when the workload is no vLLM one): its engine would be asked for the other
-    release's lists and settings."""
+    which rehearses any release, when the workload is no vLLM one, or with `any_version`, which tries whatever is
+    installed): its engine would be asked for the other release's lists and settings."""
+    from tuner.engines.vllm.versions import VERSIONS
+
     release = workload.engine.version
-    if version is None or dist != "vllm" or release is None or ".".join(version.split(".")[:2]) == release:
+    installed = ".".join((version or "").split(".")[:2])
+    if version is None or dist != "vllm" or release is None or installed == release or any_version:
         return None
-    installed = ".".join(version.split(".")[:2])
+    other = f", or tune for {installed} (--vllm-version {installed})" if installed in VERSIONS else ""
     return (f"vLLM {version} is installed, but {workload.name} runs under {workload.engine.release_words}: install "
-            f"vLLM {release} here, or tune for {installed} (--vllm-version {installed})")
+            f"vLLM {release} here{other}")
 
 
 def choose_backend(asked: str, workload: Workload, device: str, *, any_version: bool = False) -> tuple[str, str]:
@@ -54,7 +58,8 @@ def choose_backend(asked: str, workload: Workload, device: str, *, any_version: 
             api.check_version(version, any_version=any_version)
         except api.VersionError as exc:
             problem = str(exc).removeprefix("--backend vllm: ")
-    problem = problem or release_problem(version, dist, workload) or unsupported_reason(workload)
+    problem = problem or release_problem(version, dist, workload, any_version=any_version) or unsupported_reason(
+        workload)
     if asked == "vllm":
         if problem:
             raise BackendError(f"--backend vllm: {problem}")
