@@ -93,10 +93,6 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
     engine's own settings: `own(num_speculative_tokens)` gives `(engine_settings, tokens_per_request,
     num_speculative_tokens)`, the last two as the engine resolves its speculative numbers."""
     max_num_seqs = r.int("max_num_seqs", minimum=1)
-    try:
-        check_max_num_seqs(max_num_seqs, r.at("max_num_seqs"))
-    except ValueError as exc:
-        raise WorkloadError(str(exc)) from None
     spec_tokens = r.int("num_speculative_tokens", 0, minimum=0)
     mnbt = r.int("max_num_batched_tokens", 8192, minimum=1)
     if engine == "vllm" and max_num_seqs > mnbt:
@@ -104,6 +100,10 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
         # max_num_seqs (...)"); a step never holds more requests than tokens.
         raise WorkloadError(f"{r.at('max_num_seqs')}: {max_num_seqs} must be <= max_num_batched_tokens={mnbt} (vLLM "
                             f"refuses a max_num_seqs above max_num_batched_tokens at start-up)")
+    try:  # vLLM's own refusal first; then the most cgtune models
+        check_max_num_seqs(max_num_seqs, r.at("max_num_seqs"))
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from None
     max_model_len = r.int("max_model_len", 8192, minimum=1)
     version, version_why = _vllm_version(r) if engine == "vllm" else (None, None)
     settings_034 = read_034_settings(r) if engine == "vllm" else None

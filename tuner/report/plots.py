@@ -144,13 +144,12 @@ def _plot_memory(model: CostModel, tuned: tuple[int, ...], origin: str, title_su
 
 
 def graph_cover(model: CostModel, e: Evaluation) -> tuple[list[int], list[int]]:
-    """(token widths of every graph a decode step may replay, those a mixed step may replay) under a list as the
-    engine runs it: decode graphs and token-keyed graphs alike serve a decode step (above the widest decode graph
-    0.34 falls to the prefill graphs); only token-keyed ones serve a mixed step."""
+    """(token widths of the list's graphs, the ones a mixed step may replay) as the engine runs the list: every graph
+    may serve a decode step (above the widest decode graph 0.34 falls to the prefill graphs; `Engine.graph_kinds`),
+    only token-keyed ones a mixed step."""
     d = model.engine.dispatcher(e.capture_sizes)
-    if d.cudagraph_mode == "NONE":
-        return [], []
-    return sorted(set(d.decode_graph_sizes) | set(d.mixed_graph_sizes)), list(d.mixed_graph_sizes)
+    widths = sorted({w for _, _, ws in model.engine.graph_kinds(e.capture_sizes) for w in ws})
+    return widths, list(d.mixed_graph_sizes) if widths else []
 
 
 def _plot_steps(model: CostModel, table: dict[str, Evaluation], title_suffix: str, plt: Any) -> Any:
