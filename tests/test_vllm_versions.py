@@ -130,3 +130,16 @@ def test_a_run_is_re_rendered_and_checked_under_the_release_it_was_searched_unde
                                              f"under vLLM 0.34 (its summary.json), and is read under it: drop the "
                                              f"flag, or give 0.34")
     assert (out / "report.md").read_text() == report, "nothing rewritten"
+
+
+def test_a_flag_naming_another_release_than_the_workload_pins_is_refused(tmp_path, capsys):
+    # Issue 50: a --vllm-version the workload's own pin overrides was ignored silently; it is refused in one line.
+    spec = handmade_spec(max_num_seqs=8, num_speculative_tokens=3, max_num_batched_tokens=32)
+    spec["serving"]["vllm_version"] = "0.34"
+    path = tmp_path / "pinned.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, out, err = run(capsys, "defaults", path, "--vllm-version", "0.33")
+    assert code == 2 and not out and err == ("cgtune defaults: error: --vllm-version 0.33: the workload pins "
+                                             "serving.vllm_version 0.34: drop the flag, or give 0.34\n")
+    code, out, err = run(capsys, "defaults", path, "--vllm-version", "0.34")
+    assert code == 0 and "0.34 (model runner V2)" in out, err
