@@ -47,11 +47,6 @@ def flag_version(version: str | None) -> Iterator[None]:
         _FLAG.reset(token)
 
 
-def given_flag() -> str | None:
-    """The release `--vllm-version` names on this command line (None: not given)."""
-    return _FLAG.get()
-
-
 @contextlib.contextmanager
 def recorded_version(version: str | None, why: str | None = None) -> Iterator[None]:
     """Within the context, a workload that leaves `serving.vllm_version` auto runs under `version` (a run directory's
