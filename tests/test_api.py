@@ -113,3 +113,36 @@ def test_every_api_name_is_documented_and_none_is_a_stage_name() -> None:
         if name != "__version__":
             assert getattr(tuner, name).__doc__, name
         assert re.search(rf"^#+ `?{re.escape(name)}\b", doc, re.M), f"docs/api.md has no section for {name}"
+
+
+def _snippets() -> list[str]:
+    """docs/api.md's Python blocks, in order."""
+    return re.findall(r"^```python\n(.*?)^```", (ROOT / "docs/api.md").read_text(), re.S | re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", ["0.33", "0.34"])
+def test_every_snippet_of_the_api_page_runs_as_a_reader_runs_it(tmp_path, monkeypatch, capsys, release) -> None:
+    # Issue 50: under 0.34 the page printed a default list's internal keys under a heading that said tokens, read a
+    # quantity 0.34 does not log, and checked a start-up log no reader has. Here every block runs as written, from a
+    # folder holding the checkout's workloads, under each release; what it prints is the release's own words.
+    from tuner.engines.vllm import versions
+
+    snippets = _snippets()
+    assert snippets and "runs/dflash" in snippets[-1]
+    monkeypatch.setenv(versions.VERSION_ENV, release)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "workloads").symlink_to(ROOT / "workloads")
+    scope: dict = {}
+    for code in snippets:
+        exec(compile(code, "docs/api.md", "exec"), scope)  # noqa: S102 - the page's own code, as a reader runs it
+    printed = capsys.readouterr().out.splitlines()
+    engine = scope["workload"].engine
+    assert engine.version == release and printed[0] == engine.release_words
+    kinds = engine.graph_kinds(scope["default"])
+    # Every graph is printed at its token widths (a 0.34 decode graph of n requests at n x 17), none at a key below 1.
+    assert printed[1:1 + len(kinds)] == [f"{len(w)} {what} ({mode}): {w[0]}..{w[-1]} tokens" for what, mode, w in kinds]
+    assert all(min(w) >= 1 for _, _, w in kinds)
+    assert (tmp_path / "runs/dflash/summary.json").is_file()
+    names = [line.split()[0] for line in printed if line.split() and line.split()[0] in scope["check"].quantities]
+    assert names and ("kv_capacity_bytes" if release == "0.34" else "kv_available_bytes") in names

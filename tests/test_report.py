@@ -166,7 +166,7 @@ def test_what_changed_rows_are_each_added_width_with_and_without_it(ceiling):
         est = t.graph_estimate_bytes - without.graph_estimate_bytes
         real = t.graph_memory_bytes - without.graph_memory_bytes
         saved = without.expected_step_ms - t.expected_step_ms
-        assert rows[w] == {"num_tokens": w, "vllm_graph_estimate_bytes": est, "graph_memory_bytes": real,
+        assert rows[w] == {"key": w, "num_tokens": w, "vllm_graph_estimate_bytes": est, "graph_memory_bytes": real,
                            "saved_ms": saved}
         share = saved / t.expected_step_ms
         row = f"| {w} | {est / MIB:+.2f} | {real / MIB:+.2f} | {saved:+.4f} | {share:+.2%} |"
@@ -189,8 +189,11 @@ def test_what_changed_rows_are_each_added_width_with_and_without_it(ceiling):
 def test_predicted_vllm_log_lines_kv_tokens_and_utilization(ceiling):
     model = ceiling
     tuned = sorted(set(model.default_sizes) | {544})  # hand-picked
-    md, data = render(model, hand_picked(model, tuned))
+    search = hand_picked(model, tuned)
+    search.ship = "fastest"  # the log lines are the shipped list's: here the hand-picked one
+    md, data = render(model, search)
     t, d = model.evaluate(tuned), model.evaluate(model.default_sizes)
+    assert data["vllm_log_lines_list"] == "tuned" and data["shipped"]["list"] == "fastest"
     assert model.kv_bytes_per_token == TINY_KV_BYTES_PER_TOKEN
     b = model.budget
     assert b.requested_bytes == 900 * MIB and b.non_kv_cache_bytes == 150 * MIB  # 0.9 x 1000; weights + activations
@@ -402,3 +405,15 @@ def test_memory_rounding_is_stated_once(ceiling):
 def test_log_axis_when_values_span_two_decades():
     assert not log_axis([1.0, 50.0]) and log_axis([1.0, 100.0]) and log_axis([0.0, 5.0, 600.0])
     assert not log_axis([]) and not log_axis([0.0])
+
+
+def test_sizes_no_step_gains_from_are_named_with_what_they_cost(peak):
+    # Traffic of 28..32-request decode steps (q = 1): a 4-token graph serves no step (each pads to 28 or above), so a
+    # list holding it is told so, with its 4 MiB (a PIECEWISE and a FULL graph at 4 tokens, the fixture's 2 MiB
+    # capture delta each); the list without it is not.
+    md, _ = render(peak, hand_picked(peak, (4, 28, 30, 32)))
+    assert ("The tuned list holds sizes that save nothing on this workload's traffic: 4. No step (the drafter's passes "
+            "included) gains from their graphs: dropping any one leaves the expected step as it is. Together they cost "
+            "4.000 MiB of real pool") in md
+    md, _ = render(peak, hand_picked(peak, (28, 30, 32)))
+    assert "save nothing" not in md

@@ -37,7 +37,16 @@ def test_the_budget_error_names_the_kv_cache_left_and_required_in_gib(tmp_path):
     path = handmade_profile(tmp_path, wl, [1, 2, 4, 8], total_memory_bytes=4096 * MIB, weights_bytes=2100 * MIB,
                             activation_peak_bytes=50 * MIB)
     m = CostModel.from_files(path, wl)
-    with pytest.raises(SearchError, match=r"KV cache 1\.50 GiB without graphs < required 2\.00 GiB$"):
+    # The setting that asks for it is named, not the capture list, which no choice could make fit.
+    with pytest.raises(SearchError, match=r"^no capture list fits, not even the empty one: serving.required_kv_gib=2 "
+                                          r"asks for 2\.000 GiB of KV cache, but with no graphs at all the device "
+                                          r"leaves it 1\.500 GiB \(lower serving.required_kv_gib, or give the "
+                                          r"deployment more memory\)$"):
+        exact_solve(m)
+    long = handmade_workload(max_model_len=10**12)
+    m = CostModel.from_files(handmade_profile(tmp_path / "long", long, [1, 2, 4, 8]), long)
+    with pytest.raises(SearchError, match=r"^no capture list fits, not even the empty one: "
+                                          r"serving.max_model_len=1000000000000: one request that long needs "):
         exact_solve(m)
 
 
@@ -97,11 +106,11 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, monkeypatch):
     real = tuner.search.study._record
     calls = {"n": 0}
 
-    def broken(trial, e):
+    def broken(trial, e, *words):
         calls["n"] += 1
         if calls["n"] == 3:
             raise ValueError("synthetic failure in trial 3")
-        return real(trial, e)
+        return real(trial, e, *words)
 
     monkeypatch.setattr(tuner.search.study, "_record", broken)
     result = run_search(m, SearchConfig(n_trials=6, progress=False), run_dir=tmp_path)
@@ -120,11 +129,11 @@ def test_interrupted_study_resumes(tmp_path, monkeypatch):
     calls = {"n": 0}
     real = tuner.search.study._record
 
-    def interrupted(trial, e):
+    def interrupted(trial, e, *words):
         calls["n"] += 1
         if calls["n"] == 6:
             raise KeyboardInterrupt  # Ctrl-C in the middle of trial 6, long before the buffer's first 2 s batch
-        return real(trial, e)
+        return real(trial, e, *words)
 
     monkeypatch.setattr(tuner.search.study, "_record", interrupted)
     with pytest.raises(KeyboardInterrupt):

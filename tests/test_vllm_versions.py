@@ -101,8 +101,9 @@ def test_the_flag_applies_to_one_command_and_is_restored_after_it(tmp_path, caps
 
 
 def test_a_run_is_re_rendered_and_checked_under_the_release_it_was_searched_under(tmp_path, capsys, monkeypatch):
-    # A 0.34 run of a workload that leaves vllm_version auto, re-rendered where the flag (or the installed vLLM) says
-    # 0.33: summary.json's recorded release decides, so the run's lists are read as the two lists they are.
+    # A 0.34 run of a workload that leaves vllm_version auto, re-rendered where the environment (or the installed vLLM)
+    # says 0.33: summary.json's recorded release decides, so the run's lists are read as the two lists they are; a
+    # --vllm-version naming 0.33 on the command line is refused in one line naming both releases, not ignored.
     from tuner.decision.run_dir import load_run_workload
     from handmade_profiles import write_handmade_inputs
 
@@ -115,6 +116,30 @@ def test_a_run_is_re_rendered_and_checked_under_the_release_it_was_searched_unde
     assert code == 0, err
     monkeypatch.setenv(versions.VERSION_ENV, "0.33")
     assert load_run_workload(out).engine.version == "0.34"
-    code, _, err = run(capsys, "report", out, "--vllm-version", "0.33")
+    before = (out / "report.md").read_text() if (out / "report.md").exists() else None
+    code, _, err = run(capsys, "report", out)
     assert code == 0, err
-    assert "vLLM 0.34, model runner" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "- vLLM 0.34 (asked for by --vllm-version), model runner" in report and report != before
+    from tuner.check.example import predicted_log
+
+    (tmp_path / "vllm.log").write_text(predicted_log(out, kv_error=0.0, pool_error=0.0))
+    for command in (["report", out], ["status", out], ["check", out, "--vllm-log", tmp_path / "vllm.log"]):
+        code, _, err = run(capsys, *command, "--vllm-version", "0.33")
+        assert code == 2 and err.strip() == (f"cgtune {command[0]}: error: --vllm-version 0.33: the run was searched "
+                                             f"under vLLM 0.34 (its summary.json), and is read under it: drop the "
+                                             f"flag, or give 0.34")
+    assert (out / "report.md").read_text() == report, "nothing rewritten"
+
+
+def test_a_flag_naming_another_release_than_the_workload_pins_is_refused(tmp_path, capsys):
+    # Issue 50: a --vllm-version the workload's own pin overrides was ignored silently; it is refused in one line.
+    spec = handmade_spec(max_num_seqs=8, num_speculative_tokens=3, max_num_batched_tokens=32)
+    spec["serving"]["vllm_version"] = "0.34"
+    path = tmp_path / "pinned.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, out, err = run(capsys, "defaults", path, "--vllm-version", "0.33")
+    assert code == 2 and not out and err == ("cgtune defaults: error: --vllm-version 0.33: the workload pins "
+                                             "serving.vllm_version 0.34: drop the flag, or give 0.34\n")
+    code, out, err = run(capsys, "defaults", path, "--vllm-version", "0.34")
+    assert code == 0 and "0.34 (model runner V2)" in out, err

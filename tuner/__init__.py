@@ -54,10 +54,12 @@ def load_workload(path: str | Path) -> Workload:
 
 
 def default_capture_sizes(workload: Workload, *, gpu_memory_mib: float | None = None) -> tuple[int, ...]:
-    """The capture list the workload's engine captures when it is given none (`cgtune defaults`), in token widths
-    (what `CostModel.evaluate` takes; `workload.engine.in_engine_unit(sizes)` gives SGLang's and TensorRT-LLM's
-    request counts). `gpu_memory_mib`: the GPU's memory where the engine's default depends on it (SGLang); None:
-    the workload's own setting."""
+    """The capture list the workload's engine captures when it is given none (`cgtune defaults`), as the engine keeps
+    a list (what `CostModel.evaluate` takes): token widths, or under vLLM 0.34 one key per size of its two lists (a
+    prefill size in tokens, -n for the decode graphs of n requests). `workload.engine.graph_kinds(sizes)` gives its
+    graphs by what they are at their token widths; `workload.engine.in_engine_unit(sizes)` SGLang's and
+    TensorRT-LLM's request counts. `gpu_memory_mib`: the GPU's memory where the engine's default depends on it
+    (SGLang); None: the workload's own setting."""
     return tuple(workload.engine.defaults(gpu_memory_mib=gpu_memory_mib).sizes)
 
 

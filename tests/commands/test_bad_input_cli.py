@@ -210,3 +210,41 @@ def test_the_engine_note_on_unmodelled_drafters_is_a_whole_sentence(tmp_path):
     notes = CostModel.from_files(profile, workload).notes
     assert ("sglang's drafter graphs and passes are not modelled (vLLM's rules only); the drafter's weights and KV "
             "layers are counted") in notes
+
+
+# ------------------------------------------------------------------------------------------------- issue 50's list
+@pytest.mark.parametrize("release", ["0.33", "0.34"])
+def test_a_max_num_seqs_no_deployment_has_is_one_line_at_once_from_flags_and_from_a_file(tmp_path, capsys, release):
+    # It once ran 164 s and grew to 23 GB before it was killed: every request count is a step the model weighs.
+    one_line(*run(capsys, "defaults", "--max-num-seqs", 1_000_000_000, "--num-speculative-tokens", 3,
+                  "--vllm-version", release),
+             "argument --max-num-seqs: 1000000000 must be <= 65536 (the most requests per step cgtune models")
+    refused_search(capsys, tmp_path, edited(SPEC, serving={"max_num_seqs": 1_000_000_000, "vllm_version": release,
+                                                           "max_num_batched_tokens": 10**10}),
+                   "serving.max_num_seqs: 1000000000 must be <= 65536")
+
+
+@pytest.mark.parametrize("out", ["/proc/cgtune-x", "/proc"])
+def test_an_out_folder_the_filesystem_takes_nothing_in_is_one_line(tmp_path, capsys, out):
+    _, profile, _ = write_handmade_inputs(tmp_path, SPEC, list(range(1, 65)))
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    one_line(*run(capsys, "search", path, "--profile", profile, "--out", out, "--no-progress"),
+             f"cgtune search: error: --out: {out!r} cannot be written: ", "('/proc' takes no new files)")
+    assert not Path("/proc/cgtune-x").exists() and not list(tmp_path.glob("**/.cgtune-probe-*"))
+
+
+@pytest.mark.parametrize("release", ["0.33", "0.34"])
+def test_a_max_model_len_no_kv_cache_holds_is_blamed_on_itself_not_on_the_list(tmp_path, capsys, release):
+    refused_search(capsys, tmp_path, edited(SPEC, serving={"max_model_len": 10**12, "vllm_version": release}),
+                   "no capture list fits, not even the empty one: serving.max_model_len=1000000000000: one request "
+                   "that long needs ", "(lower serving.max_model_len, or give the deployment more memory)")
+
+
+def test_the_common_flag_is_taken_after_a_commands_action_too(capsys):
+    # `cgtune workload buckets X --vllm-version 0.33` was refused as an unrecognized argument.
+    after = run(capsys, "workload", "buckets", ROOT / "workloads/dflash-llama-3.1-8b.yaml", "--vllm-version", "0.34")
+    before = run(capsys, "workload", "--vllm-version", "0.34", "buckets", ROOT / "workloads/dflash-llama-3.1-8b.yaml")
+    assert after[0] == 0 and after == before
+    one_line(*run(capsys, "workload", "buckets", ROOT / "workloads/dflash-llama-3.1-8b.yaml", "--vllm-version", "0.4"),
+             "argument --vllm-version: invalid choice: '0.4'")

@@ -170,12 +170,15 @@ def test_status_says_which_list_ships_and_why(tmp_path):
     url = f"sqlite:///{out / 'study.db'}"
     code, stdout, _ = run(["status", "--storage", url])
     assert code == 0
-    assert (f"  tuned: the exact solver's list, {len(summary['capture_sizes'])} graphs, not the study's best above "
+    # The lists in the engine's words (vLLM 0.33: graphs and the widest).
+    sizes = summary["capture_sizes"]
+    assert (f"  tuned: the exact solver's list, {len(sizes)} graphs, max {sizes[-1]}, not the study's best above "
             f"({out / 'summary.json'}): The exact solver's answer is used: the study's best was not within 1% of it "
             f"({summary['study']['gap_to_exact']:.2%} slower).") in stdout
     # And which list the run's files carry (issue 29: the recommendation is deployed, not only printed).
     shipped = summary["shipped"]
-    assert (f"  ships: the compact list, {len(shipped['capture_sizes'])} graphs, in the run's files: {shipped['why']}"
+    assert (f"  ships: the compact list, {len(shipped['capture_sizes'])} graphs, max {shipped['capture_sizes'][-1]}, "
+            f"in the run's files: {shipped['why']}"
             if shipped["list"] == "compact" else f"  ships: the tuned list in the run's files: {shipped['why']}"
             ) in stdout
     code, stdout, _ = run(["status", "--storage", url, "--json"])

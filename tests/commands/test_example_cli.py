@@ -111,7 +111,7 @@ def test_report_csv_writes_the_per_width_table_a_notebook_reads(example, tmp_pat
     code, stdout, err = run(capsys, "report", out, "--csv", "-")
     assert code == 0, err
     assert stdout.startswith("num_tokens,eager_ms,full_ms,full_capture_delta_bytes,full_standalone_bytes,")
-    assert "wrote 13 files" in err  # the table alone on stdout
+    assert "wrote 15 files" in err  # the table alone on stdout
     frame = pd.read_csv(io.StringIO(stdout))
     profile = read_profile(out / "profile.csv")
     full = profile.by_mode("full")

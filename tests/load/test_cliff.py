@@ -92,3 +92,55 @@ def test_the_cliff_rule_is_ten_percent_of_the_smaller_or_one_start_falling_behin
     assert compare_starts(base, other(tpot_p50_ms=base.tpot_p50_ms / 1.09)).unique
     behind = compare_starts(base, other(keeps_up=False))
     assert behind.cliff and "the empty start keeps up" in behind.why
+
+
+def test_a_saturated_start_still_working_off_its_backlog_is_looked_at_again_not_called_a_cliff(
+        cliff_model: CostModel) -> None:
+    # Issue 50: 640-token outputs at 40 requests/s under the covering list. In 5 simulated seconds the saturated
+    # start works its 128-request backlog off inside the window (96 requests in the system at the cut, 29 at the end,
+    # about where the empty start runs), so its window's steps are wider than the empty start's (31 vs 19 tokens): the
+    # rule alone would call that two operating points. Looked at again over 10 s it is at the empty start's point.
+    from tuner.load.cliff import SETTLE_ROUNDS, _probe
+    from tuner.load.scheduler import simulate
+
+    load = Load(Lengths(16), Lengths(640), rate_per_s=40.0, seed=0)
+    short = compare_starts(simulate(cliff_model, CLIFF_COVER, load, duration_s=5.0),
+                           saturated := simulate(cliff_model, CLIFF_COVER, load, duration_s=5.0, initial_waiting=128))
+    assert short.cliff and saturated.came_back_to(short.empty)
+    points = operating_points(cliff_model, CLIFF_COVER, load, duration_s=5.0)
+    assert SETTLE_ROUNDS >= 1 and points.unique and points.settled and not points.cliff
+    assert points.saturated.end_s > 9.9
+    assert points.why.startswith("one operating point")
+    assert _probe(cliff_model, CLIFF_COVER, load, 40.0, 2.0, {"duration_s": 5.0})[0].held
+
+
+def test_a_start_still_working_off_its_backlog_after_the_last_look_is_not_settled_and_holds_no_rate(
+        cliff_model: CostModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 400 requests waiting at the start under the covering list, 640-token outputs at 40 requests/s: in 5 s the
+    # saturated start goes from 368 requests in the system at the cut to 216 at the end (the empty start holds ~14):
+    # falling by more than its 64 seats, not back yet. With no second look allowed it is not settled, never a cliff,
+    # and holds no rate; with the looks (4x the run) it is back at the empty start's point, one operating point.
+    from tuner.load import cliff
+
+    load = Load(Lengths(16), Lengths(640), rate_per_s=40.0, seed=0)
+    monkeypatch.setattr(cliff, "SETTLE_ROUNDS", 0)
+    points = operating_points(cliff_model, CLIFF_COVER, load, duration_s=5.0, initial_waiting=400)
+    assert points.saturated.working_off(64) and not points.saturated.came_back_to(points.empty)
+    assert not points.cliff and not points.settled
+    assert points.why.startswith("not settled: the saturated start was still working off its backlog in a 5 s run "
+                                 "(368 -> 216 requests in the system")
+    probe, _ = cliff._probe(cliff_model, CLIFF_COVER, load, 40.0, 2.0, {"duration_s": 5.0, "initial_waiting": 400})
+    assert not probe.held and probe.why.startswith("not settled")
+    monkeypatch.setattr(cliff, "SETTLE_ROUNDS", 2)
+    again = operating_points(cliff_model, CLIFF_COVER, load, duration_s=5.0, initial_waiting=400)
+    assert again.unique and again.settled and again.saturated.end_s > 19.9
+    assert again.why.startswith("one operating point: the saturated start came back to the empty start's point in a "
+                                "20 s run")
+
+
+def test_the_true_cliff_is_still_two_operating_points_after_a_second_look(cliff_model: CostModel) -> None:
+    # The short list at 180 requests/s: the saturated start ends its window at its eager point (~60 requests running,
+    # the empty start ~9), so no second look is taken and the cliff stands.
+    points = operating_points(cliff_model, CLIFF_SHORT, LOAD, duration_s=DURATION_S)
+    assert points.cliff and points.settled and not points.saturated.came_back_to(points.empty)
+    assert points.saturated.end_s == pytest.approx(DURATION_S, rel=0.01)

@@ -429,3 +429,22 @@ def test_parameter_bytes_count_a_shared_tensor_once_and_a_cpu_packed_weight_at_i
     total, seen = worker.parameter_bytes(target)
     assert total == 10 * 4 * 4
     assert worker.parameter_bytes(drafter, seen)[0] == (4 * 3 + 4 * 6) * 4
+
+
+def test_a_cuda_vllm_of_another_release_than_the_workloads_is_refused_or_passed_over(tmp_path, monkeypatch):
+    # Issue 50: the workload runs under 0.33's rules here (the suite's release); vLLM 0.34.0's CUDA build would be asked
+    # for 0.33's list and settings. --backend vllm refuses it in one line naming both; auto takes the stand-in, saying
+    # why; the CPU build (a rehearsal of any release) and --vllm-any-version are not refused for it.
+    wl = _workload(tmp_path)
+    assert wl.engine.version == "0.33"
+    _installed(monkeypatch, "0.34.0", "vllm")
+    with pytest.raises(choose.BackendError) as exc:
+        choose.choose_backend("vllm", wl, "cuda")
+    assert str(exc.value) == (f"--backend vllm: vLLM 0.34.0 is installed, but {wl.name} runs under vLLM 0.33 (asked "
+                              f"for by CGTUNE_VLLM_VERSION): install vLLM 0.33 here, or tune for 0.34 (--vllm-version "
+                              f"0.34)")
+    backend, why = choose.choose_backend("auto", wl, "cuda")
+    assert backend == "stand-in" and why.startswith("auto: vLLM 0.34.0 is installed, but")
+    assert choose.choose_backend("vllm", wl, "cuda", any_version=True)[0] == "vllm"
+    _installed(monkeypatch, "0.33.0", "vllm")
+    assert choose.choose_backend("vllm", wl, "cuda")[0] == "vllm"

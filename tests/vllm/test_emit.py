@@ -11,6 +11,7 @@ import yaml
 from tuner.engines.vllm.defaults import default_capture_sizes
 from tuner.engines.vllm.emit import (
     COMPILATION_CONFIG_FILE,
+    COMPILATION_NOTES_FILE,
     FLAGS_FILE,
     SERVE_YAML_FILE,
     EmitError,
@@ -56,7 +57,13 @@ def test_environment_and_notes_are_said_in_both_files_and_put_before_vllm_serve(
 def test_files_parse_back_and_pass_vllm_rules(tmp_path):
     sizes = [1, 2, 4, 8, 16, 512, 1088, 2176]
     paths = write_files(tmp_path, render(sizes))
-    assert sorted(p.name for p in paths) == sorted([COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE])
+    assert sorted(p.name for p in paths) == sorted([COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE,
+                                                    COMPILATION_NOTES_FILE])
+    # The JSON's notes beside it: what the other files say as comments, line for line.
+    notes = (tmp_path / COMPILATION_NOTES_FILE).read_text().splitlines()
+    assert notes[0].startswith(f"# notes on {COMPILATION_CONFIG_FILE}")
+    assert notes[1:] == [ln for ln in (tmp_path / SERVE_YAML_FILE).read_text().splitlines()
+                         if ln.startswith("#") and not ln.startswith("# usage")]
 
     cc = json.loads((tmp_path / COMPILATION_CONFIG_FILE).read_text())
     assert cc == {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes,

@@ -226,3 +226,23 @@ def test_the_pinned_start_ups_line_is_the_wheels_f_string_logged_where_quoted():
     assert _fstring_parts(sources[name], fstring_line) == list(fx.KV_RESERVED_PARTS)
     [call] = [n for n in ast.walk(ast.parse(sources[name])) if isinstance(n, ast.Call) and n.lineno == call_line]
     assert ast.unparse(call) == "logger.info(msg)"
+
+
+@pytest.mark.parametrize(("version", "lists"), [
+    ("0.33.0", dict(capture_sizes=SIZES)),
+    # 0.34: two lists, the decode list first in the compilation config, as the shipped DFlash list has it.
+    ("0.34.0", dict(capture_sizes=[-128, -64, -34], record=[578, 1088, 2176], extensible=True)),
+])
+@pytest.mark.parametrize("keep", [0.2, 0.5, 0.8, 0.95, 0.99])
+def test_an_engine_config_line_cut_mid_line_is_refused_not_read_as_another_config(version, lists, keep):
+    # Issue 50: a 0.34 log cut inside the compilation config read as "vLLM ran without CUDA graphs". VllmConfig's
+    # line ends with kernel_config (config/vllm.py:2843 in 0.33.0, :2924 in 0.34.0): without it the line was cut.
+    whole = startup_log([ONE], method="dflash", k=16, max_num_seqs=128, version=version, **lists, **KV)
+    assert parse(whole).vllm_version == version
+    lines = whole.splitlines()
+    at = next(i for i, line in enumerate(lines) if "Initializing a V1 LLM engine" in line)
+    cut = "\n".join([*lines[:at], lines[at][:int(len(lines[at]) * keep)]])
+    with pytest.raises(LogError, match=rf"^--vllm-log: vllm.log: vLLM {version}'s engine-config line is cut short "
+                                       rf"\(it ends before kernel_config=") as exc:
+        parse(cut)
+    assert "\n" not in str(exc.value)

@@ -450,8 +450,12 @@ def check_run(run_dir: Path, log: StartupLog) -> CheckResult:
     configuration, or ends before the figures. The log is judged before the cost model is built."""
     from tuner.decision.run_dir import load_run, load_run_workload
 
+    from tuner.engines.vllm.versions import VersionConflict
+
     try:
         workload = load_run_workload(run_dir)
+    except VersionConflict:  # --vllm-version naming another release than the run's: its own line
+        raise
     except ValueError as exc:  # WorkloadError: one line naming the file
         raise CheckError(f"run_dir: {run_dir} holds no readable workload.yaml ({str(exc).splitlines()[0]})") from None
     # cgtune check is vLLM's start-up log reader (tuner.engines.vllm.startup_log): another engine logs nothing it can

@@ -6,16 +6,18 @@ import argparse
 import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from tuner.cli import UsageError
 from tuner.engines.vllm.defaults import InvalidScheduleError, validate_schedule
-from tuner.engines.vllm.versions import DEFAULT_VERSION, VERSION_ENV, VERSIONS
+from tuner.engines.vllm.versions import DEFAULT_VERSION, VERSION_ENV, VERSIONS, flag_version
 from tuner.workload.spec import Workload, WorkloadError, load_workload
 
 __all__ = ["add_common_arguments", "capability", "check_out_dir", "common_arguments_applied", "load_workload_arg",
-           "non_negative_float", "non_negative_int", "positive_float", "positive_int", "schedule_json", "storage_url"]
+           "non_negative_float", "non_negative_int", "positive_float", "positive_int", "request_count", "schedule_json",
+           "storage_url"]
 
 
 def _int_at_least(minimum: int, text: str) -> int:
@@ -31,6 +33,17 @@ def _int_at_least(minimum: int, text: str) -> int:
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     return _int_at_least(1, text)
+
+
+def request_count(text: str) -> int:
+    """argparse type: a number of requests per step, 1..MAX_NUM_SEQS (`tuner.engines.serving.check_max_num_seqs`)."""
+    from tuner.engines.serving import check_max_num_seqs
+
+    value = _int_at_least(1, text)
+    try:
+        return check_max_num_seqs(value, "value")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("value: ")) from None
 
 
 def non_negative_int(text: str) -> int:
@@ -118,15 +131,29 @@ def check_out_dir(path: Path, flag: str = "--out", *, directory: bool = True) ->
         raise UsageError(f"{flag}: {str(path)!r} cannot be created: {str(ancestor)!r} is a file")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UsageError(f"{flag}: {str(path)!r} cannot be written: {str(ancestor)!r} is not writable")
+    # Permission bits are not the whole story (root in /proc, a read-only mount): a folder made and removed at once
+    # says whether the filesystem takes new entries there, leaving nothing behind.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".cgtune-probe-", dir=ancestor))
+    except OSError as exc:
+        raise UsageError(f"{flag}: {str(path)!r} cannot be written: {exc.strerror or exc} ({str(ancestor)!r} takes "
+                         f"no new files)") from None
     return path
 
 
-def add_common_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags every command takes: `--vllm-version`."""
-    p.add_argument("--vllm-version", choices=("auto", *VERSIONS), default=None,
+def add_common_arguments(p: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """The flags every command takes: `--vllm-version`, also after a command's own action (`cgtune workload buckets
+    X --vllm-version 0.33`): each action's parser takes it too, without a default of its own that would overwrite the
+    command's."""
+    p.add_argument("--vllm-version", choices=("auto", *VERSIONS), default=argparse.SUPPRESS if nested else None,
                    help=f"the vLLM release whose rules a vLLM workload runs under when its serving.vllm_version does "
                         f"not pin one (auto, the default: the vLLM installed here if cgtune speaks it, else "
-                        f"{DEFAULT_VERSION}); cgtune speaks {', '.join(VERSIONS)}")
+                        f"{DEFAULT_VERSION}); cgtune speaks {', '.join(VERSIONS)}. A workload that pins another "
+                        f"release, or a run directory made under another, refuses it")
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                add_common_arguments(sub, nested=True)
 
 
 @contextlib.contextmanager
@@ -134,10 +161,13 @@ def common_arguments_applied(args: argparse.Namespace) -> Iterator[None]:
     """`--vllm-version` in force while the command runs (read when workloads are parsed, and by the processes it
     starts); an in-process caller (a notebook, a test) gets its own environment back."""
     saved = os.environ.get(VERSION_ENV)
-    if getattr(args, "vllm_version", None) not in (None, "auto"):
-        os.environ[VERSION_ENV] = args.vllm_version
+    given = getattr(args, "vllm_version", None)
+    if given not in (None, "auto"):
+        os.environ[VERSION_ENV] = given
     try:
-        yield
+        # A command a command runs (`cgtune example`'s search) keeps the flag its caller was given.
+        with flag_version(given) if given not in (None, "auto") else contextlib.nullcontext():
+            yield
     finally:
         if saved is None:
             os.environ.pop(VERSION_ENV, None)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import capability, load_workload_arg, non_negative_int, positive_int, schedule_json
+from tuner.commands.common import (capability, load_workload_arg, non_negative_int, positive_int, request_count,
+                                   schedule_json)
 from tuner.engines.registry import engine_of
 from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES, dense_speculative_schedule
@@ -38,7 +39,8 @@ class DefaultsCommand(Command):
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("workload", nargs="?", help="workload YAML; its serving section replaces the flags")
-        p.add_argument("--max-num-seqs", type=positive_int, help="most requests per engine step (required without a workload)")
+        p.add_argument("--max-num-seqs", type=request_count,
+                       help="most requests per engine step (required without a workload; at most 65536)")
         p.add_argument("--num-speculative-tokens", type=non_negative_int, default=None,
                        help="draft tokens per request; decode query length q = 1 + this (default 0)")
         p.add_argument("--max-num-batched-tokens", type=positive_int, default=None,

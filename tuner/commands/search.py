@@ -362,14 +362,18 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
     how = {"study": f"optuna study, {gap:+.2%} vs {exact}" if gap is not None else "optuna study",
            "exact": "exact solver; see the notes in summary.json", "default": model.engine.list_label("default"),
            "gpu-validated": "fastest measured on the GPU by --validate"}[dec.source]
+    if model.engine.release_words:
+        print(f"searched under the rules of {model.engine.release_words}; the files are for that release")
     for line in words_of(model.engine).console_lines(model, dec, how):
         print(line)
     n = dec.trials
     pruned = f", {n['pruned']} pruned (interrupted)" if n.get("pruned") else ""
     print(f"study {dec.study_name}: {n.get('total', 0)} trials ({n.get('feasible', 0)} feasible, "
           f"{n.get('infeasible', 0)} infeasible, {n.get('failed', 0)} failed{pruned}, {n.get('run_now', 0)} run now)")
-    names = sorted(str(p.relative_to(out)) for p in written if p.parent == out)
-    print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent != out for p in written) else ""))
+    # Files in folders below DIR by their path (a workload's model config.json, say); plots/ by name only when drawn.
+    names = sorted(str(p.relative_to(out)) for p in written if p.parent != out / "plots")
+    print(f"wrote {out}/: {', '.join(names)}" + (" and plots/" if any(p.parent == out / "plots" for p in written)
+                                                  else ""))
     from tuner.decision.record import alternative_name
 
     ship = dec.ship
@@ -384,7 +388,7 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
     if dec.load is not None:
         from tuner.report.load import load_console_lines
 
-        for line in load_console_lines(model, dec.load):
+        for line in load_console_lines(model, dec.load, "compact" if dec.ship.name == "compact" else "tuned"):
             print(line)
     _decision_summary(dec, out, model, report=report)
 

@@ -46,10 +46,27 @@ def shipped(url: str, study: str) -> dict[str, Any] | None:
     why = ship_reason(source, gap, proven) or {
         "gpu-validated": "measured fastest on the GPU by `cgtune tune --validate`",
         "default": "vLLM's default: nothing found was faster"}.get(source, source)
+    deployed_sizes = deployed.get("capture_sizes") or data["capture_sizes"]
+    shape = _shape_of(summary.parent)
     return {"source": source, "num_graphs": graphs, "exact_num_graphs": (data.get("exact") or {}).get("num_graphs"),
             "reason": why.replace("**", ""), "summary": str(summary), "deployed": deployed["list"],
-            "deployed_num_graphs": len(deployed.get("capture_sizes") or data["capture_sizes"]),
-            "deployed_why": deployed.get("why")}
+            "deployed_num_graphs": len(deployed_sizes), "deployed_why": deployed.get("why"),
+            "shape": shape(data["capture_sizes"]), "deployed_shape": shape(deployed_sizes)}
+
+
+def _shape_of(run_dir: Path) -> Any:
+    """How the run's engine words a list (`Engine.list_shape`: a vLLM 0.34 list's decode and prefill graphs), read from
+    the run's workload under its recorded release; `N graphs` where the workload cannot be read."""
+    from tuner.decision.run_dir import load_run_workload
+    from tuner.engines.vllm.versions import VersionConflict
+
+    try:
+        engine = load_run_workload(run_dir).engine
+    except VersionConflict:  # --vllm-version naming another release than the run's: refused in its own line
+        raise
+    except (OSError, ValueError):
+        return lambda sizes: f"{len(sizes)} graphs"
+    return engine.list_shape
 
 
 class StatusCommand(Command):
@@ -107,9 +124,10 @@ class StatusCommand(Command):
             c = s.counts
             budget = f"/{s.planned} planned" if s.planned is not None else ""
             state = ("done" if s.done else "in progress") if s.fleet else "single-process"
+            # The list in its engine's words as the trial recorded them (a 0.34 list's decode graphs by requests);
+            # a study from before they were recorded: its size count alone, which holds for every engine.
             best = "no feasible trial yet" if s.best_value is None else (
-                f"best {s.best_value:.4f} ms, {len(s.best_sizes or [])} graphs, max "
-                f"{(s.best_sizes or [0])[-1] if s.best_sizes else 0}")
+                f"best {s.best_value:.4f} ms, " + (s.best_shape or f"{len(s.best_sizes or [])} sizes"))
             print(f"{s.name}: {c['complete']} complete{budget}, {c['running']} running, {c['waiting']} waiting, "
                   f"{c['failed']} failed ({c['retried']} retried)"
                   + (f", {c['gpu_validated']} GPU-validated lists" if c["gpu_validated"] else "")
@@ -121,11 +139,11 @@ class StatusCommand(Command):
             exact = ship["exact_num_graphs"]
             what = {"study": "the study's best", "exact": "the exact solver's list"}.get(ship["source"],
                                                                                       f"the {ship['source']} list")
-            beside = (f"; the exact optimum has {exact}" if ship["source"] == "study" and exact is not None else
+            beside = (f"; the exact optimum has {exact} sizes" if ship["source"] == "study" and exact is not None else
                       ", not the study's best above" if ship["source"] == "exact" and s.best_value is not None else "")
-            print(f"  tuned: {what}, {ship['num_graphs']} graphs{beside} ({ship['summary']}): {ship['reason']}")
+            print(f"  tuned: {what}, {ship['shape']}{beside} ({ship['summary']}): {ship['reason']}")
             if ship["deployed"] == "compact":
-                print(f"  ships: the compact list, {ship['deployed_num_graphs']} graphs, in the run's files: "
+                print(f"  ships: the compact list, {ship['deployed_shape']}, in the run's files: "
                       f"{ship['deployed_why']}")
             else:
                 why = f": {ship['deployed_why']}" if ship["deployed_why"] else ""

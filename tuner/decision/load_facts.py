@@ -37,7 +37,7 @@ def _start(r: LoadResult) -> dict[str, Any]:
 
 def _point(sizes: Sequence[int], points: OperatingPoints) -> dict[str, Any]:
     worst = serves(points)[1]
-    return {"capture_sizes": list(sizes), "cliff": points.cliff, "why": points.why,
+    return {"capture_sizes": list(sizes), "cliff": points.cliff, "settled": points.settled, "why": points.why,
             "tpot_p99_ms": None if worst == float("inf") else worst,
             "empty": _start(points.empty), "saturated": _start(points.saturated)}
 
@@ -97,7 +97,8 @@ def load_facts(model: CostModel, search: LoadSearch | RecordedLoadSearch, lists:
             p = operating_points(model, key, load.at_rate(rate), duration_s=duration)
             worst = serves(p)[1]
             rows.append({"rate_per_s": rate, "tpot_p99_ms": None if worst == float("inf") else worst,
-                         "cliff": p.cliff, "keeps_up": p.empty.keeps_up and p.saturated.keeps_up})
+                         "cliff": p.cliff, "settled": p.settled,
+                         "keeps_up": p.empty.keeps_up and p.saturated.keeps_up})
         sweep[name] = rows
         if tpot_slo_ms is not None:
             found = max_stable_rate(model, key, tpot_slo_ms, load, precision=STABLE_PRECISION, duration_s=duration)

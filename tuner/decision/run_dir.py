@@ -157,8 +157,9 @@ def load_run_workload(run_dir: str | Path) -> Workload:
     from tuner.engines.vllm.versions import recorded_version
     from tuner.workload.spec import load_workload
 
-    version = recorded_summary(Path(run_dir)).get("vllm_version")
-    with recorded_version(version if isinstance(version, str) else None):
+    recorded = recorded_summary(Path(run_dir))
+    version, why = recorded.get("vllm_version"), recorded.get("vllm_version_why")
+    with recorded_version(version if isinstance(version, str) else None, why if isinstance(why, str) else None):
         return load_workload(Path(run_dir) / "workload.yaml")
 
 
@@ -219,7 +220,7 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
         return Decision(
             table=table,
             changed=WhatChanged(tuple(changed["added"]), tuple(changed["removed"]), int(changed["default_max"]),
-                                tuple(WidthChange(int(r["num_tokens"]), int(r["graph_memory_bytes"]),
+                                tuple(WidthChange(int(r.get("key", r["num_tokens"])), int(r["graph_memory_bytes"]),
                                                   int(r["vllm_graph_estimate_bytes"]), float(r["saved_ms"]))
                                       for r in changed["above_default_max"])),
             off_peak=OffPeak(float(peak["default_step_ms"]), float(peak["tuned_step_ms"]),

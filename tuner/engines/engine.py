@@ -197,6 +197,9 @@ class Engine(ABC):
     """What the engine's lists count: `tokens` (vLLM) or `requests` (a graph of bs requests holds bs x q tokens)."""
     files: ClassVar[tuple[str, ...]]
     """The files a run directory holds for the engine's tuned list."""
+    note_files: ClassVar[tuple[str, ...]] = ()
+    """Files written beside them that carry notes a file's own format cannot (vLLM: the compilation config JSON's),
+    replaced and removed with them."""
     report_words: ClassVar[str]
     """The module that words a run's report, summary and console lines for the engine's unit and rules
     (`tuner.report.vllm_words`, `tuner.report.request_words`); it asks the engine for the words that are its own."""
@@ -331,6 +334,19 @@ class Engine(ABC):
         top = max(default, default=0)
         return [w for w in sorted(added) if w > top]
 
+    def graph_kinds(self, capture_sizes: Sequence[int]) -> list[tuple[str, str, list[int]]]:
+        """The graphs a list makes, by what they are, for plots and tables: `(what, graph mode, token widths)` per
+        kind the engine captures (one list: `graphs`, its sizes as the engine runs them, in its decode graphs' mode
+        where it has them); [] with no graphs. Every user surface draws and marks a list through this, never through
+        its keys."""
+        d = self.dispatcher(capture_sizes)
+        if d.cudagraph_mode == "NONE":
+            return []
+        widths = sorted(set(d.capture_sizes))  # one list: its sizes as the engine runs them
+        mode = "FULL" if d.decode_mode == "FULL" and d.decode_graph_sizes else (
+            d.mixed_mode if d.mixed_mode != "NONE" else d.decode_mode)
+        return [("graphs", mode, widths)] if widths else []
+
     def key_text(self, key: int) -> str:
         """One size of a list, as a report names it (a token width: the number)."""
         return str(key)
@@ -461,6 +477,12 @@ class Engine(ABC):
         return None
 
     # ------------------------------------------------------------------ words
+    @property
+    def release_words(self) -> str | None:
+        """The engine release the deployment runs and why that one (`vLLM 0.34, cgtune's default, ...`), as every
+        emitted file and the search's console say it; None where the engine has one release cgtune speaks."""
+        return None
+
     @property
     def default_name(self) -> str:
         """`vLLM's default`: the engine's default list in sentences."""

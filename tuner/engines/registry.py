@@ -39,7 +39,7 @@ def engine_class(name: str) -> type[Engine]:
 def register(engine: type[Engine]) -> type[Engine]:
     """Make `engine.name` a value a workload's `engine:` may take (usable as a class decorator)."""
     ENGINES[engine.name] = engine
-    ENGINE_FILES[engine.name] = engine.files
+    ENGINE_FILES[engine.name] = (*engine.files, *engine.note_files)
     engine_of.cache_clear()
     return engine
 

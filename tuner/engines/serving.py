@@ -5,14 +5,14 @@ engine's own in `engine_settings`. What an engine does with them is its `tuner.e
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.engines.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES
 from tuner.engines.vllm.runner import MODEL_RUNNERS
 from tuner.engines.vllm.v034.settings import SETTING_FIELDS as VLLM_034_FIELDS
 from tuner.engines.vllm.v034.settings import read_034_settings
-from tuner.engines.vllm.versions import VERSIONS, resolve_version
+from tuner.engines.vllm.versions import VERSIONS, VersionConflict, version_choice
 from tuner.fields import FieldReader, WorkloadError
 
 __all__ = ["MAX_CAPABILITY_MAJOR", "VLLM_ONLY_FIELDS", "ServingConfig", "parse_capability", "read_serving"]
@@ -77,6 +77,9 @@ class ServingConfig:
     vllm_version: str | None = None
     """The vLLM release the deployment runs (`tuner.engines.vllm.versions.VERSIONS`), as the workload resolved it;
     None: resolved when the engine is bound (`resolve_version`: --vllm-version, the installed vLLM, the default)."""
+    vllm_version_why: str | None = field(default=None, compare=False)
+    """Why that release, in words every emitted file and the console carry (`version_choice`): pinned by the workload,
+    --vllm-version, the run's record, the installed vLLM or the default; None where the workload named no vLLM."""
 
     @property
     def decode_query_len(self) -> int:
@@ -97,8 +100,12 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
         # max_num_seqs (...)"); a step never holds more requests than tokens.
         raise WorkloadError(f"{r.at('max_num_seqs')}: {max_num_seqs} must be <= max_num_batched_tokens={mnbt} (vLLM "
                             f"refuses a max_num_seqs above max_num_batched_tokens at start-up)")
+    try:  # vLLM's own refusal first; then the most cgtune models
+        check_max_num_seqs(max_num_seqs, r.at("max_num_seqs"))
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from None
     max_model_len = r.int("max_model_len", 8192, minimum=1)
-    version = _vllm_version(r) if engine == "vllm" else None
+    version, version_why = _vllm_version(r) if engine == "vllm" else (None, None)
     settings_034 = read_034_settings(r) if engine == "vllm" else None
     if version == "0.33":
         given = [key for key in VLLM_034_FIELDS if r.has(key)]
@@ -139,7 +146,7 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
         settings, tokens_per_request, shared["num_speculative_tokens"] = own(spec_tokens)
     config = ServingConfig(**shared, speculative_method=speculative_method, parallel_drafting=parallel_drafting,
                            engine=engine, tokens_per_request=tokens_per_request, engine_settings=settings,
-                           vllm_version=version)
+                           vllm_version=version, vllm_version_why=version_why)
     r.done()
     if config.speculative_method is not None and config.decode_query_len <= 1:
         raise WorkloadError(f"{r.at('num_speculative_tokens')}: {spec_tokens} must be >= 1 with speculative.method="
@@ -147,8 +154,9 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
     return config
 
 
-def _vllm_version(r: FieldReader) -> str:
-    """`serving.vllm_version` resolved (`auto` or absent: --vllm-version, the installed vLLM, the default)."""
+def _vllm_version(r: FieldReader) -> tuple[str, str]:
+    """`serving.vllm_version` resolved (`auto` or absent: --vllm-version, the installed vLLM, the default), and why
+    (`version_choice`). A conflicting --vllm-version is refused as it stands (VersionConflict names the flag)."""
     value = r.raw("vllm_version", "auto")
     # YAML reads an unquoted 0.34 as a number: the version it spells.
     requested = f"{value:g}" if isinstance(value, float) else value
@@ -156,9 +164,25 @@ def _vllm_version(r: FieldReader) -> str:
         raise WorkloadError(f"{r.at('vllm_version')}: {value!r} must be one of auto, {', '.join(VERSIONS)} (the vLLM "
                             f"releases cgtune speaks; another version's rules are not modelled)")
     try:
-        return resolve_version(requested)
+        return version_choice(requested)
+    except VersionConflict:
+        raise
     except ValueError as exc:
         raise WorkloadError(f"{r.at('vllm_version')}: {exc}") from None
+
+
+MAX_NUM_SEQS = 1 << 16
+"""The most requests per step cgtune models (vLLM's defaults are 256 to 1024): every request count up to max_num_seqs is
+a decode step the cost model weighs and a decode size it may offer, so the work grows with it; a larger value is a typo
+that would run for hours, not a deployment."""
+
+
+def check_max_num_seqs(value: int, where: str) -> int:
+    """`value` when cgtune models that many requests per step; else ValueError naming `where` and the value."""
+    if value > MAX_NUM_SEQS:
+        raise ValueError(f"{where}: {value} must be <= {MAX_NUM_SEQS} (the most requests per step cgtune models; "
+                         f"vLLM's defaults are 256 to 1024)")
+    return value
 
 
 MAX_CAPABILITY_MAJOR = 12

@@ -5,7 +5,14 @@ holds with one operating point that meets a TPOT target.
 
 The cliff rule: the two starts' steady states are TWO operating points when their mean step widths or their TPOT
 medians differ by more than `tolerance` (default 10%) relative to the smaller, or when one start keeps up with the
-arrivals and the other does not (`LoadResult.keeps_up`). Otherwise the operating point is unique.
+arrivals and the other does not (`LoadResult.keeps_up`), and the saturated start stays apart. Otherwise the
+operating point is unique. A saturated start that ends its window back at the empty start's point
+(`LoadResult.came_back_to`), or still working its backlog off (`LoadResult.working_off`: fewer requests in the system
+by more than a house of seats), has a window that mixes its backlog with where it goes: it is simulated again, twice
+as long each time (the warm-up cut moving with it), `SETTLE_ROUNDS` times at most. Back at the empty start's point by
+the end of the last run, the operating point is unique (its window still carries the backlog); still working it off
+and not back, it is one operating point NOT SETTLED (`OperatingPoints.settled` false), which no rate holds; neither is
+ever called a cliff.
 
 `max_stable_rate` bisects the rate geometrically over a bracket, to a stated relative precision (default 2%), taking
 a rate as held when its operating point is unique, both starts keep up, and the worse of their TPOT p99 meets the
@@ -14,6 +21,7 @@ target. It assumes what holds at a rate holds below it (one crossing in the brac
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,13 +32,15 @@ from tuner.workload.load import Load, LoadError
 from tuner.load.steady_state import LoadResult
 from tuner.model.costmodel import CostModel
 
-__all__ = ["CLIFF_TOLERANCE", "OperatingPoints", "RateProbe", "StableRate", "compare_starts", "max_stable_rate",
-           "operating_points", "rate_ceiling"]
+__all__ = ["CLIFF_TOLERANCE", "SETTLE_ROUNDS", "OperatingPoints", "RateProbe", "StableRate", "compare_starts",
+           "max_stable_rate", "operating_points", "rate_ceiling"]
 
 CLIFF_TOLERANCE = 0.10
 """Relative difference (to the smaller) of mean step width or TPOT p50 above which two starts are two points."""
 SATURATED_SEATS = 2
 """A saturated start fills the waiting queue with this many times max_num_seqs requests."""
+SETTLE_ROUNDS = 2
+"""Times a saturated start still draining its backlog is simulated again, each twice as long as the one before."""
 
 
 def _relative(a: float | None, b: float | None) -> float | None:
@@ -63,6 +73,8 @@ class OperatingPoints:
     """Two operating points (module docstring's rule)."""
     why: str
     """The rule's figures in words."""
+    settled: bool = True
+    """The saturated start settled in its window (False: still working off its backlog after the longest run)."""
 
     @property
     def unique(self) -> bool:
@@ -74,7 +86,8 @@ class OperatingPoints:
         return (self.empty, self.saturated) if self.cliff else (self.empty,)
 
     def as_dict(self) -> dict[str, object]:
-        return {"rate_per_s": self.rate_per_s, "cliff": self.cliff, "why": self.why, "tolerance": self.tolerance,
+        return {"rate_per_s": self.rate_per_s, "cliff": self.cliff, "settled": self.settled, "why": self.why,
+                "tolerance": self.tolerance,
                 "width_difference": self.width_difference, "tpot_difference": self.tpot_difference,
                 "empty": self.empty.as_dict(), "saturated": self.saturated.as_dict()}
 
@@ -112,7 +125,34 @@ def operating_points(model: CostModel, capture_sizes: Sequence[int], load: Load,
         raise LoadError(f"initial_waiting={initial_waiting!r} must be >= 1 for a saturated start")
     empty = simulate(model, capture_sizes, load, **simulate_kwargs)
     saturated = simulate(model, capture_sizes, load, initial_waiting=initial_waiting, **simulate_kwargs)
-    return compare_starts(empty, saturated, tolerance)
+    points = compare_starts(empty, saturated, tolerance)
+    seats = int(model.serving.max_num_seqs)
+
+    def moving(r: LoadResult) -> bool:
+        return r.came_back_to(empty) or r.working_off(seats)
+
+    duration = saturated.end_s
+    for _ in range(SETTLE_ROUNDS):
+        if not (points.cliff and moving(saturated) and saturated.stopped_by == "duration"
+                and load.rate_per_s is not None):
+            break
+        duration *= 2  # the backlog is being worked off: look again later, the warm-up cut moving with it
+        saturated = simulate(model, capture_sizes, load, initial_waiting=initial_waiting,
+                             **{**simulate_kwargs, "duration_s": duration})
+        points = compare_starts(empty, saturated, tolerance)
+    if not (points.cliff and moving(saturated)):
+        return points
+    back = saturated.came_back_to(empty)
+    held = (saturated.waiting_at_cut + saturated.running_at_cut, saturated.waiting_end + saturated.running_end)
+    what = "came back to the empty start's point" if back else "was still working off its backlog"
+    backlog = (f"the saturated start {what} in a {saturated.end_s:.0f} s run ({held[0]} -> {held[1]} requests in the "
+               f"system over its window, the empty start's {empty.mean_in_system:.1f} on average)")
+    if back:
+        return dataclasses.replace(points, cliff=False, why=(
+            f"one operating point: {backlog}, so its window's figures still carry the backlog "
+            f"({points.why.split(': ', 1)[1]})"))
+    return dataclasses.replace(points, cliff=False, settled=False, why=(
+        f"not settled: {backlog}, so it is no second operating point; {points.why.split(': ', 1)[1]}"))
 
 
 @dataclass(frozen=True)
@@ -175,7 +215,7 @@ def _probe(model: CostModel, capture_sizes: Sequence[int], load: Load, rate: flo
     points = operating_points(model, capture_sizes, load.at_rate(rate), **simulate_kwargs)
     p99s = [r.tpot_p99_ms for r in (points.empty, points.saturated)]
     worst = None if None in p99s else max(p for p in p99s if p is not None)
-    if points.cliff:
+    if points.cliff or not points.settled:
         held, why = False, points.why
     elif not (points.empty.keeps_up and points.saturated.keeps_up):
         held, why = False, "the waiting queue grows (overload)"

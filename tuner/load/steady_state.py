@@ -107,9 +107,27 @@ class LoadResult:
     """Waiting requests at the end."""
     keeps_up: bool
     """The waiting queue grew over the window by at most BACKLOG_SLACK of its arrivals (+2): not an overload."""
+    running_at_cut: int = 0
+    """Requests running at the window's first step."""
+    running_end: int = 0
+    """Requests running at the end."""
     step_kinds: tuple[tuple[int, bool, int, int, int], ...] = field(default=(), repr=False, compare=False)
     """The window's steps by kind: (width, uniform decode, query length (0: mixed), requests scheduled, steps),
     ascending: the step distribution this list makes of the load (not in `as_dict`)."""
+
+    def working_off(self, seats: int) -> bool:
+        """Requests in the system (waiting + running) fell over the window by more than a house of `seats` (what a
+        backlog admitted into the running seats leaves at a point it settles at) plus BACKLOG_SLACK of its arrivals
+        (+2): a start still on its way down, not yet where it settles."""
+        fell = (self.waiting_at_cut + self.running_at_cut) - (self.waiting_end + self.running_end)
+        return fell > seats + BACKLOG_SLACK * self.num_requests + 2
+
+    def came_back_to(self, other: LoadResult) -> bool:
+        """This start ended its window with no more requests in the system (waiting + running) than `other` holds on
+        average, give or take three Poisson spreads (+2): a saturated start back at the empty start's point by the
+        end, whose window mixes its backlog being worked off with the point it came back to."""
+        mean = other.mean_in_system
+        return self.waiting_end + self.running_end <= mean + 3 * mean ** 0.5 + 2
 
     @property
     def mean_in_system(self) -> float:
@@ -192,4 +210,6 @@ def steady_state(rec: StepRecord, reqs: Requests, load: Load, sizes: list[int], 
         mean_queue_len=queue_area / window if window > 0 else 0.0,
         mean_running=running_area / window if window > 0 else 0.0,
         waiting_at_cut=waiting_at_cut, waiting_end=waiting_end, keeps_up=bool(keeps_up), step_kinds=step_kinds,
+        running_at_cut=int(running[0]) if len(running) else 0,
+        running_end=int(rec.running[-1]) if rec.running else 0,
     )

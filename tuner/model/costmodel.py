@@ -807,6 +807,21 @@ class CostModel:
         """The list the runner captures for `capture_sizes` (ValueError when V1 refuses it)."""
         return self.engine.runs_as(self._normalise(capture_sizes))
 
+    def nothing_fits(self, empty: Evaluation) -> str:
+        """Why no capture list fits, not even the empty one (`empty`: its evaluation), naming the setting that asks
+        for more KV cache than the device leaves with no graphs at all (no list is to blame for that)."""
+        if empty.reason or empty.starts:
+            return f"no capture list fits, not even the empty one: {empty.why_infeasible}"
+        s, need = self.serving, self.budget.required_kv_bytes
+        name = f"serving.{self.engine.field_name('max_model_len')}"
+        if s.required_kv_bytes is not None and s.required_kv_bytes >= need:
+            name = "serving.required_kv_gib"
+            what = f"{name}={s.required_kv_bytes / GIB:g} asks for {need / GIB:.3f} GiB of KV cache"
+        else:  # the request of max_model_len tokens the KV cache must hold (vLLM refuses to start without it)
+            what = f"{name}={s.max_model_len}: one request that long needs {need / GIB:.3f} GiB of KV cache"
+        return (f"no capture list fits, not even the empty one: {what}, but with no graphs at all the device leaves "
+                f"it {empty.kv_available_bytes / GIB:.3f} GiB (lower {name}, or give the deployment more memory)")
+
     def evaluate(self, capture_sizes: Iterable[int]) -> Evaluation:
         """Expected latency, graph memory, vLLM's estimate and the KV cache it sizes, for one list."""
         sizes = self._normalise(capture_sizes)

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from tuner.decision.record import Decision
     from tuner.model.costmodel import CostModel, Evaluation
 
-__all__ = ["capture_cell", "capture_s", "compact_proof", "counted_name", "decision_lines", "no_graphs_lines",
-           "ship_reason", "shipped_line", "summary_fields"]
+__all__ = ["capture_cell", "capture_s", "compact_proof", "counted_name", "decision_lines", "idle_graph_lines",
+           "no_graphs_lines", "ship_reason", "shipped_line", "summary_fields"]
 
 
 def counted_name(dec: Decision) -> str:
@@ -96,8 +96,35 @@ def _seconds(s: float | None) -> str:
 
 
 def decision_lines(model: CostModel, dec: Decision) -> list[str]:
-    """The report's lines after the decision: how sure the saving is, and the compact list beside the tuned one."""
-    return ["", *_interval_lines(model, dec), "", *_compact_lines(model, dec)]
+    """The report's lines after the decision: how sure the saving is, the compact list beside the tuned one, and any
+    graph of either that no step replays."""
+    return ["", *_interval_lines(model, dec), "", *_compact_lines(model, dec), *idle_graph_lines(model, dec)]
+
+
+def idle_graph_lines(model: CostModel, dec: Decision) -> list[str]:
+    """A paragraph per list compared (tuned, compact) that holds sizes which save nothing on the workload (a lone small
+    prefill graph kept at a tie, say): dropping any one of them leaves the expected step as it is (to 1e-12), the
+    drafter's passes included; which, and what they cost."""
+    lines: list[str] = []
+    seen: set[tuple[int, ...]] = set()
+    for name in ("tuned", "compact"):
+        e = dec.table[name]
+        if e.capture_sizes in seen or len(e.capture_sizes) > 512:  # a list that long is nobody's to read
+            continue
+        seen.add(e.capture_sizes)
+        same = e.expected_step_ms + 1e-12 * max(1.0, e.expected_step_ms)
+        idle = [k for k in e.capture_sizes
+                if model.evaluate(tuple(x for x in e.capture_sizes if x != k)).expected_step_ms <= same]
+        if not idle:
+            continue
+        cost = e.graph_memory_bytes - model.evaluate(tuple(k for k in e.capture_sizes if k not in idle)
+                                                     ).graph_memory_bytes
+        lines += ["", f"The {name} list holds sizes that save nothing on this workload's traffic: "
+                      f"{model.engine.list_text(idle, 12)}. No step (the drafter's passes included) gains from "
+                      f"their graphs: dropping any one leaves the expected step as it is. Together they cost "
+                      f"{mem_text(model, cost)} of real pool; the search kept them where the lists with and without "
+                      f"them tie, and other traffic would replay them."]
+    return lines
 
 
 def _interval_lines(model: CostModel, dec: Decision) -> list[str]:
@@ -135,12 +162,15 @@ def _compact_lines(model: CostModel, dec: Decision) -> list[str]:
     lines = [
         f"{head}: {model.engine.list_shape(c.capture_sizes)}: `{model.engine.list_text(c.capture_sizes, None)}`",
         "",
-        f"| | graphs | expected step (ms) | {what} | real pool | KV cache | capture |",
-        "|---|---|---|---|---|---|---|",
     ]
+    # The memory counted is its own column only where it is not the real pool (vLLM's estimate).
+    counted = what != "real pool"
+    lines += [f"| | graphs | expected step (ms) |{f' {what} |' if counted else ''} real pool | KV cache | capture |",
+              "|---|---|---|" + ("---|" if counted else "") + "---|---|---|"]
     for name, e in (("tuned", t), ("compact", c)):
         lines.append(f"| {name} | {len(e.capture_sizes)} | {e.expected_step_ms:.4f} "
-                     f"| {mem_text(model, dec.counted(e))} | {mem_text(model, e.graph_memory_bytes)} "
+                     + (f"| {mem_text(model, dec.counted(e))} " if counted else "")
+                     + f"| {mem_text(model, e.graph_memory_bytes)} "
                      f"| {mem_text(model, e.kv_available_bytes)} | {_seconds(capture_s(model, e))} |")
     lines.append("")
     if choice.recommended:

@@ -83,8 +83,10 @@ def memory_rule_lines(model: CostModel, table: dict[str, Evaluation]) -> list[st
     ]
 
 
-def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, how_found: list[str]) -> list[str]:
-    """The decision in the engine's unit, then how the list was found (`how_found`)."""
+def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, how_found: list[str], *,
+                   shipped: tuple[str, Evaluation] | None = None) -> list[str]:
+    """The decision in the engine's unit, then how the list was found (`how_found`); `shipped` as vLLM's words take it
+    (this engine predicts no start-up lines for it)."""
     d, t = table["default"], table["tuned"]
     name, engine = default_name(model), model.engine.label
     lines = [f"Tuned list ({source}): {len(t.capture_sizes)} graphs, batch sizes (requests) "
@@ -187,9 +189,10 @@ def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
             "vllm_graph_estimate_bytes": None, "vllm_graph_estimate_profiled_bytes": None}
 
 
-def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, Any]:
+def summary_block(model: CostModel, table: dict[str, Evaluation], *,
+                  shipped: tuple[str, Evaluation] | None = None) -> dict[str, Any]:
     """summary.json's engine block and its memory rule (in place of vLLM's estimate, log lines and
-    gpu_memory_utilization)."""
+    gpu_memory_utilization; `shipped` as vLLM's words take it)."""
     e = model.engine
     block: dict[str, Any] = {
         "name": e.name, "unit": e.unit, "tokens_per_request": model.q, "files": list(e.files),

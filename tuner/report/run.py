@@ -133,10 +133,12 @@ def summary(model: CostModel, dec: Decision, *, command: str = "", profile_name:
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "max_model_len": model.serving.max_model_len,
         # The engine's own fields: vLLM's estimate, log lines and gpu_memory_utilization; another engine's block.
-        **words_of(model.engine).summary_block(model, table),
+        **words_of(model.engine).summary_block(model, table, shipped=(dec.ship.name, dec.ship.evaluation)),
         "what_changed": {
             "added": list(changed.added), "removed": list(changed.removed), "default_max": changed.default_max,
-            "above_default_max": [{"num_tokens": c.num_tokens, "vllm_graph_estimate_bytes": c.estimate_bytes,
+            # `key`: the size as the list holds it (vLLM 0.34: -n for n requests); `num_tokens`: its widest graph.
+            "above_default_max": [{"key": c.num_tokens, "num_tokens": model.engine.list_max([c.num_tokens]),
+                                   "vllm_graph_estimate_bytes": c.estimate_bytes,
                                    "graph_memory_bytes": c.real_bytes, "saved_ms": c.saved_ms}
                                   for c in changed.above_max],
         },
@@ -280,7 +282,8 @@ def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots
     lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model, profile_name),
              *words.memory_rule_lines(model, table), _noise_line(model),
              f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""), "", "## Decision", "",
-             *words.decision_lines(model, table, dec.source, how_found), ""]
+             *words.decision_lines(model, table, dec.source, how_found,
+                                   shipped=(dec.ship.name, dec.ship.evaluation)), ""]
     cross = crossover_width(model.profile)
     lines += [
         "Crossover: " + (f"from **{cross} tokens** on, a FULL graph saves less than 2% of the eager step (the GPU "
@@ -290,7 +293,7 @@ def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots
         *words.what_changed_lines(model, dec),
         *_off_peak_lines(model, dec),
         *words.side_by_side_lines(model, dec),
-        *(load_lines(model, dec.load) if dec.load is not None else []),
+        *(load_lines(model, dec.load, _load_name(dec)) if dec.load is not None else []),
         "## Search",
         "",
         (f"- study `{dec.study_name}` in `{dec.storage}` (objective {dec.objective}): "
@@ -315,6 +318,11 @@ def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots
     lines += [f"![{c}]({plots_dir}/{p})" for c, p in zip(captions, PLOTS)]
     lines += ["", words.files_line(model), ""]
     return "\n".join(lines)
+
+
+def _load_name(dec: Decision) -> str:
+    """The shipped list's name among the load figures' lists (`tuned` for the fastest)."""
+    return "compact" if dec.ship.name == "compact" else "tuned"
 
 
 def summary_json(data: dict[str, Any]) -> str:
@@ -403,6 +411,7 @@ def write_run(run_dir: str | Path, model: CostModel, dec: Decision, *, command: 
             {"source": dec.source, "expected_step_ms": f"{dec.tuned.expected_step_ms:.4f} "
              f"({model.engine.list_label('default')} {dec.default.expected_step_ms:.4f}) under the cgtune cost "
              f"model"},
+            release=model.engine.release_words,
         )
         # The engine's own files, its list in its own unit (EmitError: one line): the shipped list's under the engine's
         # names, the other list's beside them under names that say which it is.

@@ -41,18 +41,21 @@ def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
 
 
 def provenance_line(model: CostModel) -> str:
-    return (f"- vLLM 0.34, model runner **V2** ({model.engine.runner_reason}); cudagraph_mode {model.cudagraph_mode}; "
-            f"two lists: decode graphs by request count, prefill graphs by token count")
+    return (f"- {model.engine.release_words}, model runner **V2** ({model.engine.runner_reason}); cudagraph_mode "
+            f"{model.cudagraph_mode}; two lists: decode graphs by request count, prefill graphs by token count")
 
 
-def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, Any]:
-    """summary.json's vLLM fields: the release, the KV rule's figures, the predicted log lines."""
-    b, d, t = model.budget, table["default"], table["tuned"]
+def summary_block(model: CostModel, table: dict[str, Evaluation], *,
+                  shipped: tuple[str, Evaluation] | None = None) -> dict[str, Any]:
+    """summary.json's vLLM fields: the release, the KV rule's figures, the predicted log lines of the list shipped."""
+    b, d = model.budget, table["default"]
+    name, t = vllm_words._shipped(table, shipped)
     keep = keep_default_kv_utilization(model, d, t)
-    out: dict[str, Any] = {"vllm_version": "0.34", "gpu_memory_utilization": b.gpu_memory_utilization,
+    out: dict[str, Any] = {"vllm_version": model.engine.version, "vllm_version_why": model.serving.vllm_version_why,
+                           "gpu_memory_utilization": b.gpu_memory_utilization,
                            # None: no utilization keeps it (the device's margin would have to go)
                            "gpu_memory_utilization_to_keep_default_kv": keep if math.isfinite(keep) else None,
-                           "vllm_log_lines": vllm_log_lines(model, t)}
+                           "vllm_log_lines": vllm_log_lines(model, t), "vllm_log_lines_list": name}
     if model.engine.extensible:
         out["kv_sized_after_capture"] = True
         out["real_budget_bytes"] = b.real_budget_bytes()
@@ -102,7 +105,7 @@ def defaults_text(engine: Engine, workload: Workload | None, *, as_json: bool) -
     report = vllm_words._VllmReport.of(engine, workload, result)
     if as_json:
         return json.dumps({
-            "vllm_version": "0.34",
+            "vllm_version": engine.version,
             "decode_cudagraph_capture_request_sizes": split.decode_request_sizes,
             "max_decode_cudagraph_capture_requests": max(split.decode_request_sizes, default=0),
             "prefill_cudagraph_capture_token_sizes": split.prefill_token_sizes,

@@ -53,22 +53,34 @@ def keep_default_kv_utilization(model: CostModel, default: Evaluation, tuned: Ev
 
 
 def vllm_log_lines(model: CostModel, e: Evaluation) -> list[str]:
-    """The memory lines vLLM 0.33 logs when it starts with the list, through its own format strings
-    (`tuner.engines.vllm.log_lines`): V1's estimate, the KV cache, the gpu_memory_utilization hint (a warning with the
-    estimate off), the KV size and concurrency, and the pool beside the estimate after the capture."""
+    """The memory lines vLLM logs when it starts with the list, through its own format strings
+    (`tuner.engines.vllm.log_lines`; the release's, `Engine.memory_log_lines`): V1's estimate, the KV cache, the
+    gpu_memory_utilization hint (a warning with the estimate off), the KV size and concurrency, the pool beside the
+    estimate after the capture (0.34: the capture line, its seconds the ones the report's tables and `cgtune check`
+    predict, 0 where the profile records none)."""
     b = model.budget
     return model.engine.memory_log_lines(
         captures=bool(e.runs_as), profiled_estimate_bytes=e.profiled_estimate_bytes,
         estimate_enabled=b.estimate_enabled, kv_available_bytes=e.kv_available_bytes, kv_tokens=kv_tokens(model, e),
         max_model_len=model.serving.max_model_len, max_concurrency=max_concurrency(model, e),
         total_memory_bytes=b.total_memory_bytes, gpu_memory_utilization=b.gpu_memory_utilization,
-        pool_bytes=e.graph_memory_bytes, kv_capacity_bytes=b.requested_bytes - b.non_kv_cache_bytes)
+        pool_bytes=e.graph_memory_bytes, kv_capacity_bytes=b.requested_bytes - b.non_kv_cache_bytes,
+        capture_s=decision.capture_s(model, e) or 0.0)
+
+
+def _shipped(table: dict[str, Evaluation], shipped: tuple[str, Evaluation] | None) -> tuple[str, Evaluation]:
+    """(how the report names it, its evaluation) of the list the deployment files carry (the tuned list when the
+    caller does not say)."""
+    if shipped is None:
+        return "tuned", table["tuned"]
+    name, e = shipped
+    return ("compact" if name == "compact" else "tuned"), e
 
 
 def provenance_line(model: CostModel) -> str:
     """The engine line of the report's header: vLLM, its runner and why, its cudagraph mode."""
-    return (f"- vLLM 0.33, model runner **{model.runner.upper()}** ({model.engine.runner_reason}); cudagraph_mode "
-            f"{model.cudagraph_mode}")
+    return (f"- {model.engine.release_words}, model runner **{model.runner.upper()}** ({model.engine.runner_reason}); "
+            f"cudagraph_mode {model.cudagraph_mode}")
 
 
 def list_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
@@ -95,14 +107,17 @@ def figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
     return {}
 
 
-def summary_block(model: CostModel, table: dict[str, Evaluation]) -> dict[str, Any]:
+def summary_block(model: CostModel, table: dict[str, Evaluation], *,
+                  shipped: tuple[str, Evaluation] | None = None) -> dict[str, Any]:
     """summary.json's vLLM fields: gpu_memory_utilization, the estimate budget, the utilization that keeps the
-    default's KV cache and the predicted log lines."""
-    b, d, t = model.budget, table["default"], table["tuned"]
-    return {"vllm_version": model.engine.version, "gpu_memory_utilization": b.gpu_memory_utilization,
+    default's KV cache and the predicted log lines, both for the list shipped (`vllm_log_lines_list` names it)."""
+    b, d = model.budget, table["default"]
+    name, t = _shipped(table, shipped)
+    return {"vllm_version": model.engine.version, "vllm_version_why": model.serving.vllm_version_why,
+            "gpu_memory_utilization": b.gpu_memory_utilization,
             "estimate_budget_bytes": b.estimate_budget_bytes,
             "gpu_memory_utilization_to_keep_default_kv": keep_default_kv_utilization(model, d, t),
-            "vllm_log_lines": vllm_log_lines(model, t)}
+            "vllm_log_lines": vllm_log_lines(model, t), "vllm_log_lines_list": name}
 
 
 def memory_rule_lines(model: CostModel, table: dict[str, Evaluation]) -> list[str]:
@@ -124,9 +139,11 @@ def memory_rule_lines(model: CostModel, table: dict[str, Evaluation]) -> list[st
     ]
 
 
-def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, how_found: list[str]) -> list[str]:
-    """The decision against vLLM's default, the drafter's share, how the list was found (`how_found`), the lines vLLM
-    will log and the gpu_memory_utilization that keeps the default's KV cache."""
+def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, how_found: list[str], *,
+                   shipped: tuple[str, Evaluation] | None = None) -> list[str]:
+    """The decision against vLLM's default, the drafter's share, how the list was found (`how_found`), then for the
+    list shipped (`shipped`: its name and evaluation; the tuned list by default) the lines vLLM will log and the
+    gpu_memory_utilization that keeps the default's KV cache."""
     d, t = table["default"], table["tuned"]
     lines = [f"Tuned list ({source}): `{model.engine.list_text(t.capture_sizes, None)}`", ""]
     if t.runs_as != t.capture_sizes:
@@ -148,21 +165,23 @@ def decision_lines(model: CostModel, table: dict[str, Evaluation], source: str, 
                      + ("." if t.feasible else " not either."))
     lines += drafter_lines(model, d, t)
     lines += how_found
-    u = keep_default_kv_utilization(model, d, t)
+    name, sh = _shipped(table, shipped)
+    u = keep_default_kv_utilization(model, d, sh)
     now = model.budget.gpu_memory_utilization
-    lines += ["", f"What vLLM will log when it starts with the tuned list (predicted, in vLLM's own format strings; "
-              f"{model.engine.estimate_line_note}; vLLM counts whole KV blocks, so the KV size and concurrency can "
-              f"come out slightly lower):", "", "```", *vllm_log_lines(model, t), "```", ""]
+    lines += ["", f"What vLLM {model.engine.version} will log when it starts with the {name} list, the one shipped "
+              f"(predicted, in vLLM's own format strings; {model.engine.estimate_line_note}; vLLM counts whole KV "
+              f"blocks, so the KV size and concurrency can come out slightly lower):", "", "```",
+              *vllm_log_lines(model, sh), "```", ""]
     if not d.starts:
         lines.append("vLLM's default list would not start here, so there is no default KV cache size to keep.")
     elif u > 1.0:
         lines.append(f"No gpu_memory_utilization keeps the default list's KV cache "
-                     f"({mem_text(model, d.kv_available_bytes)}) with the tuned list: it would take {u:.4f} (> 1).")
-    elif t.graph_estimate_bytes == d.graph_estimate_bytes or u == now:
-        lines.append(f"At gpu_memory_utilization {now} the tuned list already leaves the KV cache the default list "
+                     f"({mem_text(model, d.kv_available_bytes)}) with the {name} list: it would take {u:.4f} (> 1).")
+    elif sh.kv_available_bytes >= d.kv_available_bytes or u == now:
+        lines.append(f"At gpu_memory_utilization {now} the {name} list already leaves the KV cache the default list "
                      f"does.")
     else:
-        lines.append(f"gpu_memory_utilization **{u:.4f}** (now {now}) gives the tuned list the KV cache the default "
+        lines.append(f"gpu_memory_utilization **{u:.4f}** (now {now}) gives the {name} list the KV cache the default "
                      f"list gets ({mem_text(model, d.kv_available_bytes)}).")
     return lines
 

@@ -6,8 +6,9 @@ that mode was not measured at the width) and, for graph modes, `<mode>_capture_d
 `<mode>_standalone_bytes`; `full_saving_ms` (eager minus FULL graph latency at the width, both measured); `noisy`
 (the width's timing was flagged noisy) and `outlier` (the columns flagged wildly off their neighbours, `;`-joined,
 whether dropped or kept); `in_<list>` for each list of the report (default, tuned, compact, exact, widest, the peer
-rows) and `in_shipped` (the list the deployment files carry). Values are the profile's own (outliers included, as
-read), so the table is the measurement the decision rests on, never the cost model's interpolation.
+rows) and `in_shipped` (the list the deployment files carry): whether the list captures a graph of that many tokens
+(`Engine.graph_kinds`; under vLLM 0.34 a decode size of n requests marks n x q tokens). Values are the profile's own
+(outliers included, as read), so the table is the measurement the decision rests on, never the cost model's interpolation.
 """
 
 from __future__ import annotations
@@ -51,8 +52,14 @@ def width_table(model: CostModel, profile: Profile, table: dict[str, Evaluation]
     frame["outlier"] = pd.array([";".join(flagged.get(w, [])) for w in widths], dtype="string")
     for name, e in table.items():
         if name != "ideal":  # the ideal row is no list: every step at its own width
-            members = set(e.capture_sizes)
+            members = _graph_widths(model, e.capture_sizes)
             frame[f"in_{name}"] = [w in members for w in widths]
-    members = set(shipped)
+    members = _graph_widths(model, shipped)
     frame["in_shipped"] = [w in members for w in widths]
     return frame
+
+
+def _graph_widths(model: CostModel, capture_sizes: tuple[int, ...]) -> set[int]:
+    """The token widths at which the list makes a graph (vLLM 0.34: a decode size of n requests at n x q tokens, a
+    prefill size at its tokens), as a width's row is counted."""
+    return {w for _, _, ws in model.engine.graph_kinds(capture_sizes) for w in ws}

@@ -137,10 +137,7 @@ class _Solve:
         model = self.model
         empty = model.evaluate(())
         if not empty.feasible:
-            raise SearchError(
-                f"no capture list fits, not even the empty one: KV cache {empty.kv_available_bytes / GIB:.2f} GiB "
-                f"without graphs < required {model.budget.required_kv_bytes / GIB:.2f} GiB"
-            )
+            raise SearchError(model.nothing_fits(empty))
         if model.cudagraph_mode == "NONE" or not self.cands:
             kept = (empty,) if self.keep_ms is not None and empty.expected_step_ms <= self.keep_ms + 1e-12 else ()
             return ExactResult(empty, [empty], 1, True, 0, lower_bound_ms=empty.expected_step_ms, kept=kept)
@@ -413,7 +410,7 @@ def brute_force(model: CostModel, candidates: Sequence[int] | None = None) -> Ev
         raise ValueError(f"brute_force over {len(cands)} candidates would take 2^{len(cands)} evaluations")
     best = model.evaluate(())
     if not best.feasible:
-        raise SearchError("no capture list fits, not even the empty one")
+        raise SearchError(model.nothing_fits(best))
     for size in range(1, len(cands) + 1):
         for subset in combinations(cands, size):
             e = model.evaluate(subset)

@@ -340,7 +340,7 @@ class _Split:
         model = self.model
         empty = model.evaluate(())
         if not empty.feasible:
-            raise SearchError(f"no capture list fits, not even the empty one: {empty.why_infeasible}")
+            raise SearchError(model.nothing_fits(empty))
         self.best = empty
         self.seen[()] = empty
         keep_empty = self.keep_ms is not None and empty.expected_step_ms <= self.keep_ms + 1e-12
@@ -369,6 +369,8 @@ class _Split:
                 exact_units, unit = self._units(budget)
                 work = (len(self.p.dec) + 1) * (len(self.p.pre) + 1) ** 2 * (budget // unit + 1)
                 lower = self._free_optimum()
+                if lower is not None:
+                    self._front_sweep()
                 if lower is None and work <= EXACT_WORK:
                     lower = self._exact(budget, unit, exact_units)
                 elif lower is None:
@@ -390,6 +392,7 @@ class _Split:
             reasons = [_WIDEST if not self.monotone else "its lower bound stays below it"]
         if lower is not None:
             lower = min(lower, self.best.expected_step_ms)
+        self.best = self._without_idle(self.best)
         if keep_empty and empty not in self.kept:
             self.kept = ([empty] + self.kept)[:KEPT]
         front = pareto_front([e for e in self.seen.values() if self.fits(e)] + [self.best])
@@ -495,6 +498,31 @@ class _Split:
         # Ties broken toward less memory: a price too small to trade any latency the model tells apart.
         e = self.consider(solve(_TIE_PRICE)[1])
         return value if self.fits(e) and e.expected_step_ms <= value + 1e-12 * max(1.0, value) else None
+
+    def _front_sweep(self, prices: int = 24) -> None:
+        """Where the free optimum answers, no program over memory ran to leave a front: the relaxation at prices
+        spread over four decades around the answer's trade (its saving over the empty list per byte) gives the lists
+        on the front's lower hull, each considered."""
+        empty, best = self.seen[()], self.best
+        if best.graph_memory_bytes <= 0 or empty.expected_step_ms <= best.expected_step_ms:
+            return
+        solve = self._relaxed(self.p.decode_chain())
+        trade = (empty.expected_step_ms - best.expected_step_ms) / best.graph_memory_bytes
+        for lam in trade * np.logspace(-2.0, 2.0, prices):
+            self.consider(solve(float(lam))[1])
+
+    def _without_idle(self, e: Evaluation) -> Evaluation:
+        """The answer less every graph that saves nothing (a tie the relaxation's tie price is too small to break
+        through rounding, e.g. a prefill graph no step replays): each key dropped, widest graphs first, while the
+        expected step stays the same to 1e-12 and the list still fits."""
+        for key in sorted(e.capture_sizes, key=lambda k: -abs(k)):
+            if key not in e.capture_sizes:
+                continue
+            without = self.consider([k for k in e.capture_sizes if k != key])
+            if (self.fits(without) and without.graph_memory_bytes < e.graph_memory_bytes and
+                    without.expected_step_ms <= e.expected_step_ms + 1e-12 * max(1.0, e.expected_step_ms)):
+                e = without
+        return e
 
     def _relaxed(self, dchain: _Chain) -> Callable[[float], tuple[float, list[int]]]:
         """min over pairs of latency + lam x pool bytes, and its keys, as a function of lam."""

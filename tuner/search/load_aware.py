@@ -57,9 +57,9 @@ def averaged(distributions: Sequence[Sequence[Sequence[Any]]]) -> list[list[Any]
 
 
 def serves(points: OperatingPoints) -> tuple[bool, float]:
-    """How well a list serves a load, as a sort key (smaller is better): not (one operating point that keeps up from
-    both starts), then the worse TPOT p99 of the two starts (inf when no request finished decoding)."""
-    held = points.unique and points.empty.keeps_up and points.saturated.keeps_up
+    """How well a list serves a load, as a sort key (smaller is better): not (one settled operating point that keeps
+    up from both starts), then the worse TPOT p99 of the two starts (inf when no request finished decoding)."""
+    held = points.unique and points.settled and points.empty.keeps_up and points.saturated.keeps_up
     p99s = [r.tpot_p99_ms for r in (points.empty, points.saturated)]
     worst = float("inf") if None in p99s else max(float(p) for p in p99s if p is not None)
     return (not held, worst)

@@ -356,10 +356,11 @@ def _trial_list(trial: optuna.Trial, model: CostModel) -> tuple[int, ...]:
     return list_from_params(model, top, count, spacing, placement, fit_budget=True)
 
 
-def _record(trial: optuna.Trial, e: Evaluation) -> None:
+def _record(trial: optuna.Trial, e: Evaluation, shape: str) -> None:
     # One user attribute per trial: each attribute is a storage round trip (a commit on SQLite).
     trial.set_user_attr("evaluation", {
         "capture_sizes": list(e.capture_sizes),
+        "shape": shape,  # the list in the engine's words (`cgtune status` reads no workload)
         "runs_as": list(e.runs_as),
         "expected_step_ms": e.expected_step_ms,
         "graph_memory_bytes": e.graph_memory_bytes,
@@ -407,7 +408,7 @@ def make_objective(model: CostModel, objective: str) -> Callable[[optuna.Trial],
     def latency(trial: optuna.Trial) -> Any:
         try:
             e = model.evaluate(_trial_list(trial, model))
-            _record(trial, e)
+            _record(trial, e, model.engine.list_shape(e.capture_sizes))
         except (ValueError, ArithmeticError) as exc:
             # optuna marks the trial failed and goes on (catch=...); keep the reason with the trial.
             trial.set_user_attr("fail_reason", f"{type(exc).__name__}: {exc}")

@@ -492,7 +492,9 @@ class StudyStatus:
     """Best feasible value so far (first objective), None before any."""
     best_sizes: list[int] | None
     """Capture list of that trial."""
-    workload: str | None
+    best_shape: str | None = None
+    """That list in its engine's words (`Engine.list_shape`, recorded with the trial; None: an older study)."""
+    workload: str | None = None
     """Workload name (fleet studies)."""
 
     @property
@@ -535,8 +537,8 @@ def study_status(url: str, study_name: str | None = None) -> list[StudyStatus]:
             if t.state == TrialState.COMPLETE and t.values and all(v <= 0 for v in t.constraints.values()):
                 if best is None or t.values[0] < best.values[0]:
                     best = t
-        sizes = (best.user_attrs.get("evaluation") or {}).get("capture_sizes") if best is not None else None
+        evaluation = (best.user_attrs.get("evaluation") or {}) if best is not None else {}
         out.append(StudyStatus(name, spec is not None, spec.get("n_trials") if spec else None, counts,
-                               best.values[0] if best is not None else None, sizes,
-                               spec.get("workload_name") if spec else None))
+                               best.values[0] if best is not None else None, evaluation.get("capture_sizes"),
+                               evaluation.get("shape"), spec.get("workload_name") if spec else None))
     return out

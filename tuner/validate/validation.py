@@ -613,7 +613,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
                          + (f"; '{fallback.name}' would have been emitted" if fallback is not None else ""))
         elif fallback is None:
             emitted = None
-            _remove_engine_files(run, model.engine.files)
+            _remove_engine_files(run, (*model.engine.files, *model.engine.note_files))
             notes.append(f"no validated list fits by measured memory: the {model.serving.engine} files were removed")
         else:
             emitted = fallback.name
@@ -779,7 +779,7 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
     if best is None:
         chosen_search, emitted = None, None
         notes.append(f"no validated list fits by measured memory: the {model.serving.engine} files were removed")
-        _remove_engine_files(Path(run_dir), model.engine.files)
+        _remove_engine_files(Path(run_dir), (*model.engine.files, *model.engine.note_files))
         log.warning("NO VALIDATED LIST FITS ON THE DEVICE: nothing is emitted")
     else:
         emitted = best.name

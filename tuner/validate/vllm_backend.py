@@ -60,7 +60,10 @@ class VllmReplayBackend:
             api.check_version(version, any_version=any_version)
         except api.VersionError as exc:
             raise ValidationError(str(exc)) from None
-        reason = engine.unsupported_reason(model.workload)
+        from tuner.measure.vllm_engine.choose import release_problem
+
+        reason = (release_problem(version, dist, model.workload, any_version=any_version)
+                  or engine.unsupported_reason(model.workload))
         if reason:
             raise ValidationError(f"--backend vllm: {reason}")
         self.model = model

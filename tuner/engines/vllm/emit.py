@@ -16,6 +16,7 @@ from tuner.engines.vllm.defaults import default_capture_sizes
 
 __all__ = [
     "COMPILATION_CONFIG_FILE",
+    "COMPILATION_NOTES_FILE",
     "FLAGS_FILE",
     "NEEDS_DRAFT_CHECKPOINT",
     "SERVE_YAML_FILE",
@@ -38,6 +39,9 @@ was provided but without speculative model"); mtp and dspark default to the targ
 own name."""
 
 COMPILATION_CONFIG_FILE = "compilation_config.json"
+COMPILATION_NOTES_FILE = "compilation_config.about.txt"
+"""Beside the JSON, which carries no comments (vLLM refuses a key its CompilationConfig does not have): the notes the
+other two files carry as comments, the vLLM release first."""
 SERVE_YAML_FILE = "vllm-serve.yaml"
 FLAGS_FILE = "vllm-flags.txt"
 
@@ -62,9 +66,13 @@ class Provenance:
     """UTC timestamp."""
     extra: dict[str, str] = field(default_factory=dict)
     """Further lines (source of the list, expected latency ...)."""
+    release: str | None = None
+    """The engine release the files are for and why that one (`Engine.release_words`); None: not said."""
 
     def lines(self) -> list[str]:
-        base = [
+        base = [f"for {self.release}; another release reads these settings otherwise or refuses them"] \
+            if self.release else []
+        base += [
             f"made by cgtune {self.cgtune_version} on {self.created_at}",
             f"profile: {self.profile} (device: {self.device})",
             f"workload: {self.workload}",
@@ -194,8 +202,10 @@ def flag_line(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str
 
 def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mode: str,
                  provenance: Provenance, compilation: CompilationConfig | None = None) -> dict[str, str]:
-    """File name -> text for the three files; validates the list first (EmitError). The YAML and the flag file carry
-    every setting the tuning assumed, the environment it needs and what a placeholder stands for, as comments.
+    """File name -> text for the three files and the JSON's notes (COMPILATION_NOTES_FILE); validates the list first
+    (EmitError). The YAML and the flag file carry every setting the tuning assumed, the environment it needs and what
+    a placeholder stands for, as comments (the release the files are for first), and the notes file says the same of
+    the JSON.
     `compilation`: another version's compilation config, its list already validated by that version's rules (None:
     0.33's, validated here)."""
     values = sorted({int(s) for s in sizes})
@@ -207,7 +217,7 @@ def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mod
                                    max_num_batched_tokens=settings.max_num_batched_tokens,
                                    cudagraph_mode=cudagraph_mode)
     cc = compilation(values, cudagraph_mode)
-    # JSON has no comments and vLLM rejects unknown keys, so provenance lives in the other two files.
+    # JSON has no comments and vLLM rejects unknown keys: its provenance is in the other two files and a note beside it.
     cc_text = json.dumps(cc, indent=2) + "\n"
     comments = "".join(f"# {line}\n" for line in provenance.lines())
     comments += "".join(f"# environment: {name}={value} must be set: {why}\n" for name, value, why in
@@ -219,7 +229,10 @@ def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mod
                                    default_flow_style=None, width=100))
     flags_text = (comments + f"# usage: {env}vllm serve {shlex.quote(settings.model)} <the line below>\n"
                   + flag_line(values, settings, cudagraph_mode, compilation) + "\n")
-    return {COMPILATION_CONFIG_FILE: cc_text, SERVE_YAML_FILE: serve_text, FLAGS_FILE: flags_text}
+    notes_text = (f"# notes on {COMPILATION_CONFIG_FILE} (JSON carries no comments, and vLLM refuses a key its "
+                  f"compilation config does not have)\n" + comments)
+    return {COMPILATION_CONFIG_FILE: cc_text, SERVE_YAML_FILE: serve_text, FLAGS_FILE: flags_text,
+            COMPILATION_NOTES_FILE: notes_text}
 
 
 def write_files(out_dir: Path, files: dict[str, str]) -> list[Path]:

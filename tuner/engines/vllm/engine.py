@@ -21,6 +21,7 @@ from tuner.engines.vllm.drafter import EagerDrafterPasses, drafter_graphs, draft
 from tuner.engines.vllm.drafter_cost import DrafterCost
 from tuner.engines.vllm.emit import (
     COMPILATION_CONFIG_FILE,
+    COMPILATION_NOTES_FILE,
     FLAGS_FILE,
     NEEDS_DRAFT_CHECKPOINT,
     SERVE_YAML_FILE,
@@ -61,6 +62,7 @@ class VllmEngine(Engine):
     label = "vLLM"
     unit = "tokens"
     files = (COMPILATION_CONFIG_FILE, SERVE_YAML_FILE, FLAGS_FILE)
+    note_files = (COMPILATION_NOTES_FILE,)
     report_words = "tuner.report.vllm_words"
     makes_estimate = True
     exports_vllm_metrics = True
@@ -374,6 +376,7 @@ class VllmEngine(Engine):
     def memory_log_lines(self, **figures: Any) -> list[str]:
         """The memory lines vLLM logs at start-up for a list with these figures (`tuner.engines.vllm.log_lines`)."""
         figures.pop("kv_capacity_bytes", None)
+        figures.pop("capture_s", None)  # 0.33's predicted lines stop before the capture line
         return memory_lines(runner=self.runner, **figures)
 
     @property
@@ -412,6 +415,12 @@ class VllmEngine(Engine):
             return (f"vLLM ran with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS={0 if warned_disabled else 1}, the run's "
                     f"workload has estimate_cudagraph_memory: {str(enabled).lower()}")
         return None
+
+    @property
+    def release_words(self) -> str:
+        """`vLLM 0.34 (cgtune's default, the newest release it speaks, as no vLLM is installed here)`."""
+        why = self.serving.vllm_version_why
+        return f"vLLM {self.version}" + (f" ({why})" if why else "")
 
     def serve_line(self, out_dir: Path, checkpoint: str | None) -> str | None:
         line = flag_file_line(out_dir / FLAGS_FILE)

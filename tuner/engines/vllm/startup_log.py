@@ -83,6 +83,9 @@ _SPLIT = {kind: re.compile(rf"'{field}': (None|\[[\d,\s]*\])")
           for kind, field in (("prefill", "prefill_cudagraph_capture_token_sizes"),
                               ("decode", "decode_cudagraph_capture_request_sizes"))}
 _MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
+# VllmConfig.__str__'s last field (config/vllm.py:2843 in 0.33.0, :2924 in 0.34.0), after compilation_config's repr:
+# a line without it was cut before its end.
+_CONFIG_END = re.compile(r", kernel_config=\S")
 _SPEC_NONE = re.compile(r"speculative_config=None\b")
 _SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method=(?:'([^']*)'|None), model=.*?, "
                    r"num_spec_tokens=(\d+)\)")
@@ -259,6 +262,10 @@ def _engine_config(source: str, line: str, args: str) -> dict:
     m = _ENGINE_CONFIG.search(line)
     assert m is not None
     version, config = m.group(1), m.group(2)
+    if not _CONFIG_END.search(config):
+        # A line cut short would read as a config without its lists (as "ran without CUDA graphs", say).
+        raise LogError(f"--vllm-log: {source}: vLLM {version}'s engine-config line is cut short (it ends before "
+                       f"kernel_config=..., the last field VllmConfig writes): a log cut mid-line? pass the whole log")
     sizes = _SIZES.search(config)
     mode = _MODE.search(config)
     eager = _SETTING["enforce_eager"].search(config)

@@ -9,7 +9,7 @@ from tuner.measure.vllm_engine import api
 from tuner.measure.vllm_engine.engine import unsupported_reason
 from tuner.workload.spec import Workload
 
-__all__ = ["BACKENDS", "BackendError", "choose_backend"]
+__all__ = ["BACKENDS", "BackendError", "choose_backend", "release_problem"]
 
 BACKENDS = ("auto", "vllm", "stand-in")
 """`--backend` choices."""
@@ -32,6 +32,22 @@ def _build_problem(version: str | None, dist: str | None, device: str) -> str | 
     return None
 
 
+def release_problem(version: str | None, dist: str | None, workload: Workload, *,
+                    any_version: bool = False) -> str | None:
+    """Why the installed vLLM is not the release the workload runs under (None when it is, when it is the CPU build,
+    which rehearses any release, when the workload is no vLLM one, or with `any_version`, which tries whatever is
+    installed): its engine would be asked for the other release's lists and settings."""
+    from tuner.engines.vllm.versions import VERSIONS
+
+    release = workload.engine.version
+    installed = ".".join((version or "").split(".")[:2])
+    if version is None or dist != "vllm" or release is None or installed == release or any_version:
+        return None
+    other = f", or tune for {installed} (--vllm-version {installed})" if installed in VERSIONS else ""
+    return (f"vLLM {version} is installed, but {workload.name} runs under {workload.engine.release_words}: install "
+            f"vLLM {release} here{other}")
+
+
 def choose_backend(asked: str, workload: Workload, device: str, *, any_version: bool = False) -> tuple[str, str]:
     """(the backend, why): `asked` is one of BACKENDS. BackendError when `vllm` was asked and cannot run, or when the
     stand-in would have to measure a model it cannot build (MoE, MLA, ...)."""
@@ -42,7 +58,8 @@ def choose_backend(asked: str, workload: Workload, device: str, *, any_version: 
             api.check_version(version, any_version=any_version)
         except api.VersionError as exc:
             problem = str(exc).removeprefix("--backend vllm: ")
-    problem = problem or unsupported_reason(workload)
+    problem = problem or release_problem(version, dist, workload, any_version=any_version) or unsupported_reason(
+        workload)
     if asked == "vllm":
         if problem:
             raise BackendError(f"--backend vllm: {problem}")

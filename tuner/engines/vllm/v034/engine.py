@@ -218,8 +218,17 @@ class Vllm034Engine(VllmV2Engine):
         return sorted(k for k in added if (k < 0 and -k > max(decode, default=0))
                       or (k > 0 and k > max(prefill, default=0)))
 
+    def graph_kinds(self, capture_sizes: Sequence[int]) -> list[tuple[str, str, list[int]]]:
+        """Decode graphs (n requests x q tokens each) and prefill graphs (token-keyed), at their token widths."""
+        d = self.dispatcher(capture_sizes)
+        kinds = [(f"decode graphs (requests x {self.decode_query_len} tokens)", d.decode_mode, d.decode_graph_sizes),
+                 ("prefill graphs (tokens)", d.mixed_mode, d.mixed_graph_sizes)]
+        return [(what, mode, list(widths)) for what, mode, widths in kinds if widths]
+
     def key_text(self, key: int) -> str:
-        return f"{-key} requests" if key < 0 else f"{key} tokens"
+        """`128 requests x 17 = 2176 tokens` (a decode size), `512 tokens (prefill)`."""
+        q = self.decode_query_len
+        return f"{-key} requests x {q} = {-key * q} tokens" if key < 0 else f"{key} tokens (prefill)"
 
     def tops_text(self, capture_sizes: Sequence[int]) -> str:
         prefill, decode = split_keys(capture_sizes)
@@ -232,14 +241,22 @@ class Vllm034Engine(VllmV2Engine):
                 f"{super().list_text(prefill, limit)}")
 
     def list_shape(self, capture_sizes: Sequence[int], *, short: bool = False) -> str:
-        """`30 decode sizes (max 30 requests = 510 tokens), 55 prefill sizes (max 512 tokens)` (`short`: `30 decode
-        + 55 prefill sizes`)."""
+        """`30 decode sizes (1..30 requests x 17 = 17..510 tokens), 55 prefill sizes (1..512 tokens)` (`short`: `30
+        decode + 55 prefill sizes`); an empty list is `no decode graphs` or `no prefill graphs`."""
         prefill, decode = split_keys(capture_sizes)
         if short:
             return f"{len(decode)} decode + {len(prefill)} prefill sizes"
         q = self.decode_query_len
-        return (f"{len(decode)} decode sizes (max {max(decode, default=0)} requests = {q * max(decode, default=0)} "
-                f"tokens), {len(prefill)} prefill sizes (max {max(prefill, default=0)} tokens)")
+
+        def span(values: list[int], scale: int = 1) -> str:
+            lo, hi = values[0] * scale, values[-1] * scale
+            return str(lo) if lo == hi else f"{lo}..{hi}"
+
+        dec = (f"{len(decode)} decode size{'s' if len(decode) > 1 else ''} ({span(decode)} requests x {q} = "
+               f"{span(decode, q)} tokens)" if decode else "no decode graphs")
+        pre = (f"{len(prefill)} prefill size{'s' if len(prefill) > 1 else ''} ({span(prefill)} "
+               f"token{'s' if prefill[-1] > 1 else ''})" if prefill else "no prefill graphs")
+        return f"{dec}, {pre}"
 
     def offered_widths(self, widths: list[int], dispatcher: Any, notes: list[str]) -> list[int]:
         """The keys worth offering: every measured graph width as a prefill size (where mixed steps replay graphs),
@@ -372,7 +389,7 @@ class Vllm034Engine(VllmV2Engine):
             return super().memory_log_lines(**figures)
         lines = [KV_AVAILABLE % format_gib(capacity)]
         if figures["captures"]:
-            lines.append(CAPTURE % (0, figures["pool_bytes"] / GIB))
+            lines.append(CAPTURE % (figures.get("capture_s", 0.0), figures["pool_bytes"] / GIB))
         lines.append(KV_SIZE % ("GPU", f"{figures['kv_tokens']:,}", f"{figures['max_model_len']:,}",
                                 figures["max_concurrency"]))
         return lines
@@ -380,8 +397,9 @@ class Vllm034Engine(VllmV2Engine):
     @property
     def estimate_line_note(self) -> str:
         return ("0.34 makes no estimate under the extensible KV cache: it reserves the capacity, captures, then sizes "
-                "the KV cache from what is left; the capture's seconds are not predicted (0 here)" if self.extensible
-                else super().estimate_line_note)
+                "the KV cache from what is left; the capture's seconds are the profile's capture time summed over the "
+                "list's graphs, as the tables and `cgtune check` predict them (vLLM adds its warm-up runs; 0 where the "
+                "profile records none)" if self.extensible else super().estimate_line_note)
 
     # ------------------------------------------------------------------ its start-up log, read back (cgtune check)
     def read_compilation_config(self, config: dict[str, Any]) -> tuple[int, ...]:
