@@ -113,3 +113,24 @@ def test_the_kv_bytes_per_token_the_engine_measured_win_over_the_shapes(tmp_path
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ModelError, match="kv_cache.bytes_per_token=0 must be a whole byte count"):
         CostModel.from_files(csv_path, wl)
+
+
+def test_a_model_cgtune_cannot_size_is_refused_in_one_line_unless_the_profile_measured_it(tmp_path, capsys):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cli_runner import run
+
+    awq = {**LLAMA, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    spec = _spec(tmp_path, awq)
+    (tmp_path / "w.yaml").write_text(json.dumps(spec))
+    wl = load_workload(tmp_path / "w.yaml")
+    unmeasured = handmade_profile(tmp_path / "p", wl, [1, 2, 4, 8], weights_bytes=None, name="unmeasured")
+    field = "model.config.quantization_config.quant_method='awq' cannot be sized"
+    with pytest.raises(ModelError, match=field):
+        CostModel.from_files(unmeasured, wl)
+    code, _, err = run(capsys, "search", tmp_path / "w.yaml", "--profile", unmeasured, "--out", tmp_path / "run",
+                       "--trials", 2, "--no-progress")
+    (line,) = err.strip().splitlines()
+    assert code == 2 and field in line and not (tmp_path / "run").exists()
+    # Measured through the engine, the weights are the engine's own figure.
+    measured = handmade_profile(tmp_path / "p", wl, [1, 2, 4, 8], weights_bytes=123_456, name="measured")
+    assert CostModel.from_files(measured, wl).budget.non_kv_cache_bytes == 123_456 + 50 * 2**20
