@@ -134,3 +134,19 @@ def test_a_model_cgtune_cannot_size_is_refused_in_one_line_unless_the_profile_me
     # Measured through the engine, the weights are the engine's own figure.
     measured = handmade_profile(tmp_path / "p", wl, [1, 2, 4, 8], weights_bytes=123_456, name="measured")
     assert CostModel.from_files(measured, wl).budget.non_kv_cache_bytes == 123_456 + 50 * 2**20
+
+
+def test_a_moe_configs_layer_count_is_not_overridden(tmp_path):
+    moe = {**LLAMA, "architectures": ["MixtralForCausalLM"], "num_local_experts": 4}
+    with pytest.raises(WorkloadError, match="model.num_layers: a MoE config.json's layer count cannot be changed"):
+        parse_workload(_spec(tmp_path, moe, num_layers=4), base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("method", "moe_layers", "mla"), [("mtp", 1, True), ("eagle", 0, False)])
+def test_an_mtp_module_is_the_targets_kind_of_layer_and_an_eagle_head_a_dense_one(tmp_path, method, moe_layers, mla):
+    target = json.loads((Path(__file__).resolve().parents[1] / "workloads/models/deepseek-v3/config.json").read_text())
+    spec = _spec(tmp_path, target, dtype="bfloat16")
+    spec["speculative"] = {"method": method, "drafter": {"num_layers": 1}}
+    spec["serving"]["num_speculative_tokens"] = 1
+    drafter = parse_workload(spec, base_dir=tmp_path).drafter
+    assert (drafter.num_moe_layers, drafter.mla, drafter.quantization is not None) == (moe_layers, mla, mla)

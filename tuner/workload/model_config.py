@@ -73,8 +73,9 @@ def shape_from_config(config: Mapping[str, Any], at: str) -> dict[str, Any]:
         value = cfg.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
             values[key] = float(value)
-    defaults = {k: f.default for k, f in ModelShape.__dataclass_fields__.items() if k not in values}
-    values = {**{k: v for k, v in defaults.items() if k not in ("rope_theta", "rms_norm_eps")}, **values}
+    # Every other field at its default (rope_theta and rms_norm_eps only where the config gives them, as before).
+    values = {**{k: f.default for k, f in ModelShape.__dataclass_fields__.items()
+                 if k not in (*values, "rope_theta", "rms_norm_eps")}, **values}
     family = next((_FAMILIES[a] for a in archs if a in _FAMILIES), None)
     if archs and family is None:
         unsized = (f"{at}.architectures={archs!r} cannot be sized (cgtune sizes "

@@ -236,6 +236,9 @@ def _parse_model(r: FieldReader, base_dir: Path) -> ModelSpec:
     for key in _SHAPE_INTS:
         if key in explicit or key not in base:
             values[key] = r.int(key, minimum=1)
+    if "num_layers" in explicit and base.get("num_moe_layers"):
+        raise WorkloadError(f"{r.at('num_layers')}: a MoE config.json's layer count cannot be changed here (which "
+                            f"layers are MoE layers is read from the config); edit the config.json")
     if "rope_theta" in explicit:
         values["rope_theta"] = r.float("rope_theta", minimum=0.0, exclusive_minimum=True)
     if "rms_norm_eps" in explicit:
