@@ -113,3 +113,40 @@ def test_the_kv_bytes_per_token_the_engine_measured_win_over_the_shapes(tmp_path
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ModelError, match="kv_cache.bytes_per_token=0 must be a whole byte count"):
         CostModel.from_files(csv_path, wl)
+
+
+def test_a_model_cgtune_cannot_size_is_refused_in_one_line_unless_the_profile_measured_it(tmp_path, capsys):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cli_runner import run
+
+    awq = {**LLAMA, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    spec = _spec(tmp_path, awq)
+    (tmp_path / "w.yaml").write_text(json.dumps(spec))
+    wl = load_workload(tmp_path / "w.yaml")
+    unmeasured = handmade_profile(tmp_path / "p", wl, [1, 2, 4, 8], weights_bytes=None, name="unmeasured")
+    field = "model.config.quantization_config.quant_method='awq' cannot be sized"
+    with pytest.raises(ModelError, match=field):
+        CostModel.from_files(unmeasured, wl)
+    code, _, err = run(capsys, "search", tmp_path / "w.yaml", "--profile", unmeasured, "--out", tmp_path / "run",
+                       "--trials", 2, "--no-progress")
+    (line,) = err.strip().splitlines()
+    assert code == 2 and field in line and not (tmp_path / "run").exists()
+    # Measured through the engine, the weights are the engine's own figure.
+    measured = handmade_profile(tmp_path / "p", wl, [1, 2, 4, 8], weights_bytes=123_456, name="measured")
+    assert CostModel.from_files(measured, wl).budget.non_kv_cache_bytes == 123_456 + 50 * 2**20
+
+
+def test_a_moe_configs_layer_count_is_not_overridden(tmp_path):
+    moe = {**LLAMA, "architectures": ["MixtralForCausalLM"], "num_local_experts": 4}
+    with pytest.raises(WorkloadError, match="model.num_layers: a MoE config.json's layer count cannot be changed"):
+        parse_workload(_spec(tmp_path, moe, num_layers=4), base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("method", "moe_layers", "mla"), [("mtp", 1, True), ("eagle", 0, False)])
+def test_an_mtp_module_is_the_targets_kind_of_layer_and_an_eagle_head_a_dense_one(tmp_path, method, moe_layers, mla):
+    target = json.loads((Path(__file__).resolve().parents[1] / "workloads/models/deepseek-v3/config.json").read_text())
+    spec = _spec(tmp_path, target, dtype="bfloat16")
+    spec["speculative"] = {"method": method, "drafter": {"num_layers": 1}}
+    spec["serving"]["num_speculative_tokens"] = 1
+    drafter = parse_workload(spec, base_dir=tmp_path).drafter
+    assert (drafter.num_moe_layers, drafter.mla, drafter.quantization is not None) == (moe_layers, mla, mla)

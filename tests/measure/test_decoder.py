@@ -68,10 +68,10 @@ def test_tensors_have_one_ranks_shapes_and_bytes(tp: int) -> None:
     assert layer.qkv.shape == ((s.num_heads + 2 * s.num_kv_heads) * 16, 64)
     assert layer.gate_up.shape == (2 * 96 // tp, 64)
     assert layer.kv_cache.shape == (2, 10, 4 // tp, 12 + 4, 16)  # 40 tokens / q=4 = 10 requests
-    assert model.embed.shape == (math.ceil(250 / tp), 64)
+    assert model.embed.shape == (256 // tp, 64)  # 250 padded to 256 rows, then split
     assert model.weight_bytes() == shape.weight_bytes("bfloat16", tp)
     assert model.kv_cache_bytes() == 2 * 2 * 10 * (4 // tp) * 16 * 16 * 2
-    assert model.step(9).shape == (9, math.ceil(250 / tp))
+    assert model.step(9).shape == (9, 256 // tp)
 
 
 def test_tied_embeddings_share_weights() -> None:

@@ -400,7 +400,8 @@ def test_drafter_weight_bytes_by_hand():
     assert HEAD.weight_bytes("bfloat16") == 139648
     # EAGLE shares the target's embedding and LM head: 69824 - 2*16384 = 37056 params = 74112 B.
     assert drafter_weight_bytes("eagle", HEAD, TARGET, "bfloat16") == 74112
-    assert drafter_weight_bytes("mtp", HEAD, TARGET, "bfloat16") == 74112
+    # An MTP module adds eh_proj (2*64 -> 64: 8192 params) and its two input norms (128): 45376 params = 90752 B.
+    assert drafter_weight_bytes("mtp", HEAD, TARGET, "bfloat16") == 90752
     # draft_model never shares: every byte counts.
     assert drafter_weight_bytes("draft_model", HEAD, TARGET, "bfloat16") == 139648
     # Own embedding, shared LM head: 139648 - 32768 = 106880 B.

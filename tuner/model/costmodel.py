@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from tuner.profile.curve import Curve, memory_curve
 from tuner.profile.outliers import FACTOR as OUTLIER_FACTOR
 from tuner.profile.outliers import Outlier, find_outliers, without_outliers
 from tuner.profile.table import Profile, ProfileError, read_profile
+from tuner.shapes import ModelShape, UnsizedModelError
 from tuner.steps import Step, mix_steps, uniform_decode_steps
 from tuner.workload.spec import Workload
 
@@ -157,9 +158,12 @@ def check_profile_matches(profile: Profile, workload: Workload, *, allow_mismatc
     if not isinstance(meta, dict) or not isinstance(meta.get("shape"), dict):
         raise ModelError(f"{name}: metadata has no model.shape, so it cannot be checked against {workload.name}")
     want = workload.model.shape.as_dict()
+    # A profile written before a field existed recorded the shape it measured with that field at its default.
+    defaults = {k: f.default for k, f in ModelShape.__dataclass_fields__.items() if f.default is not MISSING}
     for key, value in want.items():
-        got = meta["shape"].get(key)
-        if got is None or (got != value and not (isinstance(value, float) and math.isclose(got, value))):
+        got = meta["shape"].get(key, defaults.get(key))
+        if got != value and not (isinstance(value, float) and isinstance(got, int | float)
+                                 and math.isclose(got, value)):
             raise ModelError(
                 f"{name}: measured for another model shape (model.shape.{key}={got!r}, "
                 f"workload {workload.name} has {value!r})"
@@ -200,6 +204,16 @@ def _meta_bytes(profile: Profile, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ModelError(f"{name}: metadata {key}={value!r} must be a byte count >= 0")
     return int(value)
+
+
+def _sized(count: Callable[[], int]) -> int:
+    """A byte count of the workload's model (`count()`), ModelError where the model cannot be sized from its
+    config.json and the profile measured no figure to stand in (the message names the field)."""
+    try:
+        return count()
+    except UnsizedModelError as exc:
+        raise ModelError(f"{exc}; a profile measured through vLLM (cgtune profile --backend vllm) records the "
+                         f"engine's own figure") from None
 
 
 def measured_kv_bytes_per_token(profile: Profile) -> int | None:
@@ -408,7 +422,8 @@ class CostModel:
                 self.drafter = self.engine.drafter_cost(self.profile, spec, probe, name, self.notes)
             except ValueError as exc:
                 raise ModelError(str(exc)) from None
-        self.kv_bytes_per_token = measured_kv_bytes_per_token(self.profile) or self.workload.kv_bytes_per_token()
+        self.kv_bytes_per_token = (measured_kv_bytes_per_token(self.profile)
+                                   or _sized(self.workload.kv_bytes_per_token))
         self.budget = self._kv_rule(name)
 
         if not 0.0 <= self.off_peak_weight <= 1.0:
@@ -450,7 +465,7 @@ class CostModel:
         if self.cpu_rehearsal:  # the CPU build's space, whatever the device's memory
             return self.engine.kv_rule(
                 total_memory_bytes=0, non_kv_cache_bytes=0,
-                weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
+                weights_bytes=self._weights_bytes,
                 required_kv_bytes=self.workload.required_kv_bytes_at(self.kv_bytes_per_token),
                 tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes)
         total = _meta_bytes(self.profile, "total_memory_bytes")
@@ -465,14 +480,15 @@ class CostModel:
                                  f"budget needs one")
             weights = _meta_bytes(self.profile, "weights_bytes")
             if weights is None:
-                weights = self.workload.model.weight_bytes()
+                weights = _sized(self.workload.model.weight_bytes)
                 self.notes.append(f"weights_bytes missing in {name}: using {weights / GIB:.2f} GiB computed from the "
                                   f"model shape")
             non_kv = weights + activation
             self.notes.append(f"{name} has no non_kv_cache_bytes (vLLM's non-KV memory): using weights + activation "
                               f"peak = {non_kv / GIB:.2f} GiB, which leaves out non-torch memory (cuBLAS, NCCL)")
-        drafter_weights = self.workload.drafter_weight_bytes()
-        if drafter_weights and not self.profile.metadata.get("drafter") and not non_kv_from_vllm(self.profile):
+        measured_drafter = self.profile.metadata.get("drafter") or non_kv_from_vllm(self.profile)
+        drafter_weights = 0 if measured_drafter else _sized(self.workload.drafter_weight_bytes)
+        if drafter_weights:
             # A profile measured without the drafter: its weights are computed from the shape (shared embedding and
             # LM head not counted twice) and added, as vLLM loads them before it measures non-KV memory.
             non_kv += drafter_weights
@@ -480,7 +496,7 @@ class CostModel:
                               f"computed from its shape, are added to the non-KV memory")
         return self.engine.kv_rule(
             total_memory_bytes=total, non_kv_cache_bytes=non_kv,
-            weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
+            weights_bytes=self._weights_bytes,
             required_kv_bytes=self.workload.required_kv_bytes_at(self.kv_bytes_per_token),
             tensor_parallel_size=self.workload.model.tensor_parallel_size, notes=self.notes,
             pre_load_free_bytes=_meta_bytes(self.profile, "pre_load_free_bytes"),
@@ -488,6 +504,10 @@ class CostModel:
             kv=KvFacts(self.workload.kv_layer_groups(), self.kv_bytes_per_token,
                        _meta_bytes(self.profile, "torch_reserve_growth_bytes"),
                        (self.profile.metadata.get("kv_cache") or {}).get("extensible")))
+
+    def _weights_bytes(self) -> int:
+        """The target's weights: what the profile measured through the engine, else sized from the model's shape."""
+        return _meta_bytes(self.profile, "weights_bytes") or _sized(self.workload.model.weight_bytes)
 
     def with_load_steps(self, rows: Sequence[Sequence[Any]] | None) -> CostModel:
         """This model's profile, workload and settings, weighing `rows` (see `load_steps`; None: the traffic)."""

@@ -49,11 +49,15 @@ def _config_int(config: Mapping[str, Any], key: str, at: str) -> int:
 
 
 def shape_from_config(config: Mapping[str, Any], at: str) -> dict[str, Any]:
-    """ModelShape fields read from a config.json (the attention and MLP widths its dense layers would have); a MoE
-    model's expert widths are not in them, which is why `stand_in_gaps` names it."""
+    """ModelShape fields read from a config.json as vLLM's model class for its architecture reads them: the attention
+    (standard, or DeepSeek's MLA), the dense MLP, the MoE layers (experts, shared experts, router) and an FP8
+    checkpoint's quantization. What cgtune cannot size is not refused here (a profile measured through vLLM records
+    the engine's own figures) but recorded in `weights_unsized` / `kv_unsized`, one line naming the field, for
+    `ModelShape.weight_bytes` / `kv_bytes_per_token` to raise when no measurement stands in."""
     cfg = dict(config.get("text_config") or {}) or dict(config)  # multimodal configs nest the decoder's
     heads = _config_int(cfg, "num_attention_heads", at)
     hidden = _config_int(cfg, "hidden_size", at)
+    archs = _architectures(config)
     values: dict[str, Any] = {
         "hidden_size": hidden,
         "num_layers": _config_int(cfg, "num_hidden_layers", at),
@@ -63,13 +67,134 @@ def shape_from_config(config: Mapping[str, Any], at: str) -> dict[str, Any]:
         "intermediate_size": _config_int(cfg, "intermediate_size", at),
         "vocab_size": _config_int(cfg, "vocab_size", at),
         "tie_word_embeddings": bool(config.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
-        "qk_norm": "Qwen3" in " ".join(_architectures(config)),
+        "qk_norm": "Qwen3" in " ".join(archs),
     }
     for key in ("rope_theta", "rms_norm_eps"):
         value = cfg.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
             values[key] = float(value)
+    # Every other field at its default (rope_theta and rms_norm_eps only where the config gives them, as before).
+    values = {**{k: f.default for k, f in ModelShape.__dataclass_fields__.items()
+                 if k not in (*values, "rope_theta", "rms_norm_eps")}, **values}
+    family = next((_FAMILIES[a] for a in archs if a in _FAMILIES), None)
+    if archs and family is None:
+        unsized = (f"{at}.architectures={archs!r} cannot be sized (cgtune sizes "
+                   f"{', '.join(sorted(_FAMILIES))})")
+        return {**values, "weights_unsized": unsized, "kv_unsized": unsized}
+    _read_family(family or "llama", cfg, values, at)
+    _read_quantization(cfg, values, at)
     return values
+
+
+# Each architecture cgtune sizes -> the vLLM model file that builds it (vllm/model_executor/models/).
+_FAMILIES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v2",
+}
+
+
+def _count(cfg: Mapping[str, Any], key: str, at: str, default: int = 0) -> int:
+    """A whole-number field >= 0 (`default` when absent or null)."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise WorkloadError(f"{at}: {key}={value!r} must be a whole number >= 0")
+    return value
+
+
+def _read_family(family: str, cfg: Mapping[str, Any], values: dict[str, Any], at: str) -> None:
+    """The fields the family's vLLM model file reads beyond a Llama's (into `values`)."""
+    layers = values["num_layers"]
+    if family == "llama":  # llama.py: `attention_bias` (or `bias`) on q/k/v and o_proj; `qkv_bias` overrides q/k/v
+        bias = bool(cfg.get("attention_bias") or cfg.get("bias"))
+        values.update(qkv_bias=bool(cfg.get("qkv_bias", bias)), o_proj_bias=bias)
+        if cfg.get("mlp_bias"):
+            values["weights_unsized"] = f"{at}.mlp_bias={cfg['mlp_bias']!r} cannot be sized (MLP biases)"
+    elif family == "qwen2":  # qwen2.py: q/k/v always biased
+        values["qkv_bias"] = True
+    elif family in ("qwen3", "qwen3_moe"):
+        values["qkv_bias"] = bool(cfg.get("attention_bias", False))
+    if family == "mixtral":  # mixtral.py: every layer MoE, the experts as wide as `intermediate_size`
+        values.update(num_experts=_config_int(cfg, "num_local_experts", at),
+                      moe_intermediate_size=values["intermediate_size"], num_moe_layers=layers)
+    elif family == "qwen3_moe":  # qwen3_moe.py Qwen3MoeDecoderLayer: MoE unless in mlp_only_layers or off the step
+        experts = _count(cfg, "num_experts", at) or _count(cfg, "num_local_experts", at)
+        step = _count(cfg, "decoder_sparse_step", at, 1) or 1
+        only = cfg.get("mlp_only_layers") or []
+        moe = sum(1 for i in range(layers) if i not in only and experts > 0 and (i + 1) % step == 0)
+        shared = _count(cfg, "shared_expert_intermediate_size", at)
+        values.update(num_experts=experts, moe_intermediate_size=_count(cfg, "moe_intermediate_size", at),
+                      num_moe_layers=moe, shared_expert_intermediate_size=shared, shared_expert_gate=shared > 0,
+                      router_quantized=True)  # GateLinear takes the quant config (see _read_quantization)
+    elif family == "deepseek_v2":
+        _read_deepseek(cfg, values, at)
+
+
+def _read_deepseek(cfg: Mapping[str, Any], values: dict[str, Any], at: str) -> None:
+    """deepseek_v2.py: MLA attention, dense layers before `first_k_dense_replace` and off `moe_layer_freq`, the
+    shared experts as one MLP n_shared_experts x moe_intermediate_size wide, the router's float32 correction bias
+    with `topk_method: noaux_tc`, and an LM head never tied to the embedding."""
+    dims = {k: _count(cfg, k, at) for k in ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                            "v_head_dim")}
+    if cfg.get("model_type") == "deepseek" or not (dims["qk_nope_head_dim"] or dims["qk_rope_head_dim"]):
+        values["weights_unsized"] = values["kv_unsized"] = (
+            f"{at}.qk_nope_head_dim/qk_rope_head_dim=0 cannot be sized (DeepSeek's multi-head attention, not MLA)")
+        return
+    if cfg.get("index_topk") is not None:  # DeepSeek-V3.2's sparse attention: an indexer and its own cache
+        values["weights_unsized"] = values["kv_unsized"] = (
+            f"{at}.index_topk={cfg['index_topk']!r} cannot be sized (DeepSeek sparse attention's indexer)")
+        return
+    if not dims["kv_lora_rank"]:
+        raise WorkloadError(f"{at}: kv_lora_rank={cfg.get('kv_lora_rank')!r} must be a whole number >= 1 (MLA)")
+    experts = _count(cfg, "n_routed_experts", at)
+    first_dense = _count(cfg, "first_k_dense_replace", at)
+    freq = _count(cfg, "moe_layer_freq", at, 1) or 1
+    moe = sum(1 for i in range(values["num_layers"]) if experts and i >= first_dense and i % freq == 0)
+    shared = _count(cfg, "n_shared_experts", at)
+    moe_width = _count(cfg, "moe_intermediate_size", at)
+    values.update(dims, num_experts=experts, moe_intermediate_size=moe_width, num_moe_layers=moe,
+                  shared_expert_intermediate_size=moe_width * shared,
+                  router_bias=cfg.get("topk_method") == "noaux_tc", tie_word_embeddings=False)
+
+
+def _read_quantization(cfg: Mapping[str, Any], values: dict[str, Any], at: str) -> None:
+    """An FP8 checkpoint's `quantization_config` (vLLM's Fp8Config.from_config); any other method is left unsized.
+    Layers named not converted may only be the router gates (all of them) and the embedding or LM head (which FP8
+    never quantizes); any other list is left unsized."""
+    quant = cfg.get("quantization_config")
+    if not quant:
+        values["router_quantized"] = False
+        return
+    field = f"{at}.quantization_config"
+    method = quant.get("quant_method") if isinstance(quant, Mapping) else None
+    if method != "fp8":
+        values["weights_unsized"] = (f"{field}.quant_method={method!r} cannot be sized (cgtune sizes fp8 checkpoints; "
+                                     f"profile it through vLLM, --backend vllm, for the engine's own figure)")
+        return
+    block = quant.get("weight_block_size")
+    if block is not None and not (isinstance(block, list) and len(block) == 2
+                                  and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise WorkloadError(f"{field}.weight_block_size={block!r} must be two whole numbers >= 1")
+    if quant.get("store_dtype") is not None:
+        values["weights_unsized"] = f"{field}.store_dtype={quant['store_dtype']!r} cannot be sized"
+        return
+    values.update(quantization="fp8", quant_block_n=block[0] if block else 0, quant_block_k=block[1] if block else 0,
+                  quant_static_activations=quant.get("activation_scheme") == "static")
+    key = "ignored_layers" if quant.get("ignored_layers") else "modules_to_not_convert"
+    skipped = [m for m in quant.get(key) or [] if not (m == "lm_head" or str(m).endswith("embed_tokens"))]
+    gates = {f"model.layers.{i}.mlp.gate" for i in range(values["num_layers"])}
+    if any(m not in gates for m in skipped):
+        shown = next(m for m in skipped if m not in gates)
+        values["weights_unsized"] = (f"{field}.{key} names {shown!r}, which cgtune cannot size (it sizes a list of "
+                                     f"router gates, the embedding and the LM head)")
+    elif skipped and values["router_quantized"]:
+        moe_gates = values["num_moe_layers"]
+        if len(set(skipped)) < moe_gates:
+            values["weights_unsized"] = (f"{field}.{key} leaves {len(set(skipped))} of {moe_gates} router gates "
+                                         f"unquantized, which cgtune cannot size")
+        values["router_quantized"] = False
 
 
 def _architectures(config: Mapping[str, Any]) -> list[str]:

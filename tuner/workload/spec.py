@@ -20,6 +20,7 @@ from tuner.engines.vllm.drafter import (
     PARALLEL_DRAFTING_METHODS,
     drafter_kv_bytes_per_token,
     drafter_kv_layers,
+    drafter_shares,
     drafter_weight_bytes,
 )
 from tuner.engines.vllm.runner import SPECULATIVE_METHODS
@@ -221,9 +222,14 @@ class Workload:
 
 
 # --------------------------------------------------------------------------- parsing
+_SHAPE_INTS = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
+               "vocab_size")
+"""The shape's widths a workload may give (over a preset's or a config.json's)."""
+
+
 def _parse_model(r: FieldReader, base_dir: Path) -> ModelSpec:
     preset = r.str("preset", None)
-    fields = ModelShape.__dataclass_fields__
+    fields = (*_SHAPE_INTS, "rope_theta", "rms_norm_eps", "tie_word_embeddings", "qk_norm")  # a workload may set
     r.takes(*fields)
     explicit = {k: r.raw(k) for k in fields if r.has(k)}
     name = _checkpoint(r, "name", "my-org/llama-ft")
@@ -241,10 +247,12 @@ def _parse_model(r: FieldReader, base_dir: Path) -> ModelSpec:
     else:
         base = {}
     values: dict[str, Any] = {**base}
-    for key in ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim",
-                "intermediate_size", "vocab_size"):
+    for key in _SHAPE_INTS:
         if key in explicit or key not in base:
             values[key] = r.int(key, minimum=1)
+    if "num_layers" in explicit and base.get("num_moe_layers"):
+        raise WorkloadError(f"{r.at('num_layers')}: a MoE config.json's layer count cannot be changed here (which "
+                            f"layers are MoE layers is read from the config); edit the config.json")
     if "rope_theta" in explicit:
         values["rope_theta"] = r.float("rope_theta", minimum=0.0, exclusive_minimum=True)
     if "rms_norm_eps" in explicit:
@@ -263,10 +271,9 @@ def _parse_model(r: FieldReader, base_dir: Path) -> ModelSpec:
         raise WorkloadError(
             f"{r.at('tensor_parallel_size')}: {tp} must divide num_attention_heads={shape.num_attention_heads}"
         )
-    if shape.intermediate_size % tp:
-        raise WorkloadError(
-            f"{r.at('tensor_parallel_size')}: {tp} must divide intermediate_size={shape.intermediate_size}"
-        )
+    for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        if getattr(shape, key) % tp:
+            raise WorkloadError(f"{r.at('tensor_parallel_size')}: {tp} must divide {key}={getattr(shape, key)}")
     r.done()
     return ModelSpec(shape=shape, preset=preset, dtype=dtype, tensor_parallel_size=tp, name=name, config=config,
                      config_path=config_path)
@@ -298,10 +305,6 @@ def _checkpoint(r: FieldReader, key: str, example: str) -> str | None:
     return name
 
 
-_SHAPE_INTS = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
-               "vocab_size")
-
-
 def _parse_drafter(r: FieldReader, method: str, target: ModelSpec) -> ModelShape:
     """The draft model's shape: a preset, or the target's widths with the fields given (an EAGLE head or MTP module:
     one layer by default; a DFlash drafter or a draft model must say their layer count)."""
@@ -322,6 +325,8 @@ def _parse_drafter(r: FieldReader, method: str, target: ModelSpec) -> ModelShape
         if method in ("dflash", "draft_model"):
             raise WorkloadError(f"{r.at('num_layers')}: missing (the {method} drafter's layer count, or a preset)")
         values["num_layers"] = 1  # an EAGLE head or an MTP module: one decoder layer
+    if preset is None:
+        values.update(_drafter_layers(method, values))
     shape = ModelShape(**values)
     if shape.num_attention_heads % shape.num_kv_heads:
         raise WorkloadError(f"{r.at('num_kv_heads')}: {shape.num_kv_heads} must divide num_attention_heads="
@@ -331,6 +336,24 @@ def _parse_drafter(r: FieldReader, method: str, target: ModelSpec) -> ModelShape
         raise WorkloadError(f"{r.path}: the drafter's heads ({shape.num_attention_heads}) and intermediate_size "
                             f"({shape.intermediate_size}) must divide by tensor_parallel_size={tp}")
     return shape
+
+
+_TARGET_ONLY = ("num_experts", "moe_intermediate_size", "num_moe_layers", "shared_expert_intermediate_size",
+                "shared_expert_gate", "router_bias", "router_quantized", "kv_lora_rank", "q_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "quantization", "quant_block_n", "quant_block_k",
+                "quant_static_activations", "weights_unsized", "kv_unsized")
+"""The target's MoE, MLA and quantization fields: an MTP module's decoder layer has them; a separately trained
+drafter (an EAGLE head, a DFlash drafter, a draft model) is a dense model in the model dtype."""
+
+
+def _drafter_layers(method: str, values: dict[str, Any]) -> dict[str, Any]:
+    """What the drafter's layers take of the target's MoE, MLA and quantization (see `_TARGET_ONLY`): an MTP module's
+    layer is the target's kind of layer, a MoE layer when the target has experts (DeepSeek's MTP layers follow the
+    last dense one, deepseek_mtp.py); any other drafter's layers are dense and unquantized."""
+    if method == "mtp":
+        return {"num_moe_layers": values["num_layers"] if values["num_experts"] else 0}
+    defaults = ModelShape.__dataclass_fields__
+    return {k: defaults[k].default for k in _TARGET_ONLY}
 
 
 def _parse_speculative(r: FieldReader, target: ModelSpec) -> SpeculativeSpec:
@@ -357,8 +380,8 @@ def _parse_speculative(r: FieldReader, target: ModelSpec) -> SpeculativeSpec:
         drafter = _parse_drafter(sub, method, target)
         sub.done()
         try:  # vLLM's sharing rules: a shared embedding/head needs the target's vocabulary and width
-            drafter_weight_bytes(method, drafter, target.shape, target.dtype, target.tensor_parallel_size,
-                                 shares_embedding=shares_embedding, shares_lm_head=shares_lm_head)
+            drafter_shares(method, drafter, target.shape, shares_embedding=shares_embedding,
+                           shares_lm_head=shares_lm_head)
         except ValueError as exc:
             raise WorkloadError(f"{sub.path}: {exc}") from None
     elif r.has("drafter"):

@@ -593,14 +593,23 @@ def drafter_kv_bytes_per_token(
     method: str, drafter: ModelShape, dtype: str, tensor_parallel_size: int = 1, *,
     num_nextn_predict_layers: int | None = None,
 ) -> int:
-    """KV bytes the drafter adds per token on one rank: 2 (K, V) x its KV layers x kv heads x head_dim x dtype."""
+    """KV bytes the drafter adds per token on one rank: its KV layers x what one layer of its shape caches per token
+    (K and V of its KV heads, or an MLA module's one latent)."""
     layers = drafter_kv_layers(method, drafter.num_layers, num_nextn_predict_layers=num_nextn_predict_layers)
-    return 2 * layers * drafter.kv_heads_per_rank(tensor_parallel_size) * drafter.head_dim * DTYPE_BYTES[dtype]
+    return layers * drafter.kv_bytes_per_layer_token(dtype, tensor_parallel_size) if layers else 0
 
 
 def _embedding_bytes(shape: ModelShape, dtype: str, tensor_parallel_size: int) -> int:
     """One rank's embedding matrix, sharded over the vocabulary as `ModelShape.weight_bytes` counts it."""
-    return -(-shape.vocab_size // tensor_parallel_size) * shape.hidden_size * DTYPE_BYTES[dtype]
+    return shape.vocab_per_rank(tensor_parallel_size) * shape.hidden_size * DTYPE_BYTES[dtype]
+
+
+def _mtp_input_bytes(drafter: ModelShape, dtype: str) -> int:
+    """What an MTP module holds besides its decoder layer and final norm: the norms of the token's embedding and of the
+    target's hidden state, and eh_proj joining the two (a plain, replicated `nn.Linear` 2 x hidden -> hidden in the
+    model dtype, never quantized; `deepseek_mtp.py` DeepSeekMultiTokenPredictorLayer)."""
+    h = drafter.hidden_size
+    return (2 * h * h + 2 * h) * DTYPE_BYTES[dtype]
 
 
 def drafter_shares(
@@ -644,7 +653,8 @@ def drafter_weight_bytes(
     EAGLE/EAGLE3/MTP (facts §4) and DFlash (V2 `load_dflash_model` applies the same `_should_share` rule) take the
     target's embedding and LM head when the draft has none or an identical copy; the default (None) assumes so
     when the shapes match (same vocab_size and hidden_size) and not otherwise; MTP always shares. draft_model
-    never shares. Model-free methods add nothing."""
+    never shares. An MTP module adds its input norms and eh_proj (`_mtp_input_bytes`). Model-free methods add
+    nothing."""
     _check_method(method)
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r} must be one of {', '.join(DTYPE_BYTES)}")
@@ -660,4 +670,4 @@ def drafter_weight_bytes(
         total -= embedding
     if shares_lm_head and not drafter.tie_word_embeddings:  # a tied head is the embedding, not counted apart
         total -= embedding
-    return total
+    return total + (_mtp_input_bytes(drafter, dtype) if method == "mtp" else 0)
