@@ -90,3 +90,18 @@ def test_a_profile_measured_through_vllm_034_records_what_its_extensible_cache_s
                           kv=KvFacts(((32, 8, 128, 2), (1, 8, 128, 2)), 33 * 2 * 8 * 128 * 2))
     assert rule.geometry == KvGeometry((64 * KIB,) * 33, 33 * 64 * KIB)
     assert sum("records no" in n for n in notes) == 3
+
+
+def test_an_mla_workload_is_laid_out_as_mla_layers():
+    # DeepSeek-V3 (MLA: one latent of kv_lora_rank 512 + rope 64, bf16, whole on every TP rank) and its MTP module:
+    # the workload's layer groups say K/V heads, its bytes per token the latent; the geometry must be 62 MLA pages
+    # of 16 x 576 x 2 bytes, not the groups' K/V arithmetic.
+    from pathlib import Path
+
+    from tuner.workload.spec import load_workload
+
+    w = load_workload(Path(__file__).parents[1] / "workloads" / "mtp1-deepseek-v3-tp8.yaml")
+    engine = Vllm034Engine(ServingConfig(max_num_seqs=256))
+    got = engine.kv_geometry(KvFacts(w.kv_layer_groups(), w.kv_bytes_per_token()))
+    assert got == KvLayout(tuple([KvLayer("mla", 1, 576, 2)] * 62)).geometry
+    assert got.pool_bytes_per_block == 62 * 16 * 576 * 2
