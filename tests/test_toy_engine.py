@@ -61,7 +61,7 @@ class ToyEngine(RequestEngine):
     def kv_rule(self, *, total_memory_bytes: int, non_kv_cache_bytes: int, weights_bytes: Callable[[], int],
                 required_kv_bytes: int, tensor_parallel_size: int, notes: list[str],
                 pre_load_free_bytes: int | None = None,
-                activation_peak_bytes: int | None = None) -> ToyKvRule:
+                activation_peak_bytes: int | None = None, kv: object = None) -> ToyKvRule:
         return ToyKvRule(total_memory_bytes, non_kv_cache_bytes, required_kv_bytes)
 
     def render_request_files(self, batch_sizes: Sequence[int], deployment: object, provenance: object

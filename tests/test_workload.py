@@ -155,7 +155,8 @@ def test_bad_fields_name_path_and_value(path, value, message):
 def test_user_max_inconsistent_with_list_is_a_serving_error():
     data = with_("serving.cudagraph_capture_sizes", [4, 8])
     data["serving"]["max_cudagraph_capture_size"] = 16
-    with pytest.raises(WorkloadError, match="^serving: customized max_cudagraph_capture_size"):
+    with pytest.raises(WorkloadError, match=r"^serving: vLLM 0\.3\d refuses to start with these capture settings: "
+                                            r"customized max_cudagraph_capture_size"):
         parse_workload(data)
 
 
@@ -189,7 +190,8 @@ def test_dynamic_schedule_sets_each_steps_query_length():
 def test_a_schedule_vllm_rejects_is_refused_naming_the_field():
     # vLLM's validate_and_normalize_dynamic_sd_schedule rejects both, and vLLM would not start with them.
     for schedule, message in (([[2, 8, 1]], "must start at 1"), ([[1, 4, 3], [4, 8, 1]], r"\(1, 4\) and \(4, 8\)")):
-        with pytest.raises(WorkloadError, match=f"^serving: speculative_schedule .*{message}"):
+        with pytest.raises(WorkloadError,
+                           match=rf"^serving: vLLM 0\.3\d refuses to start .*speculative_schedule .*{message}"):
             parse_workload(with_("serving.speculative_schedule", schedule))
 
 

@@ -15,6 +15,9 @@ from tuner.engines.vllm.v034.dispatch import join_keys
 from tuner.engines.vllm.v034.emit import compilation_config_034, keys_of_compilation_config, render_034_files
 
 BOTH = join_keys([8, 512], [1, 30])
+# the deployment the config is read back under: vLLM 0.34 on an H200 with room for both lists
+ENGINE = engine_of(ServingConfig(max_num_seqs=256, max_num_batched_tokens=2048, gpu_capability=(9, 0),
+                                 vllm_version="0.34"))
 
 
 @pytest.mark.parametrize("keys", [BOTH, join_keys([8, 512], []), join_keys([], [1, 30])],
@@ -22,14 +25,14 @@ BOTH = join_keys([8, 512], [1, 30])
 def test_a_list_pair_goes_through_its_compilation_config_and_back(keys):
     config = compilation_config_034(keys, "FULL_AND_PIECEWISE")
     assert config["cudagraph_mode"] == "FULL_AND_PIECEWISE"
-    assert keys_of_compilation_config(json.loads(json.dumps(config))) == keys
+    assert keys_of_compilation_config(ENGINE, json.loads(json.dumps(config))) == keys
 
 
 @pytest.mark.parametrize(("keys", "mode"), [((), "FULL_AND_PIECEWISE"), (BOTH, "NONE")], ids=["no keys", "mode NONE"])
 def test_nothing_captured_is_written_as_mode_none_and_read_back_as_no_keys(keys, mode):
     config = compilation_config_034(keys, mode)
     assert config == {"cudagraph_mode": "NONE"}
-    assert keys_of_compilation_config(config) == ()
+    assert keys_of_compilation_config(ENGINE, config) == ()
 
 
 def test_a_list_vllm_would_not_keep_is_refused_before_any_file_is_written():
@@ -41,7 +44,7 @@ def test_a_list_vllm_would_not_keep_is_refused_before_any_file_is_written():
     provenance = Provenance("test", "no profile", "no device", "no workload", "now")
     files = render_034_files(engine, join_keys([2048], [120]), settings, cudagraph_mode="FULL_AND_PIECEWISE",
                              provenance=provenance)
-    assert keys_of_compilation_config(json.loads(files[COMPILATION_CONFIG_FILE])) == join_keys([2048], [120])
+    assert keys_of_compilation_config(engine, json.loads(files[COMPILATION_CONFIG_FILE])) == join_keys([2048], [120])
     with pytest.raises(EmitError, match="captures 120 requests"):
         render_034_files(engine, join_keys([2048], [121]), settings, cudagraph_mode="FULL_AND_PIECEWISE",
                          provenance=provenance)

@@ -111,17 +111,17 @@ def test_a_shipped_decode_size_past_the_lowest_token_bound_is_refused(name, fits
     # token budget holds): the files would not hold the graphs cgtune chose.
     from tuner.engines.vllm.emit import EmitError
     from tuner.engines.vllm.v034.dispatch import join_keys
-    from tuner.engines.vllm.v034.emit import validate_034_lists
+    from tuner.engines.vllm.v034.emit import files_fields
 
     cfg = CASES[name]["config"]
     engine = _engine(cfg)
     mnbt, seqs = cfg["max_num_batched_tokens"], cfg["max_num_seqs"]
-    validate_034_lists(engine, join_keys([8, mnbt], [1, fits]))
+    files_fields(engine, join_keys([8, mnbt], [1, fits]), "FULL_AND_PIECEWISE")
     for prefill, decode, message in (([8], [1, past], f"captures {fits} requests"),
                                      ([mnbt + 1], [1], f"> max_num_batched_tokens={mnbt}"),
                                      ([8], [seqs + 1], f"> max_num_seqs={seqs}")):
         with pytest.raises(EmitError, match=message):
-            validate_034_lists(engine, join_keys(prefill, decode))
+            files_fields(engine, join_keys(prefill, decode), "FULL_AND_PIECEWISE")
 
 
 # the compilation-config fields vLLM 0.34 reads, as `resolve_capture_sizes` names them
@@ -132,22 +132,20 @@ _FILE_FIELDS = {"prefill_cudagraph_capture_token_sizes": "prefill_token_sizes",
                 "max_decode_cudagraph_capture_tokens": "max_decode_tokens"}
 
 
-@pytest.mark.xfail(strict=True, reason="the compilation config cgtune writes (tuner/engines/vllm/v034/emit.py "
-                   "compilation_config_034, issue 48's field set) leaves out max_decode_cudagraph_capture_tokens")
 def test_a_decode_token_budget_above_sm100s_8192_reaches_the_deployed_vllm():
     # A B200 with max_num_batched_tokens 16384 and max_decode_cudagraph_capture_tokens 16384 at 1024 x 16: cgtune
-    # models (and validates) decode graphs up to 1024 requests; vLLM reading the shipped compilation config alone
-    # falls back to SM100's 8192-token budget and stops them at 512.
-    from tuner.engines.vllm.v034.emit import compilation_config_034, validate_034_lists
+    # models (and validates) decode graphs up to 1024 requests; a compilation config without the budget would leave
+    # vLLM on SM100's 8192-token default and stop them at 512, so the shipped config must carry it (issue 48).
+    from tuner.engines.vllm.v034.emit import compilation_config_034, files_fields
 
     cfg = {"max_num_seqs": 1024, "num_speculative_tokens": 15, "max_num_batched_tokens": 16384,
            "gpu_capability": (10, 0), "max_decode_tokens": 16384}
     engine = _engine(cfg)
     keys = engine.defaults().sizes
-    validate_034_lists(engine, keys)
+    fields = files_fields(engine, keys, "FULL_AND_PIECEWISE")
     modelled = engine.dispatcher(keys).decode_shapes
     assert max(n for n, _ in modelled) == 1024
-    shipped = compilation_config_034(keys, "FULL_AND_PIECEWISE")
+    shipped = compilation_config_034(keys, "FULL_AND_PIECEWISE", fields)
     split = resolve_capture_sizes(**{k: v for k, v in cfg.items() if k != "max_decode_tokens"},
                                   **{_FILE_FIELDS[k]: v for k, v in shipped.items() if k in _FILE_FIELDS})
     deployed = Dispatcher034.from_split(split, max_num_seqs=1024, uniform_decode_query_len=16).decode_shapes
