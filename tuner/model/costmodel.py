@@ -20,6 +20,7 @@ from tuner.profile.calibration import apply_calibration, non_kv_from_vllm
 from tuner.profile.curve import Curve, memory_curve
 from tuner.profile.outliers import FACTOR as OUTLIER_FACTOR
 from tuner.profile.outliers import Outlier, find_outliers, without_outliers
+from tuner.model.rank_view import price, rank_view
 from tuner.profile.table import Profile, ProfileError, read_profile
 from tuner.steps import Step, mix_steps, uniform_decode_steps
 from tuner.workload.spec import Workload
@@ -422,15 +423,19 @@ class CostModel:
             steps = mix_steps(steps, self.off_peak_steps, self.off_peak_weight)
             self.notes.append(f"the objective mixes {self.off_peak_weight:.0%} off-peak decode traffic (uniform over "
                               f"1..{s.max_num_seqs} requests) into the workload's steps")
+        steps, self.rank_view = rank_view(self.engine, steps, lambda sts: self._keys_of(sts)[0], self.profile,
+                                          self.workload.traffic.active_loras, self.notes)
+        """The steps' LoRA cases and data-parallel draws (`tuner.model.rank_view`); None: one rank, no LoRA."""
         self.steps: list[Step] = steps
         widths = np.array([st.num_tokens for st in steps], dtype=np.int64)
         uniform = np.array([st.uniform_decode for st in steps], dtype=bool)
         probs = np.array([st.probability for st in steps], dtype=float)
         self._widths, self._uniform, self._probs = widths, uniform, probs
-        self._keys = self._dispatch_keys(widths, uniform, np.array([st.query_len or 0 for st in steps]),
-                                         np.array([st.num_reqs or 0 for st in steps]))
-        self._eager_at_step = self.eager_ms(widths)
-        self._logits_at_step = self.logits_ms(widths) if self.logits_ms is not None else np.zeros(len(widths))
+        self._keys = self._keys_of(steps)
+        view = self.rank_view
+        own = widths if view is None else view.own_tokens  # the tokens a rank's logits run for
+        self._logits_at_step = self.logits_at(own)
+        self._eager_at_step = self.eager_ms(widths) if view is None else self._priced(None, self._keys[0])[0]
         self.mean_tokens = float(np.dot(probs, widths))
         top = int(widths.max())
         if top > self.eager_ms.max_width:
@@ -478,6 +483,14 @@ class CostModel:
             non_kv += drafter_weights
             self.notes.append(f"{name} was measured without the drafter: its weights, {drafter_weights / GIB:.2f} GiB "
                               f"computed from its shape, are added to the non-KV memory")
+        lora_bytes = self.workload.lora_weight_bytes()
+        if lora_bytes and not self.profile.metadata.get("lora") and not non_kv_from_vllm(self.profile):
+            # A profile measured without LoRA: vLLM allocates the adapters' weight buffers before it measures non-KV
+            # memory, so they are added, sized as vLLM sizes them.
+            non_kv += lora_bytes
+            self.notes.append(f"{name} was measured without LoRA: vLLM's LoRA weight buffers, {lora_bytes / GIB:.3f} "
+                              f"GiB for max_loras x max_lora_rank on every target module, are added to the non-KV "
+                              f"memory")
         return self.engine.kv_rule(
             total_memory_bytes=total, non_kv_cache_bytes=non_kv,
             weights_bytes=lambda: _meta_bytes(self.profile, "weights_bytes") or self.workload.model.weight_bytes(),
@@ -550,6 +563,19 @@ class CostModel:
                 noisy.add(int(w))
         return sorted(noisy)
 
+    @property
+    def program_gaps(self) -> list[str]:
+        """Why the exact solvers' programs cannot reproduce this model's latency and memory; they then answer with the
+        best list they are given, improved one candidate at a time, not proven optimal."""
+        gaps = []
+        if len(self.engine.lora_cases()) > 1 and self.cudagraph_mode != "NONE":
+            gaps.append("LoRA: every graph is captured once per LoRA case and a step replays its adapters' case; the "
+                        "program covers one case")
+        if self.engine.data_parallel_size > 1:
+            gaps.append("data parallelism: the graph a rank's step replays depends on every rank's step under the "
+                        "list; the program covers one rank")
+        return gaps
+
     def decision_widths(self) -> list[int]:
         """Measured widths the decision rests on: the graph candidates and the eager widths up to the widest step."""
         eager = [w for w in self.profile.by_mode("eager") if w <= max(int(self._widths.max()), 1)]
@@ -593,6 +619,20 @@ class CostModel:
         target, drafter = self._step_parts(sizes)
         return target + drafter
 
+    def _keys_of(self, steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_dispatch_keys` of `Step`s."""
+        return self._dispatch_keys(np.array([st.num_tokens for st in steps], dtype=np.int64),
+                                   np.array([st.uniform_decode for st in steps], dtype=bool),
+                                   np.array([st.query_len or 0 for st in steps]),
+                                   np.array([st.num_reqs or 0 for st in steps]))
+
+    def _priced(self, d: GraphDispatcher | None, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(latency, mode, padded width) of the workload's steps under `d` by their LoRA cases and data-parallel draws
+        (`tuner.model.rank_view.price`)."""
+        assert self.rank_view is not None
+        return price(self.rank_view, self.engine, d, self._widths, utc, self._logits_at_step, self.eager_ms,
+                     self.logits_at, self.graph_body_ms)
+
     def _dispatch_keys(self, widths: np.ndarray, uniform: np.ndarray, query_lens: np.ndarray | None = None,
                        requests: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(uniform token count the runner dispatches each step with, 0 for none; requests; K drafted) for steps given
@@ -613,6 +653,11 @@ class CostModel:
                     ) -> tuple[np.ndarray, np.ndarray]:
         """(target, drafter) latency of every step (the workload's, or the given ones) for the list that runs:
         `Dispatcher.dispatch`, vectorised."""
+        if widths is None and self.rank_view is not None:
+            # No drafter runs beside LoRA or data parallelism (the workload refuses both).
+            out, _, _ = self._priced(self._dispatcher(sizes) if self.cudagraph_mode != "NONE" and sizes else None,
+                                     self._keys[0])
+            return out, np.zeros(len(out))
         if widths is None:
             w, uniform, (utc, reqs, ks) = self._widths, self._uniform, self._keys
             logits, out = self._logits_at_step, self._eager_at_step.copy()
@@ -857,7 +902,8 @@ class CostModel:
         todo = list(widths)
         # The lookups stand in for evaluate only where the list's graphs are its dispatcher's (one dispatcher serves
         # both) and the runner's rewrite leaves a list it wrote as it is.
-        if self.drafter is not None or self.cudagraph_mode == "NONE" or not runs or self._runs(runs) != runs:
+        if (self.drafter is not None or self.rank_view is not None or self.cudagraph_mode == "NONE" or not runs
+                or self._runs(runs) != runs):
             for w in todo:
                 full(w)
             return out

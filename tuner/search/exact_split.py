@@ -353,6 +353,7 @@ class _Split:
         unproven: list[str] = []
         lower: float | None = None
         drafter = model.drafter if isinstance(model.drafter, Drafter034) else None
+        unproven += model.program_gaps
         if len(model.decode_tiers) > 1:
             unproven.append(_MULTI_TIER)
         elif model.drafter is not None and (drafter is None or drafter.method == "draft_model"):

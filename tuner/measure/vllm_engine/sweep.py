@@ -30,7 +30,7 @@ from tuner.measure.profile import (
 )
 from tuner.measure.vllm_engine import api, engine
 from tuner.measure.vllm_engine import worker as _worker
-from tuner.profile.table import MODES, ProfileRow, write_metadata, write_profile
+from tuner.profile.table import ProfileRow, mode_order, write_metadata, write_profile
 from tuner.workload.spec import Workload
 
 __all__ = ["CPU_GRAPHS", "VLLM_DRAFTER_NOTE", "drafter_rows_for_width", "pool_timings", "profile_through_vllm",
@@ -431,7 +431,7 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
                         and len(drafter_measured) == len(drafter_pending))
             csv_path = write(complete=complete)
     all_rows = sorted((r for table in (rows, drafter_rows) for rs in table.values() for r in rs),
-                      key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+                      key=lambda r: (r.num_tokens, mode_order(r.mode)))
     return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete,
                          drafter_measured=drafter_measured)
 
