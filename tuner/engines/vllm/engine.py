@@ -90,9 +90,16 @@ class VllmEngine(Engine):
                                     f"v2, or serving.vllm_version: '0.33')")
             return config
         try:  # a runner pinned where it cannot run the setup
-            resolve_model_runner(config.model_runner, speculative_method, parallel_drafting=parallel_drafting)
+            runner = resolve_model_runner(config.model_runner, speculative_method, parallel_drafting=parallel_drafting)
         except ValueError as exc:
             raise WorkloadError(f"{r.at('model_runner')}: {exc}") from None
+        lora = config.lora
+        if runner == "v1" and lora is not None and not lora.cudagraph_specialize_lora and config.data_parallel_size > 1:
+            # V1 then captures no graph without LoRA: a rank's step with no adapter runs eager and takes every rank
+            # with it, which the ranks' agreement (tuner.engines.vllm.data_parallel) does not follow.
+            raise WorkloadError(f"{r.at('cudagraph_specialize_lora')}: false with data_parallel_size "
+                                f"{config.data_parallel_size} on the V1 runner is not modelled (a rank without an "
+                                f"adapter runs every rank eager)")
         return config
 
     @property
