@@ -568,9 +568,13 @@ class CostModel:
         """Why the exact solvers' programs cannot reproduce this model's latency and memory; they then answer with the
         best list they are given, improved one candidate at a time, not proven optimal."""
         gaps = []
-        if len(self.engine.lora_cases()) > 1 and self.cudagraph_mode != "NONE":
-            gaps.append("LoRA: every graph is captured once per LoRA case and a step replays its adapters' case; the "
-                        "program covers one case")
+        view = self.rank_view
+        if view is not None and any(rows is not None for rows in view.rows.values()):
+            gaps.append("LoRA: the profile measured a LoRA case's steps, whose graphs the program does not follow")
+        if len(self.engine.lora_cases()) > 1 and self.engine.estimate_form(self.probe,
+                                                                            self.budget.estimate_enabled) != "real":
+            gaps.append("LoRA: vLLM's graph-memory estimate samples a list's widest graph and its LoRA twin, which the "
+                        "program's estimate terms do not follow")
         if self.engine.data_parallel_size > 1:
             gaps.append("data parallelism: the graph a rank's step replays depends on every rank's step under the "
                         "list; the program covers one rank")
@@ -626,8 +630,8 @@ class CostModel:
                                    np.array([st.query_len or 0 for st in steps]),
                                    np.array([st.num_reqs or 0 for st in steps]))
 
-    def _priced(self, d: GraphDispatcher | None, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(latency, mode, padded width) of the workload's steps under `d` by their LoRA cases and data-parallel draws
+    def _priced(self, d: GraphDispatcher | None, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(latency, mode) of the workload's steps under `d` by their LoRA cases and data-parallel draws
         (`tuner.model.rank_view.price`)."""
         assert self.rank_view is not None
         return price(self.rank_view, self.engine, d, self._widths, utc, self._logits_at_step, self.eager_ms,
@@ -655,8 +659,8 @@ class CostModel:
         `Dispatcher.dispatch`, vectorised."""
         if widths is None and self.rank_view is not None:
             # No drafter runs beside LoRA or data parallelism (the workload refuses both).
-            out, _, _ = self._priced(self._dispatcher(sizes) if self.cudagraph_mode != "NONE" and sizes else None,
-                                     self._keys[0])
+            out, _ = self._priced(self._dispatcher(sizes) if self.cudagraph_mode != "NONE" and sizes else None,
+                                  self._keys[0])
             return out, np.zeros(len(out))
         if widths is None:
             w, uniform, (utc, reqs, ks) = self._widths, self._uniform, self._keys
@@ -731,13 +735,33 @@ class CostModel:
         """Logits latency of every step at its real width (0 without logits rows)."""
         return self._logits_at_step
 
+    def program_steps(self) -> tuple[tuple[np.ndarray, ...], float]:
+        """The steps whose latency the exact solvers' programs follow: (widths, uniform flags, probabilities, eager
+        latency, uniform token counts, requests, K drafted, logits) of each, and the expected latency of the others,
+        which no list changes (a LoRA case no graph holds, or one nothing measured: charged its eager step on every
+        list)."""
+        arrays = (self._widths, self._uniform, self._probs, self._eager_at_step, *self._keys, self._logits_at_step)
+        view = self.rank_view
+        if view is None:
+            return arrays, 0.0
+        fixed = view.fixed
+        return tuple(a[~fixed] for a in arrays), float(np.dot(self._probs[fixed], self._eager_at_step[fixed]))
+
     def eager_step_ms(self) -> float:
         """Expected step latency with no graphs at all."""
         return float(np.dot(self._probs, self._eager_at_step))
 
     # ------------------------------------------------------------------ memory
     def graph_bytes(self, mode: str, widths: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(standalone, capture delta) bytes of graphs of `mode` at each width."""
+        """(standalone, capture delta) bytes of what one list member of `mode` at each width captures: its graph once
+        per LoRA case, one after another (the first at its standalone footprint, the others at their delta), which is
+        the real pool's share of the member however the list's other members are captured around it."""
+        sa, de = self._graph_bytes_each(mode, widths)
+        k = len(self.engine.lora_cases())
+        return (sa, de) if k == 1 else (sa + (k - 1) * de, k * de)
+
+    def _graph_bytes_each(self, mode: str, widths: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(standalone, capture delta) bytes of one graph of `mode` at each width."""
         if mode == "PIECEWISE":
             sa, de = self.piecewise_standalone, self.piecewise_delta
         else:
@@ -768,7 +792,7 @@ class CostModel:
             if known is not None:
                 costs += [known[(mode, w)] for w in widths]
             elif widths:
-                sa, de = self.graph_bytes(mode, widths)
+                sa, de = self._graph_bytes_each(mode, widths)
                 costs += [GraphCost("target", mode, w, float(a), float(d)) for w, a, d in zip(widths, sa, de)]
         order = {(m, w): i for i, (m, w) in enumerate(graphs)}
         costs.sort(key=lambda g: order[(g.mode, g.num_tokens)])

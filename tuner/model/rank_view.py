@@ -7,7 +7,7 @@ list (no saving is claimed for a case nothing measured), and the ranks' agreemen
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -61,6 +61,8 @@ class RankView:
     """(steps, kinds): each kind's widest rank's width (0: no such kind in the draw)."""
     rows: dict[int, LoraRows | None]
     """LoRA case -> its profile rows (None: not measured)."""
+    fixed: np.ndarray | None = None
+    """Per step, whether no list changes its latency (a LoRA case no graph holds, or one nothing measured)."""
 
     @property
     def data_parallel(self) -> bool:
@@ -101,48 +103,66 @@ def rank_view(engine: Engine, steps: list[Step], utc_of: Callable[[list[Step]], 
     else:
         own_tokens = np.array([st.num_tokens for st in steps], dtype=np.int64)
     cases = engine.lora_dispatch(np.array([st.loras for st in steps], dtype=np.int64))
+    if mix:  # steps that differ only in adapter counts dispatching to one case are one kind of step
+        merged: dict[tuple[Step, int], int] = {}
+        keep: list[int] = []
+        probs: list[float] = []
+        for i, (st, case) in enumerate(zip(steps, cases.tolist())):
+            j = merged.setdefault((replace(st, probability=0.0, loras=0), case), len(keep))
+            if j == len(keep):
+                keep.append(i)
+                probs.append(0.0)
+            probs[j] += st.probability
+        steps = [replace(steps[i], probability=probs[j]) for j, i in enumerate(keep)]
+        cases, own_tokens, own_utc = cases[keep], own_tokens[keep], own_utc[keep]
+        if widest_utc is not None and widest_tokens is not None:
+            widest_utc, widest_tokens = widest_utc[keep], widest_tokens[keep]
     rows = {int(c): lora_rows(profile, int(c)) for c in sorted(set(cases.tolist())) if c > 0}
     unmeasured = [c for c, r in rows.items() if r is None]
     if unmeasured:
         notes.append(f"LoRA case{'s' if len(unmeasured) > 1 else ''} {', '.join(map(str, unmeasured))}: no "
                      f"lora<case>_eager rows in the profile, so its steps are charged the eager step at their width on "
                      f"every list (no saving is claimed for them), their graphs' memory in full")
-    return steps, RankView(cases, own_tokens, own_utc, widest_utc, widest_tokens, rows)
+    fixed = (cases < 0) | np.isin(cases, [c for c, r in rows.items() if r is None])
+    return steps, RankView(cases, own_tokens, own_utc, widest_utc, widest_tokens, rows, fixed)
 
 
 def price(view: RankView, engine: Engine, d: GraphDispatcher | None, widths: np.ndarray, utc: np.ndarray,
-          logits: np.ndarray, eager_ms: Curve, logits_at: object, graph_body_ms: object
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(latency, mode, padded width (0: eager)) of the view's steps under dispatcher `d` (None: no graphs)."""
-    n = len(widths)
-    if d is None:
-        modes, padded, eager_w = np.full(n, "NONE", dtype=object), np.zeros(n, dtype=np.int64), view.own_tokens
+          logits: np.ndarray, eager_ms: Curve, logits_at: Callable[..., np.ndarray],
+          graph_body_ms: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(latency, mode) of the view's steps under dispatcher `d` (None: no graphs). A step no list changes is charged
+    its eager step at its own width (mode NONE here); the others are dispatched (the ranks' agreement under data
+    parallelism) and replay their case's graph or run eager."""
+    out = eager_ms(view.own_tokens)
+    modes = np.full(len(widths), "NONE", dtype=object)
+    live = ~view.fixed if view.fixed is not None else np.ones(len(widths), dtype=bool)
+    if not np.any(live):
+        return out, modes
+    own, lg, cases = view.own_tokens[live], logits[live], view.cases[live]
+    if d is None:  # no graphs: every rank eager at its own width
+        m, padded, eager_w = np.full(len(own), "NONE", dtype=object), np.zeros(len(own), dtype=np.int64), own
     elif view.data_parallel:
-        modes, padded, eager_w = engine.dispatch_ranks(d, widths, utc, view.own_tokens, view.own_utc,
-                                                       view.widest_utc, view.widest_tokens)  # type: ignore[arg-type]
+        m, padded, eager_w = engine.dispatch_ranks(d, widths[live], utc[live], own, view.own_utc[live],
+                                                   view.widest_utc[live], view.widest_tokens[live])  # type: ignore
     else:
-        modes, padded, _ = d.dispatch_steps(widths, utc)
-        eager_w = widths
-    no_graph = view.cases < 0
-    modes = np.where(no_graph, "NONE", modes).astype(object)
-    padded = np.where(no_graph, 0, padded)
-    eager_w = np.where(no_graph, view.own_tokens, eager_w)
+        m, padded, _ = d.dispatch_steps(widths[live], utc[live])
+        eager_w = widths[live]
     # An eager step (padded to the agreed width where the ranks agreed on one) computes logits for its real tokens.
-    out = eager_ms(eager_w) - logits_at(eager_w) + logits  # type: ignore[operator]
+    lat = eager_ms(eager_w) - logits_at(eager_w) + lg
     for mode in ("FULL", "PIECEWISE"):
-        hit = modes == mode
+        hit = (m == mode) & (cases == 0)
         if np.any(hit):
-            out[hit] = graph_body_ms(padded[hit], mode) + logits[hit]  # type: ignore[operator]
+            lat[hit] = graph_body_ms(padded[hit], mode) + lg[hit]
     for case, rows in view.rows.items():
-        sel = view.cases == case
-        if rows is None:  # nothing measured for the case: the eager step at its width on every list
-            out[sel] = eager_ms(view.own_tokens[sel])
+        sel = cases == case
+        if rows is None or not np.any(sel):
             continue
-        lat = rows.eager(eager_w[sel]) - logits_at(eager_w[sel]) + logits[sel]  # type: ignore[operator]
-        for mode, curve in rows.graphs.items():
-            hit = modes[sel] == mode
-            lat[hit] = curve(padded[sel][hit]) - logits_at(padded[sel][hit]) + logits[sel][hit]  # type: ignore
-        unmeasured = np.isin(modes[sel], [m for m in ("FULL", "PIECEWISE") if m not in rows.graphs])
-        lat[unmeasured] = rows.eager(view.own_tokens[sel][unmeasured])  # a graph nothing timed: no saving claimed
-        out[sel] = lat
-    return out, modes, padded
+        lat[sel] = rows.eager(eager_w[sel]) - logits_at(eager_w[sel]) + lg[sel]
+        for mode in ("FULL", "PIECEWISE"):
+            hit = sel & (m == mode)
+            curve = rows.graphs.get(mode)
+            # a replay nothing timed: the case's eager step at its own width, no saving claimed
+            lat[hit] = (curve(padded[hit]) - logits_at(padded[hit]) + lg[hit]) if curve is not None \
+                else rows.eager(own[hit])
+    out[live], modes[live] = lat, m
+    return out, modes

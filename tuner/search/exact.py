@@ -153,7 +153,8 @@ class _Solve:
                 e = self.seen[key] = self.seen.get(key) or model.evaluate(key)
                 if self.fits(e) and e.expected_step_ms < self.best.expected_step_ms:
                     self.best = e
-            self.best = improve_locally(model, self.best, self.cands, fits=self.fits)
+            # One sweep of the candidates per pass, a few passes: the lists given are the study's and vLLM's.
+            self.best = improve_locally(model, self.best, self.cands, evaluations=4 * len(self.cands), fits=self.fits)
             front = pareto_front([e for e in self.seen.values() if self.fits(e)] + [self.best])
             return ExactResult(self.best, front, 1, False, len(self.cands), lower_bound_ms=None,
                                seconds=self.clock() - self.started, unproven=tuple(model.program_gaps))

@@ -248,7 +248,7 @@ class VllmEngine(Engine):
         s, notes = self.serving, []
         if s.lora is not None and dispatcher.cudagraph_mode != "NONE":
             notes.append(f"LoRA (max_loras {s.lora.max_loras}, rank {s.lora.max_lora_rank}): the {self.runner.upper()} "
-                         f"runner captures every graph once per LoRA case, {case_text(self.lora_cases())}, and a step "
+                         f"runner captures every graph once per LoRA case, {case_text(self.lora_cases(), s.lora.max_loras)}, and a step "
                          f"replays its active adapters' case")
         if s.speculative_schedule and s.data_parallel_size > 1:
             notes.append(f"vLLM drops speculative_schedule under data_parallel_size {s.data_parallel_size} "
@@ -334,7 +334,8 @@ class VllmEngine(Engine):
             max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
             max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
             enforce_eager=s.enforce_eager, speculative_config=self._speculative_config(deployment, notes),
-            environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin)
+            environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin,
+            data_parallel_size=s.data_parallel_size, lora=s.lora)
 
     @property
     def pin_note(self) -> str:

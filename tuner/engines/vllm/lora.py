@@ -7,7 +7,6 @@ and the LoRA layers' `create_lora_weights` (vllm/lora/layers/)."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +15,8 @@ import numpy as np
 
 from tuner.fields import FieldReader, WorkloadError
 
-__all__ = ["LORA_FIELDS", "LORA_RANKS", "LoraSettings", "capture_cases", "captured_lora_counts", "dispatch_cases",
-           "lora_weight_bytes", "read_lora"]
+__all__ = ["LORA_FIELDS", "LORA_RANKS", "NO_GRAPH", "LoraSettings", "capture_cases", "captured_lora_counts",
+           "case_text", "dispatch_cases", "lora_flags", "lora_weight_bytes", "read_lora"]
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ranks vLLM accepts for `--max-lora-rank` (`MaxLoRARanks`, vllm/config/lora.py)."""
@@ -83,11 +82,6 @@ def dispatch_cases(lora: LoraSettings | None, runner: str, active: np.ndarray) -
     return np.where(np.isin(out, cases), out, NO_GRAPH)
 
 
-def dispatch_case(lora: LoraSettings | None, runner: str, active: int) -> int:
-    """`dispatch_cases` of one step."""
-    return int(dispatch_cases(lora, runner, np.array([active]))[0])
-
-
 # ------------------------------------------------------------------------------------------------ weight buffers
 def lora_weight_bytes(lora: LoraSettings, *, hidden_size: int, num_layers: int, num_attention_heads: int,
                       num_kv_heads: int, head_dim: int, intermediate_size: int, vocab_size: int, dtype_bytes: int,
@@ -147,23 +141,15 @@ def lora_flags(lora: LoraSettings | None) -> dict[str, Any]:
     return out
 
 
-def case_text(cases: Sequence[int]) -> str:
-    """A list of LoRA cases in words: `0 (no adapter), 2 (1-2 adapters)`."""
+def case_text(cases: Sequence[int], max_loras: int) -> str:
+    """The LoRA cases in words, each with the active-adapter counts it serves: `0 (no adapter), 4 (1-3 adapters)`."""
     out, prev = [], 0
     for c in sorted(cases):
-        out.append("0 (no adapter)" if c == 0 else f"{c} ({prev + 1}-{c} adapters)" if c > prev + 1
-                   else f"{c} ({c} adapter{'s' if c > 1 else ''})")
-        prev = max(prev, c)
+        if c == 0:
+            out.append("0 (no adapter)")
+            continue
+        lo, hi = prev + 1, min(c, max_loras)
+        out.append(f"{c} (vLLM's dummy steps only)" if lo > hi else
+                   f"{c} ({lo} adapter{'s' if lo > 1 else ''})" if lo == hi else f"{c} ({lo}-{hi} adapters)")
+        prev = c
     return ", ".join(out)
-
-
-def active_share_text(mix: Sequence[tuple[int, float]]) -> str:
-    """An adapter mix in words: `0: 30%, 2: 70%`."""
-    total = sum(w for _, w in mix) or 1.0
-    return ", ".join(f"{n}: {w / total:.0%}" for n, w in mix)
-
-
-def bisect_case(with_lora: Sequence[int], active: int) -> int:
-    """The smallest of `with_lora` (ascending) at or above `active`, else the largest (V2's clamp)."""
-    i = bisect.bisect_left(list(with_lora), active)
-    return with_lora[min(i, len(with_lora) - 1)]
