@@ -256,6 +256,26 @@ def compare(o: vo.Oracle, rnd: random.Random, tally: Counter[str], out: list[dic
     return True
 
 
+def schedule_rule(o: vo.Oracle) -> list[list[Any]]:
+    """0.33's `_maybe_disable_dynamic_sd_for_data_parallel` (config/vllm.py) on a schedule at DP sizes 1, 2, 4 (the
+    schedule that survives) beside cgtune's, both runners. Stand-ins: the config and speculative config (the fields it
+    reads)."""
+    out = []
+    schedule = ((1, 8, 4), (9, 64, 2))
+    for dp_size in (1, 2, 4):
+        spec = o._spec_class(method="ngram", num_speculative_tokens=4,
+                             num_speculative_tokens_per_batch_size=[list(e) for e in schedule])
+        vc = types.SimpleNamespace(speculative_config=spec,
+                                   parallel_config=types.SimpleNamespace(data_parallel_size=dp_size))
+        o.VllmConfig._maybe_disable_dynamic_sd_for_data_parallel(vc)
+        ours = [engine_of(ServingConfig(max_num_seqs=64, num_speculative_tokens=4, speculative_method="ngram",
+                                        speculative_schedule=schedule, vllm_version="0.33", model_runner=runner,
+                                        data_parallel_size=dp_size)).dynamic_schedule is not None
+                for runner in ("v1", "v2")]
+        out.append([dp_size, spec.num_speculative_tokens_per_batch_size is not None, ours])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=51)
@@ -275,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     with o.patched():
         while done < args.configs:
             done += compare(o, rnd, tally, out, seen)
+        rule = schedule_rule(o)
     print(json.dumps({"status": "ok", "seed": args.seed, "configs": done, "checks": tally, "coverage": seen,
+                      "schedule_rule": rule,
                       "disagreements": out[:20], "disagreement_count": len(out),
                       "seconds": round(time.perf_counter() - start, 1)}, default=str))
     return 0

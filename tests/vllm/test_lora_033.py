@@ -51,3 +51,10 @@ def test_the_comparison_covers_what_it_claims(result):
     assert seen["narrower rank eager"] >= 500 and seen["narrower rank padded to a graph"] >= 500
     for mode in ("NONE", "PIECEWISE", "FULL"):
         assert seen[f"dispatched {mode}"] >= 500, mode
+
+
+def test_data_parallelism_drops_a_dynamic_schedule_as_vllm_does(result):
+    # 0.33's `_maybe_disable_dynamic_sd_for_data_parallel` keeps the schedule on one rank, drops it on several; cgtune's
+    # engine (both runners) runs static K exactly there.
+    assert [[dp, kept, ours] for dp, kept, ours in result["schedule_rule"]] == [
+        [1, True, [True, True]], [2, False, [False, False]], [4, False, [False, False]]]
