@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import vllm_oracle as vo  # noqa: E402
+from dp_all_reduce import agree_ranks, agree_v2  # noqa: E402
 
 from tuner.engines.registry import engine_of  # noqa: E402
 from tuner.engines.serving import ServingConfig  # noqa: E402
@@ -73,10 +74,6 @@ def random_batch(rnd: random.Random, cfg: vo.Config, q: int, max_loras: int) -> 
     return (*batch, rnd.randint(0, min(max_loras, batch[0])))
 
 
-class Collected(Exception):
-    """The stand-in all-reduce has read one rank's column."""
-
-
 def v2_manager(o: vo.Oracle, r: vo.Resolved, lora: LoraSettings) -> tuple[Any, list[int]]:
     """The V2 runner's manager with the LoRA cases `get_lora_capture_cases` gives (v1/worker/gpu/lora_utils.py)."""
     from vllm.config.lora import LoRAConfig
@@ -96,41 +93,14 @@ def v2_dispatch(o: vo.Oracle, m: Any, draw: list[tuple[int, int, int, int]], q: 
     (`gather_batch_req_state`); with one rank, the manager's own dispatch."""
     import vllm.v1.worker.gpu.dp_utils as dp
 
-    columns: dict[int, Any] = {}
-
-    def call(rank: int) -> Any:
+    def call(rank: int) -> list[Any]:
         n, t, top, active = draw[rank]
         utc = q if t == n * q and top == q else None
-        return dp.dispatch_cg_and_sync_dp(m, n, t, utc, len(draw), rank, max_query_len=utc, num_active_loras=active,
-                                          uniform_decode=utc == q)[0]
+        d = dp.dispatch_cg_and_sync_dp(m, n, t, utc, len(draw), rank, max_query_len=utc, num_active_loras=active,
+                                       uniform_decode=utc == q)[0]
+        return [d.cg_mode.name, d.num_tokens, d.num_active_loras]
 
-    def collect(rank: int) -> Any:
-        def reduce(tensor: Any) -> None:
-            columns[rank] = tensor[:, rank].clone()
-            raise Collected
-        return types.SimpleNamespace(cpu_all_reduce_=reduce)
-
-    def answer(tensor: Any) -> None:
-        for rank, column in columns.items():
-            tensor[:, rank] = column
-
-    saved = dp.get_dp_group
-    try:
-        if len(draw) > 1:
-            for rank in range(len(draw)):
-                dp.get_dp_group = lambda rank=rank: collect(rank)
-                try:
-                    call(rank)
-                except Collected:
-                    pass
-            dp.get_dp_group = lambda: types.SimpleNamespace(cpu_all_reduce_=answer)
-        out = []
-        for rank in range(len(draw)):
-            d = call(rank)
-            out.append([d.cg_mode.name, d.num_tokens, d.num_active_loras])
-        return out
-    finally:
-        dp.get_dp_group = saved
+    return agree_v2(dp, len(draw), call)
 
 
 def v1_dispatch(o: vo.Oracle, r: vo.Resolved, dispatcher: Any, draw: list[tuple[int, int, int, int]]
@@ -142,18 +112,8 @@ def v1_dispatch(o: vo.Oracle, r: vo.Resolved, dispatcher: Any, draw: list[tuple[
     import vllm.v1.worker.dp_utils as dp
 
     cls = o.v1_runner.GPUModelRunner
-    columns: dict[int, Any] = {}
-    phase = {"collect": None}
 
-    def all_reduce(tensor: Any, group: Any = None) -> None:
-        rank = phase["collect"]
-        if rank is not None:
-            columns[rank] = tensor[:, rank].clone()
-            raise Collected
-        for j, column in columns.items():
-            tensor[:, j] = column
-
-    def call(rank: int) -> Any:
+    def call(rank: int) -> list[Any]:
         n, t, top, active = draw[rank]
         ns = types.SimpleNamespace
         parallel = ns(data_parallel_size=len(draw), data_parallel_rank=rank, use_ubatching=False, num_ubatches=2,
@@ -167,19 +127,13 @@ def v1_dispatch(o: vo.Oracle, r: vo.Resolved, dispatcher: Any, draw: list[tuple[
         mode, desc, *_ = cls._determine_batch_execution_and_padding(runner, t, n, sched, top, allow_microbatching=False)
         return [mode.name, desc.num_tokens, desc.num_active_loras]
 
+    def install(reduce: Any) -> None:
+        dp.dist = types.SimpleNamespace(all_reduce=lambda tensor, group=None: reduce(tensor))
+
     saved = dp.get_dp_group, dp.dist
     dp.get_dp_group = lambda: types.SimpleNamespace(device="cpu", device_group=None, cpu_group=None)
-    dp.dist = types.SimpleNamespace(all_reduce=all_reduce)
     try:
-        if len(draw) > 1:
-            for rank in range(len(draw)):
-                phase["collect"] = rank
-                try:
-                    call(rank)
-                except Collected:
-                    pass
-            phase["collect"] = None
-        return [call(rank) for rank in range(len(draw))]
+        return agree_ranks(len(draw), call, install)
     finally:
         dp.get_dp_group, dp.dist = saved
 

@@ -27,6 +27,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm034_oracle as vo  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))
+from dp_all_reduce import agree_v2  # noqa: E402
+
 MODES = ("PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 BATCHES = 30
 DRAWS = 12
@@ -110,43 +113,13 @@ def dispatch_dp(o: vo.Oracle, m: Any, draw: list[list[int | None]], q: int) -> l
     Stand-in: the DP group's `cpu_all_reduce_` (torch.distributed)."""
     import vllm.v1.worker.gpu.dp_utils as dp
 
-    columns: dict[int, Any] = {}
-
-    class Collected(Exception):
-        pass
-
-    def collect(rank: int) -> Any:
-        def reduce(tensor: Any) -> None:
-            columns[rank] = tensor[:, rank].clone()
-            raise Collected
-        return types.SimpleNamespace(cpu_all_reduce_=reduce)
-
-    def answer(tensor: Any) -> None:
-        for rank, column in columns.items():
-            tensor[:, rank] = column
-
-    def call(rank: int) -> Any:
+    def call(rank: int) -> list[Any]:
         n, t, utc, active = draw[rank]
-        return dp.dispatch_cg_and_sync_dp(m, n, t, utc, len(draw), rank, max_query_len=utc, num_active_loras=active,
-                                          parallel_config=m.vllm_config.parallel_config,
-                                          uniform_decode=utc == q)[0]
+        d = dp.dispatch_cg_and_sync_dp(m, n, t, utc, len(draw), rank, max_query_len=utc, num_active_loras=active,
+                                       parallel_config=m.vllm_config.parallel_config, uniform_decode=utc == q)[0]
+        return [d.cg_mode.name, d.num_tokens, d.num_reqs, d.num_active_loras]
 
-    saved = dp.get_dp_group
-    try:
-        for rank in range(len(draw)):
-            dp.get_dp_group = lambda rank=rank: collect(rank)
-            try:
-                call(rank)
-            except Collected:
-                pass
-        dp.get_dp_group = lambda: types.SimpleNamespace(cpu_all_reduce_=answer)
-        out = []
-        for rank in range(len(draw)):
-            d = call(rank)
-            out.append([d.cg_mode.name, d.num_tokens, d.num_reqs, d.num_active_loras])
-        return out
-    finally:
-        dp.get_dp_group = saved
+    return agree_v2(dp, len(draw), call)
 
 
 def schedule_rule(o: vo.Oracle) -> list[list[Any]]:
