@@ -168,6 +168,10 @@ def test_a_dp_rank_replays_every_joint_draw_as_vllm_agrees_it(tmp_path, version)
         assert m.expected_step_ms(sizes) == pytest.approx(_brute_dp(m, base, sizes)), sizes
     # The widest rank's width: a rank replays wider graphs than its own traffic, so DP is slower than one rank.
     assert m.expected_step_ms(base.default_sizes) > base.expected_step_ms(base.default_sizes)
+    # Per token: a rank's step serves its own tokens, not the widest rank's.
+    assert m.mean_tokens == pytest.approx(base.mean_tokens)
+    assert m.evaluate(base.default_sizes).per_token_ms == pytest.approx(
+        m.expected_step_ms(base.default_sizes) / base.mean_tokens)
 
 
 def test_dp_drops_a_dynamic_schedule(tmp_path):

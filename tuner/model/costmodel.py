@@ -16,11 +16,11 @@ import numpy as np
 
 from tuner.engines.engine import GraphDispatcher, KvRule
 from tuner.engines.vllm.memory import GraphCost
+from tuner.model.rank_view import price, rank_view
 from tuner.profile.calibration import apply_calibration, non_kv_from_vllm
 from tuner.profile.curve import Curve, memory_curve
 from tuner.profile.outliers import FACTOR as OUTLIER_FACTOR
 from tuner.profile.outliers import Outlier, find_outliers, without_outliers
-from tuner.model.rank_view import price, rank_view
 from tuner.profile.table import Profile, ProfileError, read_profile
 from tuner.steps import Step, mix_steps, uniform_decode_steps
 from tuner.workload.spec import Workload
@@ -436,7 +436,7 @@ class CostModel:
         own = widths if view is None else view.own_tokens  # the tokens a rank's logits run for
         self._logits_at_step = self.logits_at(own)
         self._eager_at_step = self.eager_ms(widths) if view is None else self._priced(None, self._keys[0])[0]
-        self.mean_tokens = float(np.dot(probs, widths))
+        self.mean_tokens = float(np.dot(probs, own))  # a rank's own tokens, not the widest rank's
         top = int(widths.max())
         if top > self.eager_ms.max_width:
             self.notes.append(

@@ -61,7 +61,7 @@ class RankView:
     """(steps, kinds): each kind's widest rank's width (0: no such kind in the draw)."""
     rows: dict[int, LoraRows | None]
     """LoRA case -> its profile rows (None: not measured)."""
-    fixed: np.ndarray | None = None
+    fixed: np.ndarray
     """Per step, whether no list changes its latency (a LoRA case no graph holds, or one nothing measured)."""
 
     @property
@@ -135,7 +135,7 @@ def price(view: RankView, engine: Engine, d: GraphDispatcher | None, widths: np.
     parallelism) and replay their case's graph or run eager."""
     out = eager_ms(view.own_tokens)
     modes = np.full(len(widths), "NONE", dtype=object)
-    live = ~view.fixed if view.fixed is not None else np.ones(len(widths), dtype=bool)
+    live = ~view.fixed
     if not np.any(live):
         return out, modes
     own, lg, cases = view.own_tokens[live], logits[live], view.cases[live]
