@@ -4,7 +4,8 @@ line and the YAML carry `--enable-lora`, `--max-loras`, `--max-lora-rank` (and `
 compilation config `cudagraph_specialize_lora`, and `--data-parallel-size`, with the tuned lists under each release's
 names. The slow cases search each workload end to end on a synthetic profile (a fixture, never a measurement: the widths
 written here from each release's own key widths, since benchmarks/bench_search.py's writer puts 0.34's negative decode
-keys among the widths) and parse what `cgtune search` wrote."""
+keys among the widths) and parse what `cgtune search` wrote. GPU validation, whose replay runs one engine's steps with
+no adapter, refuses both deployments in one line before any work."""
 
 from __future__ import annotations
 
@@ -153,3 +154,22 @@ def test_the_shipped_workload_is_searched_and_emitted_end_to_end(tmp_path, path,
     else:
         assert "data_parallel_size 4: each step a rank replays" in notes
     _check(_parse(version, _argvs(out)), out, wl)
+    # The GPU replay runs one engine's steps with no adapter: it refuses to stand for such a deployment.
+    from tuner.validate.validation import ValidationError, validate_run
+
+    with pytest.raises(ValidationError, match="is not validated yet"):
+        validate_run(out, backend=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path, field", [(LORA, "serving.enable_lora: true"), (DP, "serving.data_parallel_size: 4")])
+def test_validation_refuses_lora_and_dp_in_one_line_before_any_work(tmp_path, capsys, path, field):
+    from cli_runner import run
+
+    profile = tmp_path / "profile.csv"
+    profile.write_text("not read: the refusal comes first\n")
+    for argv in (("tune", path, "--profile", profile, "--out", tmp_path / "tuned", "--validate", 1, "--no-progress"),
+                 ("validate", tmp_path / "exact", "--workload", path, "--profile", profile)):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and err.strip().count("\n") == 0, (argv[0], err)
+        assert f"{field} is not validated yet" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.csv"]
