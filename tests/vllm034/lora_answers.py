@@ -83,8 +83,8 @@ def manager(o: vo.Oracle, r: vo.Resolved, cases: list[int], dp_size: int) -> Any
     vc = r.vllm_config
     vc.parallel_config = types.SimpleNamespace(tensor_parallel_size=1, data_parallel_size=dp_size, use_ubatching=False,
                                                enable_fault_tolerance=False)
-    return Manager(vc, None, o.CUDAGraphMode[r.cudagraph_mode], decode_query_lens=vc.get_decode_cudagraph_query_lens(r.q),
-                   lora_capture_cases=cases)
+    return Manager(vc, None, o.CUDAGraphMode[r.cudagraph_mode],
+                   decode_query_lens=vc.get_decode_cudagraph_query_lens(r.q), lora_capture_cases=cases)
 
 
 def costs(owner: str, mode: str, width: int) -> tuple[int, int]:

@@ -247,9 +247,10 @@ class VllmEngine(Engine):
         """How LoRA and data parallelism change what runs (both releases)."""
         s, notes = self.serving, []
         if s.lora is not None and dispatcher.cudagraph_mode != "NONE":
+            cases = case_text(self.lora_cases(), s.lora.max_loras)
             notes.append(f"LoRA (max_loras {s.lora.max_loras}, rank {s.lora.max_lora_rank}): the {self.runner.upper()} "
-                         f"runner captures every graph once per LoRA case, {case_text(self.lora_cases(), s.lora.max_loras)}, and a step "
-                         f"replays its active adapters' case")
+                         f"runner captures every graph once per LoRA case, {cases}, and a step replays its active "
+                         f"adapters' case")
         if s.speculative_schedule and s.data_parallel_size > 1:
             notes.append(f"vLLM drops speculative_schedule under data_parallel_size {s.data_parallel_size} "
                          f"(_maybe_disable_dynamic_sd_for_data_parallel: ranks could pick different K): every step "
