@@ -4,17 +4,24 @@ carrying its requests and query length (a dynamic speculative schedule's tier)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 __all__ = [
+    "DP_DRAWS",
     "Distribution",
+    "RankSync",
     "Step",
     "Traffic",
+    "agree",
     "decode_steps_by_width",
     "mix_steps",
+    "rank_steps",
     "step_distribution",
     "uniform_decode_steps",
+    "with_active_adapters",
 ]
 
 
@@ -45,6 +52,19 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class RankSync:
+    """One joint draw of data-parallel ranks' steps, from one rank's point of view: what the engine's agreement needs
+    beyond the agreed step (`tuner.engines.vllm.data_parallel`)."""
+
+    own_tokens: int
+    """This rank's own step width."""
+    own_utc: int
+    """The uniform token count this rank's own step dispatches with (0: none)."""
+    widest: tuple[tuple[int, int], ...]
+    """`(uniform token count (0: none), widest width)` of each kind of step among the ranks, this one's included."""
+
+
+@dataclass(frozen=True)
 class Step:
     """One kind of engine step, what vLLM needs to dispatch it, and how often it happens."""
 
@@ -60,6 +80,11 @@ class Step:
     the prompt chunks' length when every request has it (vLLM V1 counts q such tokens as uniform), else None."""
     num_reqs: int | None = None
     """Requests in the step; None where the traffic does not say (a mixed step drawn by tokens)."""
+    loras: int = 0
+    """Distinct LoRA adapters active in the step (0: none, or no LoRA)."""
+    ranks: RankSync | None = None
+    """Under data parallelism: the ranks' joint draw this step stands for (then `num_tokens` is the widest rank's and
+    `uniform_decode` / `query_len` what every rank shares); None: one rank."""
 
     @property
     def sort_key(self) -> tuple[int, bool, int, int]:
@@ -86,6 +111,8 @@ class Traffic:
     it empty)."""
     source_note: str = ""
     """How the traffic was obtained and what was assumed (free text)."""
+    active_loras: tuple[tuple[int, float], ...] = ()
+    """`(distinct LoRA adapters active, weight)` over steps (a LoRA deployment's adapter mix); empty: no LoRA."""
 
 
 def decode_steps_by_width(query_lens: Sequence[int]) -> dict[int, tuple[int, int]]:
@@ -145,3 +172,61 @@ def mix_steps(a: list[Step], b: list[Step], weight_b: float) -> list[Step]:
             key = replace(st, probability=0.0)
             out[key] = out.get(key, 0.0) + w * st.probability
     return sorted((replace(k, probability=p) for k, p in out.items() if p > 0), key=lambda st: st.sort_key)
+
+
+def with_active_adapters(steps: list[Step], mix: Sequence[tuple[int, float]]) -> list[Step]:
+    """Each step split by the adapter mix `(active adapters, weight)`: a step of n requests has at most n adapters
+    active, so its draws above n count as n."""
+    total = sum(w for _, w in mix)
+    out: dict[Step, float] = {}
+    for st in steps:
+        for active, w in mix:
+            if w > 0:
+                kind = replace(st, probability=0.0, loras=min(active, st.num_reqs or active))
+                out[kind] = out.get(kind, 0.0) + st.probability * w / total
+    return sorted((replace(k, probability=p) for k, p in out.items() if p > 0), key=lambda st: st.sort_key)
+
+
+DP_DRAWS = 20_000
+"""Joint draws of the ranks' steps when there are too many joint steps to list (`rank_steps`)."""
+_EXACT_JOINT = 50_000
+"""Most joint steps `rank_steps` lists one by one."""
+
+
+def rank_steps(steps: list[Step], ranks: int, utc: Sequence[int], *, seed: int = 0, draws: int = DP_DRAWS
+               ) -> list[Step]:
+    """One rank's steps under data parallelism over `ranks` ranks, each drawing its step from `steps` independently:
+    every joint draw as the agreed step (the widest rank's width; decode at the query length every rank shares, else
+    mixed) carrying this rank's own requests and adapters, and the draw's `RankSync`. `utc[i]`: the uniform token count
+    step i dispatches with (0: none). Every joint step is listed while there are at most _EXACT_JOINT of them; beyond,
+    `draws` seeded joint draws stand for the distribution."""
+    if ranks <= 1 or not steps:
+        return steps
+    probs = np.array([st.probability for st in steps], dtype=float)
+    probs = probs / probs.sum()
+    n = len(steps)
+    if n ** ranks <= _EXACT_JOINT:
+        grid = np.indices((n,) * ranks).reshape(ranks, -1).T
+        weights = np.prod(probs[grid], axis=1)
+    else:
+        grid = np.random.default_rng(seed).choice(n, size=(draws, ranks), p=probs)
+        weights = np.full(draws, 1.0 / draws)
+    keys = [(st.num_tokens, int(u)) for st, u in zip(steps, utc)]
+    out: dict[Step, float] = {}
+    for row, w in zip(grid.tolist(), weights.tolist()):
+        own = steps[row[0]]
+        width, agreed, sync = agree([keys[i] for i in row])
+        kind = Step(width, agreed > 0, 0.0, agreed or None, own.num_reqs, own.loras, sync)
+        out[kind] = out.get(kind, 0.0) + w
+    return sorted((replace(k, probability=p) for k, p in out.items() if p > 0), key=lambda st: st.sort_key)
+
+
+def agree(draw: Sequence[tuple[int, int]], own: int = 0) -> tuple[int, int, RankSync]:
+    """(agreed width, agreed uniform token count (0: none), the summary) of the ranks' `(width, uniform token count)`
+    steps, for rank `own`: the widest rank's width, the count every rank shares (else none), and each kind's widest."""
+    widest: dict[int, int] = {}
+    for width, utc in draw:
+        widest[utc] = max(widest.get(utc, 0), width)
+    agreed = draw[0][1] if len(widest) == 1 else 0
+    width, utc = draw[own]
+    return max(w for w, _ in draw), agreed, RankSync(width, utc, tuple(sorted(widest.items())))

@@ -52,7 +52,17 @@ def parse(argv: list[str]) -> dict[str, Any]:
     """What `vllm serve ARGV` hands its engine: the parsed settings cgtune tuned for."""
     engine = ServeParser().engine_args(argv)
     cc = engine.compilation_config
+    lora = None
+    if engine.enable_lora:  # the LoRAConfig create_engine_config builds from them, validated by vLLM itself
+        from vllm.config.lora import LoRAConfig
+
+        c = LoRAConfig(max_loras=engine.max_loras, max_lora_rank=engine.max_lora_rank,
+                       specialize_active_lora=engine.specialize_active_lora)
+        lora = {"max_loras": c.max_loras, "max_lora_rank": c.max_lora_rank,
+                "specialize_active_lora": c.specialize_active_lora,
+                "cudagraph_specialize_lora": cc.cudagraph_specialize_lora}
     return {
+        "data_parallel_size": engine.data_parallel_size, "lora": lora,
         "model": engine.model, "dtype": engine.dtype, "tensor_parallel_size": engine.tensor_parallel_size,
         "max_model_len": engine.max_model_len, "max_num_seqs": engine.max_num_seqs,
         "max_num_batched_tokens": engine.max_num_batched_tokens,

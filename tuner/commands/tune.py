@@ -90,9 +90,10 @@ class TuneCommand(Command):
         if args.pin_kv and args.validate is None:
             raise UsageError("--pin-kv: needs --validate K (the pin is what vLLM's engine measured for the shipped list)")
         if args.validate is not None:
-            from tuner.validate.validation import ValidationError, require_cuda
+            from tuner.validate.validation import ValidationError, refuse_unvalidated, require_cuda
 
             try:
+                refuse_unvalidated(workload)
                 device = require_cuda()  # before any search work: a failed command leaves nothing behind
             except ValidationError as exc:
                 raise UsageError(f"--validate: {exc}") from None

@@ -81,7 +81,7 @@ class ValidateCommand(Command):
                             "`cgtune report --allow-mismatch` does, unless its search already recorded it)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from tuner.validate.validation import ValidationError, exact_run, require_cuda, validate_run
+        from tuner.validate.validation import ValidationError, exact_run, refuse_unvalidated, require_cuda, validate_run
 
         run = args.run_dir
         if (args.workload is None) != (args.profile is None):
@@ -94,8 +94,9 @@ class ValidateCommand(Command):
                 raise UsageError(f"--profile: {str(args.profile)!r} is not a file")
             from tuner.commands.common import load_workload_arg
 
-            load_workload_arg(args.workload)  # a bad workload is a one-line usage error, before anything is written
+            workload = load_workload_arg(args.workload)  # a bad workload: one line, before anything is written
             try:
+                refuse_unvalidated(workload)
                 if args.device == "cuda":
                     require_cuda()  # before writing RUN_DIR: a failed command leaves nothing behind
                 exact_run(args.workload, args.profile, run, allow_mismatch=args.allow_mismatch, command=shlex.join(

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import numpy as np
+
 from tuner.engines.serving import ServingConfig
 from tuner.engines.vllm.defaults import CaptureDefaults
 from tuner.engines.vllm.dispatch import Dispatch
@@ -23,8 +25,6 @@ from tuner.steps import decode_steps_by_width
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import numpy as np
 
     from tuner.engines.vllm.drafter import EagerDrafterPasses
     from tuner.engines.vllm.drafter_cost import DrafterCost
@@ -278,6 +278,27 @@ class Engine(ABC):
     def dynamic_schedule(self) -> tuple[tuple[int, int, int], ...] | None:
         """The dynamic speculative schedule that runs (vLLM's); None without one."""
         return None
+
+    def lora_cases(self) -> tuple[int, ...]:
+        """The LoRA cases (active-adapter counts, 0: none) every graph is captured once for, in the order one width's
+        graphs enter the pool; (0,): no LoRA."""
+        return (0,)
+
+    def lora_dispatch(self, active: np.ndarray) -> np.ndarray:
+        """The LoRA case each step dispatches to for its count of active adapters (-1: no graph holds it)."""
+        return np.zeros(len(active), dtype=np.int64)
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Data-parallel ranks that agree on every step's padded width (1: none)."""
+        return 1
+
+    def dispatch_ranks(self, dispatcher: GraphDispatcher, widths: np.ndarray, utc: np.ndarray, own_tokens: np.ndarray,
+                       own_utc: np.ndarray, widest_utc: np.ndarray, widest_tokens: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The DP ranks' agreed dispatch of joint draws (the agreed step; this rank's own; each kind of step's widest
+        rank): (mode, padded width (0: eager), the width an eager step runs at)."""
+        raise NotImplementedError(f"{self.label}'s data-parallel agreement is not modelled")
 
     @property
     @abstractmethod

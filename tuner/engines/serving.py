@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.engines.vllm.defaults import CUDAGRAPH_MODES, PERFORMANCE_MODES
+from tuner.engines.vllm.drafter import MODEL_BASED_METHODS
+from tuner.engines.vllm.lora import LORA_FIELDS, LoraSettings, read_lora
 from tuner.engines.vllm.runner import MODEL_RUNNERS
 from tuner.engines.vllm.v034.settings import SETTING_FIELDS as VLLM_034_FIELDS
 from tuner.engines.vllm.v034.settings import read_034_settings
@@ -21,7 +23,7 @@ GIB = 1 << 30
 
 VLLM_ONLY_FIELDS = ("gpu_memory_utilization", "cudagraph_mode", "performance_mode", "max_cudagraph_capture_size",
                     "cudagraph_capture_sizes", "speculative_schedule", "model_runner", "estimate_cudagraph_memory",
-                    "vllm_version", *VLLM_034_FIELDS)
+                    "vllm_version", "data_parallel_size", *LORA_FIELDS, *VLLM_034_FIELDS)
 """Serving fields only vLLM has: another engine's workload may not set them."""
 
 
@@ -80,6 +82,11 @@ class ServingConfig:
     vllm_version_why: str | None = field(default=None, compare=False)
     """Why that release, in words every emitted file and the console carry (`version_choice`): pinned by the workload,
     --vllm-version, the run's record, the installed vLLM or the default; None where the workload named no vLLM."""
+    lora: LoraSettings | None = None
+    """The LoRA adapters served (`enable_lora` and its settings); None: no LoRA."""
+    data_parallel_size: int = 1
+    """`--data-parallel-size`: engine ranks that each run a share of the requests and agree on every step's padded
+    width (this configuration is one rank's)."""
 
     @property
     def decode_query_len(self) -> int:
@@ -140,7 +147,21 @@ def read_serving(r: FieldReader, *, speculative_method: str | None, parallel_dra
         enforce_eager=r.bool("enforce_eager", False),
         model_runner=r.str("model_runner", "auto", choices=MODEL_RUNNERS),
         estimate_cudagraph_memory=r.bool("estimate_cudagraph_memory", True),
+        data_parallel_size=r.int("data_parallel_size", 1, minimum=1),
     )
+    if engine == "vllm":
+        drafter = speculative_method in MODEL_BASED_METHODS
+        if shared["data_parallel_size"] > 1 and drafter:
+            raise WorkloadError(f"{r.at('data_parallel_size')}: {shared['data_parallel_size']} with the "
+                                f"{speculative_method} drafter: cgtune does not model the drafter's passes across "
+                                f"data-parallel ranks")
+        lora = shared["lora"] = read_lora(r, speculative_method=speculative_method, model_based_drafter=drafter)
+        if lora is not None and spec_tokens and mnbt < max_num_seqs * (spec_tokens + 1):
+            # EngineArgs.create_engine_config refuses it ("Consider increasing max_num_batched_tokens or decreasing
+            # num_speculative_tokens").
+            raise WorkloadError(f"{r.at('max_num_batched_tokens')}: {mnbt} must be >= max_num_seqs x (1 + "
+                                f"num_speculative_tokens) = {max_num_seqs * (spec_tokens + 1)} with LoRA (vLLM refuses "
+                                f"less at start-up)")
     settings, tokens_per_request = (settings_034 if version == "0.34" else None), None
     if own is not None:
         settings, tokens_per_request, shared["num_speculative_tokens"] = own(spec_tokens)

@@ -32,7 +32,7 @@ from tuner.measure.memory import (
 )
 from tuner.measure.timing import Clock, CudaEventClock, HostClock, Measurement, WallClock, measure
 from tuner.profile.host_cost import host_bound_widths
-from tuner.profile.table import MODES, ProfileError, ProfileRow, read_profile, write_metadata, write_profile
+from tuner.profile.table import ProfileError, ProfileRow, mode_order, read_profile, write_metadata, write_profile
 from tuner.workload import candidates as _candidates
 from tuner.workload.spec import Workload
 
@@ -553,7 +553,7 @@ def profile_workload(
         sweep.restored.clear()
         runner.release()
     all_rows = sorted((r for table in (rows, drafter_rows) for rs in table.values() for r in rs),
-                      key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+                      key=lambda r: (r.num_tokens, mode_order(r.mode)))
     return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete,
                          drafter_measured=drafter_measured)
 

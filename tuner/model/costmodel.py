@@ -16,6 +16,7 @@ import numpy as np
 
 from tuner.engines.engine import GraphDispatcher, KvFacts, KvRule
 from tuner.engines.vllm.memory import GraphCost
+from tuner.model.rank_view import price, rank_view
 from tuner.profile.calibration import apply_calibration, non_kv_from_vllm
 from tuner.profile.curve import Curve, memory_curve
 from tuner.profile.outliers import FACTOR as OUTLIER_FACTOR
@@ -437,16 +438,20 @@ class CostModel:
             steps = mix_steps(steps, self.off_peak_steps, self.off_peak_weight)
             self.notes.append(f"the objective mixes {self.off_peak_weight:.0%} off-peak decode traffic (uniform over "
                               f"1..{s.max_num_seqs} requests) into the workload's steps")
+        steps, self.rank_view = rank_view(self.engine, steps, lambda sts: self._keys_of(sts)[0], self.profile,
+                                          self.workload.traffic.active_loras, self.notes)
+        """The steps' LoRA cases and data-parallel draws (`tuner.model.rank_view`); None: one rank, no LoRA."""
         self.steps: list[Step] = steps
         widths = np.array([st.num_tokens for st in steps], dtype=np.int64)
         uniform = np.array([st.uniform_decode for st in steps], dtype=bool)
         probs = np.array([st.probability for st in steps], dtype=float)
         self._widths, self._uniform, self._probs = widths, uniform, probs
-        self._keys = self._dispatch_keys(widths, uniform, np.array([st.query_len or 0 for st in steps]),
-                                         np.array([st.num_reqs or 0 for st in steps]))
-        self._eager_at_step = self.eager_ms(widths)
-        self._logits_at_step = self.logits_ms(widths) if self.logits_ms is not None else np.zeros(len(widths))
-        self.mean_tokens = float(np.dot(probs, widths))
+        self._keys = self._keys_of(steps)
+        view = self.rank_view
+        own = widths if view is None else view.own_tokens  # the tokens a rank's logits run for
+        self._logits_at_step = self.logits_at(own)
+        self._eager_at_step = self.eager_ms(widths) if view is None else self._priced(None, self._keys[0])[0]
+        self.mean_tokens = float(np.dot(probs, own))  # a rank's own tokens, not the widest rank's
         top = int(widths.max())
         if top > self.eager_ms.max_width:
             self.notes.append(
@@ -494,6 +499,14 @@ class CostModel:
             non_kv += drafter_weights
             self.notes.append(f"{name} was measured without the drafter: its weights, {drafter_weights / GIB:.2f} GiB "
                               f"computed from its shape, are added to the non-KV memory")
+        lora_bytes = self.workload.lora_weight_bytes()
+        if lora_bytes and not self.profile.metadata.get("lora") and not non_kv_from_vllm(self.profile):
+            # A profile measured without LoRA: vLLM allocates the adapters' weight buffers before it measures non-KV
+            # memory, so they are added, sized as vLLM sizes them.
+            non_kv += lora_bytes
+            self.notes.append(f"{name} was measured without LoRA: vLLM's LoRA weight buffers, {lora_bytes / GIB:.3f} "
+                              f"GiB for max_loras x max_lora_rank on every target module, are added to the non-KV "
+                              f"memory")
         return self.engine.kv_rule(
             total_memory_bytes=total, non_kv_cache_bytes=non_kv,
             weights_bytes=self._weights_bytes,
@@ -573,6 +586,23 @@ class CostModel:
                 noisy.add(int(w))
         return sorted(noisy)
 
+    @property
+    def program_gaps(self) -> list[str]:
+        """Why the exact solvers' programs cannot reproduce this model's latency and memory; they then answer with the
+        best list they are given, improved one candidate at a time, not proven optimal."""
+        gaps = []
+        view = self.rank_view
+        if view is not None and any(rows is not None for rows in view.rows.values()):
+            gaps.append("LoRA: the profile measured a LoRA case's steps, whose graphs the program does not follow")
+        if len(self.engine.lora_cases()) > 1 and self.engine.estimate_form(self.probe,
+                                                                            self.budget.estimate_enabled) != "real":
+            gaps.append("LoRA: vLLM's graph-memory estimate samples a list's widest graph and its LoRA twin, which the "
+                        "program's estimate terms do not follow")
+        if self.engine.data_parallel_size > 1:
+            gaps.append("data parallelism: the graph a rank's step replays depends on every rank's step under the "
+                        "list; the program covers one rank")
+        return gaps
+
     def decision_widths(self) -> list[int]:
         """Measured widths the decision rests on: the graph candidates and the eager widths up to the widest step."""
         eager = [w for w in self.profile.by_mode("eager") if w <= max(int(self._widths.max()), 1)]
@@ -616,6 +646,20 @@ class CostModel:
         target, drafter = self._step_parts(sizes)
         return target + drafter
 
+    def _keys_of(self, steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_dispatch_keys` of `Step`s."""
+        return self._dispatch_keys(np.array([st.num_tokens for st in steps], dtype=np.int64),
+                                   np.array([st.uniform_decode for st in steps], dtype=bool),
+                                   np.array([st.query_len or 0 for st in steps]),
+                                   np.array([st.num_reqs or 0 for st in steps]))
+
+    def _priced(self, d: GraphDispatcher | None, utc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(latency, mode) of the workload's steps under `d` by their LoRA cases and data-parallel draws
+        (`tuner.model.rank_view.price`)."""
+        assert self.rank_view is not None
+        return price(self.rank_view, self.engine, d, self._widths, utc, self._logits_at_step, self.eager_ms,
+                     self.logits_at, self.graph_body_ms)
+
     def _dispatch_keys(self, widths: np.ndarray, uniform: np.ndarray, query_lens: np.ndarray | None = None,
                        requests: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(uniform token count the runner dispatches each step with, 0 for none; requests; K drafted) for steps given
@@ -636,6 +680,11 @@ class CostModel:
                     ) -> tuple[np.ndarray, np.ndarray]:
         """(target, drafter) latency of every step (the workload's, or the given ones) for the list that runs:
         `Dispatcher.dispatch`, vectorised."""
+        if widths is None and self.rank_view is not None:
+            # No drafter runs beside LoRA or data parallelism (the workload refuses both).
+            out, _ = self._priced(self._dispatcher(sizes) if self.cudagraph_mode != "NONE" and sizes else None,
+                                  self._keys[0])
+            return out, np.zeros(len(out))
         if widths is None:
             w, uniform, (utc, reqs, ks) = self._widths, self._uniform, self._keys
             logits, out = self._logits_at_step, self._eager_at_step.copy()
@@ -709,13 +758,33 @@ class CostModel:
         """Logits latency of every step at its real width (0 without logits rows)."""
         return self._logits_at_step
 
+    def program_steps(self) -> tuple[tuple[np.ndarray, ...], float]:
+        """The steps whose latency the exact solvers' programs follow: (widths, uniform flags, probabilities, eager
+        latency, uniform token counts, requests, K drafted, logits) of each, and the expected latency of the others,
+        which no list changes (a LoRA case no graph holds, or one nothing measured: charged its eager step on every
+        list)."""
+        arrays = (self._widths, self._uniform, self._probs, self._eager_at_step, *self._keys, self._logits_at_step)
+        view = self.rank_view
+        if view is None:
+            return arrays, 0.0
+        fixed = view.fixed
+        return tuple(a[~fixed] for a in arrays), float(np.dot(self._probs[fixed], self._eager_at_step[fixed]))
+
     def eager_step_ms(self) -> float:
         """Expected step latency with no graphs at all."""
         return float(np.dot(self._probs, self._eager_at_step))
 
     # ------------------------------------------------------------------ memory
     def graph_bytes(self, mode: str, widths: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(standalone, capture delta) bytes of graphs of `mode` at each width."""
+        """(standalone, capture delta) bytes of what one list member of `mode` at each width captures: its graph once
+        per LoRA case, one after another (the first at its standalone footprint, the others at their delta), which is
+        the real pool's share of the member however the list's other members are captured around it."""
+        sa, de = self._graph_bytes_each(mode, widths)
+        k = len(self.engine.lora_cases())
+        return (sa, de) if k == 1 else (sa + (k - 1) * de, k * de)
+
+    def _graph_bytes_each(self, mode: str, widths: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(standalone, capture delta) bytes of one graph of `mode` at each width."""
         if mode == "PIECEWISE":
             sa, de = self.piecewise_standalone, self.piecewise_delta
         else:
@@ -746,7 +815,7 @@ class CostModel:
             if known is not None:
                 costs += [known[(mode, w)] for w in widths]
             elif widths:
-                sa, de = self.graph_bytes(mode, widths)
+                sa, de = self._graph_bytes_each(mode, widths)
                 costs += [GraphCost("target", mode, w, float(a), float(d)) for w, a, d in zip(widths, sa, de)]
         order = {(m, w): i for i, (m, w) in enumerate(graphs)}
         costs.sort(key=lambda g: order[(g.mode, g.num_tokens)])
@@ -895,7 +964,8 @@ class CostModel:
         todo = list(widths)
         # The lookups stand in for evaluate only where the list's graphs are its dispatcher's (one dispatcher serves
         # both) and the runner's rewrite leaves a list it wrote as it is.
-        if self.drafter is not None or self.cudagraph_mode == "NONE" or not runs or self._runs(runs) != runs:
+        if (self.drafter is not None or self.rank_view is not None or self.cudagraph_mode == "NONE" or not runs
+                or self._runs(runs) != runs):
             for w in todo:
                 full(w)
             return out

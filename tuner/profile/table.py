@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Iterable
@@ -20,12 +21,15 @@ from typing import Any
 
 __all__ = [
     "COLUMNS",
+    "LORA_BASES",
     "MODES",
     "STATUSES",
     "Profile",
     "ProfileError",
     "ProfileRow",
     "atomic_write_text",
+    "lora_mode",
+    "mode_order",
     "read_profile",
     "write_metadata",
     "write_profile",
@@ -43,6 +47,11 @@ Every mode computes logits for the width's own tokens, so a step of T tokens pad
 graph(P) - logits(P) + logits(T). `drafter_eager`, `drafter_full`, `drafter_piecewise`: one forward pass of the
 speculative drafter over that many tokens (with its own logits), eagerly and as its graphs, captured into the same
 pool after the target's (a model-based drafter only; see tuner.engines.vllm.drafter_cost)."""
+LORA_BASES = ("eager", "full", "piecewise")
+"""The modes a LoRA deployment's step is measured in once per LoRA capture case c (`lora_mode`): `lora<c>_eager`,
+`lora<c>_full`, `lora<c>_piecewise`, the step with c adapters active as vLLM's runner runs it (c as vLLM counts its
+cases: max_loras + 1 for every LoRA graph unless `specialize_active_lora`)."""
+_LORA_MODE = re.compile(r"lora([1-9][0-9]*)_(eager|full|piecewise)")
 STATUSES = ("ok", "oom", "unsupported", "error")
 """Row status: measured, ran out of memory, not measurable here (e.g. graphs on a CPU), or failed with another error
 (its message is in the metadata's `capture_errors`)."""
@@ -70,6 +79,21 @@ bytes per block, granule, transient peak, reserve growth, free memory at start:
 `tuner.measure.vllm_engine.worker.extensible_kv_figures`). A profile calibrated on vLLM's start-up log
 (`cgtune check --calibrate`) also carries `vllm_calibration` (`tuner.profile.calibration`: a graph-memory scale, and
 whether `non_kv_cache_bytes` is vLLM's)."""
+
+
+def lora_mode(case: int, base: str) -> str:
+    """The mode of a step measured with LoRA case `case` active (`lora2_full`)."""
+    return f"lora{case}_{base}"
+
+
+def mode_order(mode: str) -> tuple[int, int, int]:
+    """Where a mode's row sorts among one width's rows: MODES in order, then the LoRA cases' rows."""
+    if mode in MODES:
+        return 0, MODES.index(mode), 0
+    m = _LORA_MODE.fullmatch(mode)
+    if m is None:
+        raise ValueError(f"mode={mode!r} must be one of {', '.join(MODES)} or lora<case>_<{'|'.join(LORA_BASES)}>")
+    return 1, int(m.group(1)), LORA_BASES.index(m.group(2))
 
 
 class ProfileError(ValueError):
@@ -174,7 +198,7 @@ def write_metadata(out_dir: Path, name: str, metadata: dict[str, Any]) -> Path:
 
 def write_profile(out_dir: Path, name: str, rows: Iterable[ProfileRow], metadata: dict[str, Any]) -> Path:
     """Write `<name>.csv` and `<name>.json` atomically; returns the CSV path."""
-    ordered = sorted(rows, key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+    ordered = sorted(rows, key=lambda r: (r.num_tokens, mode_order(r.mode)))
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
@@ -218,8 +242,9 @@ def read_profile(csv_path: str | Path) -> Profile:
         for line, raw in enumerate(reader, start=2):
             where = f"{path.name} line {line}"
             mode, status = raw["mode"], raw["status"]
-            if mode not in MODES:
-                raise ProfileError(f"{where}: mode={mode!r} must be one of {', '.join(MODES)}")
+            if mode not in MODES and _LORA_MODE.fullmatch(mode) is None:
+                raise ProfileError(f"{where}: mode={mode!r} must be one of {', '.join(MODES)} (or lora<case>_eager, "
+                                   f"_full, _piecewise)")
             if status not in STATUSES:
                 raise ProfileError(f"{where}: status={status!r} must be one of {', '.join(STATUSES)}")
             ok = status == "ok"
@@ -263,5 +288,5 @@ def read_profile(csv_path: str | Path) -> Profile:
             raise ProfileError(f"{meta_path.name}: must hold a JSON object")
     else:
         raise ProfileError(f"{meta_path.name}: metadata JSON missing beside {path.name}")
-    rows.sort(key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+    rows.sort(key=lambda r: (r.num_tokens, mode_order(r.mode)))
     return Profile(rows=rows, metadata=metadata, path=path)

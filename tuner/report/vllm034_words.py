@@ -142,6 +142,7 @@ def defaults_text(engine: Engine, workload: Workload | None, *, as_json: bool) -
                      f"(request counts up to {max(split.draft_decode_request_sizes)})")
     lines.append(f"{'record':<{width}}  cudagraph_capture_sizes as 0.34 records them: {len(split.record)} token "
                  f"counts, max {split.max_record}")
+    lines += report.deployment_lines(width)
     lines.append(f"{'decode widths eager':<{width}}  {vllm_words._ranges(result.uniform_decode_sizes_without_graph)}")
     lines.append(f"{'eager share':<{width}}  {report.traffic}: {report.share.describe()}")
     lines += [f"{'warning':<{width}}  {w}" for w in result.warnings]

@@ -16,6 +16,7 @@ from tuner.report.text import GIB, mem_text, memory_unit, mib_text, num_text
 from tuner.engines.vllm.defaults import CaptureDefaults, capture_ceiling, dense_speculative_schedule, validate_schedule
 from tuner.engines.vllm.defaults import widest_decode_batch
 from tuner.engines.vllm.drafter import EagerDrafterPasses, spans
+from tuner.engines.vllm.lora import case_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -379,8 +380,10 @@ def _table(max_num_seqs: int, k: int, schedule: list[list[int]] | None, capabili
     if schedule is not None:
         rows.insert(0, ("speculative schedule", _schedule_runs(schedule, max_num_seqs, k)))
     elif report.schedule_dropped:
-        rows.insert(0, ("speculative schedule", f"dropped: the V1 runner runs no dynamic schedule for method "
-                                                f"{report.method!r}, every step drafts K={k}"))
+        why = (f"vLLM runs no dynamic schedule under data_parallel_size {report.data_parallel_size}"
+               if report.data_parallel_size > 1 else
+               f"the V1 runner runs no dynamic schedule for method {report.method!r}")
+        rows.insert(0, ("speculative schedule", f"dropped: {why}, every step drafts K={k}"))
     reason = report.runner_reason
     rows.insert(0, ("model runner", reason if reason.startswith(report.runner.upper()) else
                     f"{report.runner.upper()} ({reason})"))
@@ -395,6 +398,7 @@ def _table(max_num_seqs: int, k: int, schedule: list[list[int]] | None, capabili
                      f"rewrites the list when speculating (sizes rounded up to multiples of q, those above the "
                      f"max dropped); this is the list that RUNS")
         lines += _size_lines(report.runs_as, width)
+    lines += report.deployment_lines(width)
     eager = result.uniform_decode_sizes_without_graph
     lines.append(f"{'decode widths eager':<{width}}  {_ranges(eager)}")
     lines.append(f"{'eager share':<{width}}  {report.traffic}: {report.share.describe()}")
@@ -448,7 +452,24 @@ class _VllmReport:
     method: str | None
     """The speculative method."""
     schedule_dropped: bool = False
-    """The workload's speculative_schedule is one vLLM drops (V1 with suffix or custom_class)."""
+    """The workload's speculative_schedule is one vLLM drops (V1 with suffix or custom_class, or DP)."""
+    lora_cases: tuple[int, ...] = (0,)
+    """The LoRA cases every graph is captured for ((0,): no LoRA)."""
+    max_loras: int = 0
+    """`max_loras` (0: no LoRA)."""
+    data_parallel_size: int = 1
+    """DP ranks that agree on every step."""
+
+    def deployment_lines(self, width: int) -> list[str]:
+        """LoRA's and data parallelism's lines of `cgtune defaults` (none without either)."""
+        lines = []
+        if self.max_loras:
+            lines.append(f"{'LoRA cases':<{width}}  {case_text(self.lora_cases, self.max_loras)}: every graph "
+                         f"captured {len(self.lora_cases)} time{'s' if len(self.lora_cases) > 1 else ''}")
+        if self.data_parallel_size > 1:
+            lines.append(f"{'data parallel':<{width}}  {self.data_parallel_size} ranks: a step runs at the widest "
+                         f"rank's width (decode only where every rank decodes), all eager where any rank is")
+        return lines
 
     @classmethod
     def of(cls, engine: Engine, workload: Workload | None, result: CaptureDefaults) -> _VllmReport:
@@ -466,7 +487,8 @@ class _VllmReport:
         drafter = tuple(drafter_eager_passes(workload, result.sizes)) if workload is not None else ()
         return cls(engine.runner, engine.runner_reason, runs, refused, traffic,
                    eager_share(serving, steps, result.sizes), drafter, serving.speculative_method,
-                   bool(serving.speculative_schedule) and engine.dynamic_schedule is None)
+                   bool(serving.speculative_schedule) and engine.dynamic_schedule is None, engine.lora_cases(),
+                   serving.lora.max_loras if serving.lora is not None else 0, serving.data_parallel_size)
 
     def drafter_lines(self) -> list[str]:
         return [f"{self.runner} {self.method} {p.role} passes at N = {_spans(p.request_counts)} "
@@ -479,4 +501,5 @@ class _VllmReport:
             **self.share.as_dict(), "eager_share_traffic": self.traffic,
             "eager_drafter_passes": [{"role": p.role, "request_counts": list(p.request_counts),
                                       "widths": list(p.widths)} for p in self.drafter],
+            "lora_cases": list(self.lora_cases), "data_parallel_size": self.data_parallel_size,
         }

@@ -141,6 +141,20 @@ class _Solve:
         if model.cudagraph_mode == "NONE" or not self.cands:
             kept = (empty,) if self.keep_ms is not None and empty.expected_step_ms <= self.keep_ms + 1e-12 else ()
             return ExactResult(empty, [empty], 1, True, 0, lower_bound_ms=empty.expected_step_ms, kept=kept)
+        if model.program_gaps:  # the program's latency or memory is not the model's: the lists given, improved
+            self.best = empty
+            self.seen[()] = empty
+            allowed = set(self.cands)
+            for sizes in [model.default_sizes, *self.incumbents]:
+                key = tuple(sorted({int(w) for w in sizes} & allowed))
+                e = self.seen[key] = self.seen.get(key) or model.evaluate(key)
+                if self.fits(e) and e.expected_step_ms < self.best.expected_step_ms:
+                    self.best = e
+            # One sweep of the candidates per pass, a few passes: the lists given are the study's and vLLM's.
+            self.best = improve_locally(model, self.best, self.cands, evaluations=4 * len(self.cands), fits=self.fits)
+            front = pareto_front([e for e in self.seen.values() if self.fits(e)] + [self.best])
+            return ExactResult(self.best, front, 1, False, len(self.cands), lower_bound_ms=None,
+                               seconds=self.clock() - self.started, unproven=tuple(model.program_gaps))
         self._setup(empty)
         self.best, self.ub = empty, empty.expected_step_ms  # the list to beat, and its latency in program terms
         self.seen[()] = empty

@@ -78,8 +78,7 @@ def window_query_len(model: CostModel) -> int:
     tiers = model.decode_tiers
     if len(tiers) == 1:
         return tiers[0]
-    _, _, probs, _ = model.step_arrays()
-    utc = model.step_dispatch_keys()[0]
+    (_, _, probs, _, utc, *_), _ = model.program_steps()
     mass = {ql: float(probs[utc == ql].sum()) for ql in tiers}
     return max(tiers, key=lambda ql: (mass[ql], ql))
 
@@ -90,14 +89,12 @@ def latency_layers(model: CostModel, c: np.ndarray, r: np.ndarray, q: int) -> tu
     the layers reproduce the cost model exactly (not under several decode tiers: the steps of the other tiers are
     taken as mixed steps, and their graphs are left out)."""
     sep, has_mixed = model.separate_decode, model.mixed_mode != "NONE"
-    widths, _, probs, eager = model.step_arrays()
-    utc, requests, ks = model.step_dispatch_keys()
+    (widths, _, probs, eager, utc, requests, ks, logits), fixed_ms = model.program_steps()
     # The steps the runner dispatches against the FULL windows (V2: decode steps of this query length; V1: any step
     # of q tokens per request); every other step meets the mixed graphs only.
     uniform = utc == q
-    logits = model.logits_at_steps()
     body = eager - logits  # logits run after every step for its real tokens, whatever it replays
-    constant = float(np.dot(probs, logits))
+    constant = float(np.dot(probs, logits)) + fixed_ms
     lat_mix = model.graph_body_ms(c, model.mixed_mode) if has_mixed else np.zeros(len(c))
     mixed_cap = math.inf if has_mixed else 0.0
 

@@ -74,9 +74,7 @@ class _Problem:
     def __init__(self, model: CostModel, cands: Sequence[int], drafter: Drafter034 | None = None) -> None:
         self.model = model
         self.q = int(model.q)
-        widths, uniform, probs, eager = model.step_arrays()
-        utc, reqs, ks = model.step_dispatch_keys()
-        logits = model.logits_at_steps()
+        (widths, uniform, probs, eager, utc, reqs, ks, logits), fixed_ms = model.program_steps()
         self.has_decode = bool(model.separate_decode and model.decode_mode == "FULL")
         self.token_mode = model.mixed_mode
         decode = self.has_decode & (utc == self.q) if self.has_decode else np.zeros(len(widths), dtype=bool)
@@ -118,6 +116,9 @@ class _Problem:
             later_dec, self.decode_list_bytes = drafter.later_steps(reqs, ks, with_decode=bool(self.dec))
             self.const_none += float(np.dot(probs, later_none))
             self.const_decode = float(np.dot(probs, later_dec))
+        # The steps no list changes (LoRA cases charged their eager step), in every answer once.
+        self.const_none += fixed_ms
+        self.const_decode += fixed_ms
         self.decode_top_width = self.q * max(self.dec) if self.dec else 0
 
     @staticmethod
@@ -353,6 +354,7 @@ class _Split:
         unproven: list[str] = []
         lower: float | None = None
         drafter = model.drafter if isinstance(model.drafter, Drafter034) else None
+        unproven += model.program_gaps
         if len(model.decode_tiers) > 1:
             unproven.append(_MULTI_TIER)
         elif model.drafter is not None and (drafter is None or drafter.method == "draft_model"):

@@ -28,6 +28,7 @@ from tuner.validate.trace import step_statistics
 if TYPE_CHECKING:
     from tuner.search.study import SearchResult
     from tuner.validate.served_load import ServedLoad
+    from tuner.workload.spec import Workload
 
 __all__ = [
     "LATENCY_GOAL",
@@ -47,6 +48,7 @@ __all__ = [
     "lists_to_validate",
     "shipped_list",
     "partial_writer",
+    "refuse_unvalidated",
     "require_cuda",
     "top_candidates",
     "validate_candidates",
@@ -588,6 +590,7 @@ def validate_run(run_dir: str | Path, *, num_steps: int = 3000, seed: int = 0, b
         model, search = load_run(run)
     except (ModelError, WorkloadError) as exc:
         raise ValidationError(str(exc).splitlines()[0]) from None
+    refuse_unvalidated(model.workload)
     shipped_name, shipped = shipped_list(run, model, search)
     lists = lists_to_validate(search, shipped)
     if backend is None:
@@ -706,6 +709,21 @@ def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str |
     return Path(run_dir)
 
 
+def refuse_unvalidated(workload: Workload) -> None:
+    """Refuse, naming the field, a deployment the replay cannot stand for: it runs one engine's own steps with no
+    adapter active, not the steps of a data-parallel rank (the ranks' agreed ones) or of a LoRA deployment."""
+    s = workload.serving
+    if s.data_parallel_size > 1:
+        what = f"serving.data_parallel_size: {s.data_parallel_size}"
+        why = "one rank's own steps, not the ranks' agreed ones"
+    elif s.lora is not None:
+        what, why = "serving.enable_lora: true", "its steps with no adapter active"
+    else:
+        return
+    raise ValidationError(f"{what} is not validated yet (the replay runs {why}); hold the run to vLLM's start-up log "
+                          f"with cgtune check")
+
+
 # ---------------------------------------------------------------------------------------------- tune --validate
 def top_candidates(model: CostModel, search: SearchResult, k: int, trial_lists: Sequence[Sequence[int]] = ()
                    ) -> list[Evaluation]:
@@ -741,6 +759,7 @@ def validate_candidates(run_dir: str | Path, model: CostModel, search: SearchRes
 
     from tuner.report.validation import update_report
 
+    refuse_unvalidated(model.workload)
     study = None
     trial_lists: list[list[int]] = []
     url = storage or search.storage

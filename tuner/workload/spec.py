@@ -23,6 +23,7 @@ from tuner.engines.vllm.drafter import (
     drafter_shares,
     drafter_weight_bytes,
 )
+from tuner.engines.vllm.lora import lora_weight_bytes
 from tuner.engines.vllm.runner import SPECULATIVE_METHODS
 from tuner.fields import FieldReader, WorkloadError
 from tuner.shapes import DTYPE_BYTES, PRESET_CHECKPOINTS, PRESETS, ModelShape
@@ -183,6 +184,18 @@ class Workload:
         m = self.model
         return drafter_weight_bytes(spec.method, spec.drafter, m.shape, m.dtype, m.tensor_parallel_size,
                                     shares_embedding=spec.shares_embedding, shares_lm_head=spec.shares_lm_head)
+
+    def lora_weight_bytes(self) -> int:
+        """Bytes of the LoRA weight buffers vLLM sets aside on one rank (`serving.enable_lora`; 0 without LoRA)."""
+        lora, m = self.serving.lora, self.model
+        if lora is None:
+            return 0
+        sh = m.shape
+        return lora_weight_bytes(lora, hidden_size=sh.hidden_size, num_layers=sh.num_layers,
+                                 num_attention_heads=sh.num_attention_heads, num_kv_heads=sh.num_kv_heads,
+                                 head_dim=sh.head_dim, intermediate_size=sh.intermediate_size,
+                                 vocab_size=sh.vocab_size, dtype_bytes=DTYPE_BYTES[m.dtype],
+                                 tensor_parallel_size=m.tensor_parallel_size)
 
     def kv_bytes_per_token(self) -> int:
         """KV bytes one token costs on one rank: the target's layers and the drafter's (vLLM gives draft attention
@@ -500,9 +513,40 @@ def _read_trace(path: Path, where: str, serving: ServingConfig) -> tuple[tuple[i
     return tuple(rows)
 
 
+def _parse_active_loras(r: FieldReader, serving: ServingConfig) -> tuple[tuple[int, float], ...]:
+    """`traffic.active_loras`: the share of steps with each count of distinct LoRA adapters active (0 to max_loras),
+    required with `serving.enable_lora`, refused without it."""
+    if serving.lora is None:
+        if r.has("active_loras"):
+            raise WorkloadError(f"{r.at('active_loras')}: an adapter mix, but serving.enable_lora is not true")
+        return ()
+    counts, where = r.raw("active_loras"), r.at("active_loras")
+    top = serving.lora.max_loras
+    if counts is None:
+        raise WorkloadError(f"{where}: missing (with serving.enable_lora: the share of steps with 0..{top} adapters "
+                            f"active, e.g. {{0: 0.2, 1: 0.5, {top}: 0.3}})")
+    if not isinstance(counts, Mapping) or not counts:
+        raise WorkloadError(f"{where}: {counts!r} must be a non-empty mapping of active adapters: weight")
+    pairs = []
+    for key, weight in counts.items():
+        if isinstance(key, bool) or not isinstance(key, int | str) or not str(key).strip().isdigit():
+            raise WorkloadError(f"{where}.{key}: key must be a count of adapters, 0 to max_loras={top}")
+        value = int(key)
+        if value > top:
+            raise WorkloadError(f"{where}.{key}: {value} must be <= serving.max_loras={top} (vLLM runs at most "
+                                f"max_loras adapters in one step)")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight != weight or weight < 0:
+            raise WorkloadError(f"{where}.{key}: {weight!r} must be a weight >= 0")
+        pairs.append((value, float(weight)))
+    if sum(w for _, w in pairs) <= 0:
+        raise WorkloadError(f"{where}: weights must not all be 0")
+    return tuple(sorted(pairs))
+
+
 def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Traffic:
     engine = engine_of(serving)
     cap_name, budget_name = engine.field_name("max_num_seqs"), engine.field_name("max_num_batched_tokens")
+    adapters = _parse_active_loras(r, serving)
     mean_ctx = r.int("mean_context_len", 2048, minimum=1)
     if r.has("mean_context_len") and mean_ctx > serving.max_model_len:
         # Named with its bound: the user may have changed max_model_len, not this field.
@@ -513,11 +557,11 @@ def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Tr
         path = base_dir / r.str("trace")
         trace = _read_trace(path, r.at("trace"), serving)
         r.done()
-        return Traffic(mean_context_len=mean_ctx, trace=trace, source_note=note)
+        return Traffic(mean_context_len=mean_ctx, trace=trace, source_note=note, active_loras=adapters)
     if r.has("widths"):
         widths = _parse_distribution(r.sub("widths"), serving.max_num_batched_tokens, budget_name)
         r.done()
-        return Traffic(mean_context_len=mean_ctx, widths=widths, source_note=note)
+        return Traffic(mean_context_len=mean_ctx, widths=widths, source_note=note, active_loras=adapters)
     mixed_share = r.float("mixed_share", 0.0, minimum=0.0, maximum=1.0)
     requests = None
     if r.has("requests"):
@@ -538,7 +582,7 @@ def _parse_traffic(r: FieldReader, serving: ServingConfig, base_dir: Path) -> Tr
         raise WorkloadError(f"{r.at('mixed_tokens')}: missing (needed when mixed_share > 0)")
     r.done()
     return Traffic(requests=requests, mixed_share=mixed_share, mixed_tokens=mixed, mean_context_len=mean_ctx,
-                   source_note=note)
+                   source_note=note, active_loras=adapters)
 
 
 def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | None = None) -> Workload:
@@ -559,6 +603,9 @@ def parse_workload(data: object, *, base_dir: Path | None = None, path: Path | N
                           base_dir or Path.cwd())
     traffic = _parse_traffic(traffic_r, serving, base_dir or Path.cwd())
     r.done()
+    if serving.lora is not None and model.stand_in_gaps:
+        raise WorkloadError(f"serving.enable_lora: true on a model with {model.stand_in_gaps[0]}: cgtune sizes vLLM's "
+                            f"LoRA weight buffers for dense decoders only")
     if model.shape.num_kv_heads % model.tensor_parallel_size and model.tensor_parallel_size < model.shape.num_kv_heads:
         raise WorkloadError(
             f"model.tensor_parallel_size: {model.tensor_parallel_size} must divide num_kv_heads={model.shape.num_kv_heads}"

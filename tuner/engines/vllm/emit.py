@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from tuner.engines.vllm.defaults import default_capture_sizes
+from tuner.engines.vllm.lora import LoraSettings, lora_flags
 
 __all__ = [
     "COMPILATION_CONFIG_FILE",
@@ -144,6 +145,10 @@ class ServeSettings:
     """vLLM 0.34's extensible KV cache: False is written (`--disable-extensible-kv-cache`, the parser's EnableDisable
     flag: a YAML `enable-extensible-kv-cache: false` would be dropped) where the workload sizes the KV cache without
     it; None: vLLM's default."""
+    data_parallel_size: int = 1
+    """--data-parallel-size: ranks that agree on every step's padded width."""
+    lora: LoraSettings | None = None
+    """--enable-lora and its settings (`cudagraph_specialize_lora` in the compilation config); None: no LoRA."""
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -159,6 +164,14 @@ CompilationConfig = Callable[[Sequence[int], str], dict[str, object]]
 """A version's `--compilation-config` mapping of a list and a cudagraph mode (0.33: `compilation_config`)."""
 
 
+def with_lora(cc: dict[str, object], lora: LoraSettings | None) -> dict[str, object]:
+    """A compilation config with `cudagraph_specialize_lora` as the LoRA deployment was tuned (it decides whether the
+    graphs without LoRA are captured)."""
+    if lora is None or cc.get("cudagraph_mode") == "NONE":
+        return cc
+    return {**cc, "cudagraph_specialize_lora": lora.cudagraph_specialize_lora}
+
+
 def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: str,
                  compilation: CompilationConfig = compilation_config) -> dict[str, object]:
     """The `vllm serve --config` mapping (keys are CLI flag names, in the order a reader checks them)."""
@@ -167,6 +180,7 @@ def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: 
         "model": s.model,
         "dtype": s.dtype,
         "tensor-parallel-size": s.tensor_parallel_size,
+        **({"data-parallel-size": s.data_parallel_size} if s.data_parallel_size > 1 else {}),
         "max-model-len": s.max_model_len,
         "max-num-seqs": s.max_num_seqs,
         "max-num-batched-tokens": s.max_num_batched_tokens,
@@ -176,7 +190,8 @@ def serve_config(sizes: Sequence[int], settings: ServeSettings, cudagraph_mode: 
         **({"performance-mode": s.performance_mode} if s.performance_mode != "balanced" else {}),
         **({"enforce-eager": True} if s.enforce_eager else {}),
         **({"speculative-config": s.speculative_config} if s.speculative_config else {}),
-        "compilation-config": compilation(sizes, cudagraph_mode),
+        **lora_flags(s.lora),
+        "compilation-config": with_lora(compilation(sizes, cudagraph_mode), s.lora),
     }
 
 
@@ -216,7 +231,7 @@ def render_files(sizes: Sequence[int], settings: ServeSettings, *, cudagraph_mod
                                    num_speculative_tokens=settings.num_speculative_tokens,
                                    max_num_batched_tokens=settings.max_num_batched_tokens,
                                    cudagraph_mode=cudagraph_mode)
-    cc = compilation(values, cudagraph_mode)
+    cc = with_lora(compilation(values, cudagraph_mode), settings.lora)
     # JSON has no comments and vLLM rejects unknown keys: its provenance is in the other two files and a note beside it.
     cc_text = json.dumps(cc, indent=2) + "\n"
     comments = "".join(f"# {line}\n" for line in provenance.lines())

@@ -7,6 +7,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tuner.engines.engine import LIST_LABELS, Deployment, DrafterSweep, Engine, Speculation, flag_file_line, placeholder
 from tuner.engines.serving import ServingConfig, read_serving
 from tuner.engines.vllm.defaults import (
@@ -30,7 +32,9 @@ from tuner.engines.vllm.emit import (
     env_prefix,
     render_files,
 )
+from tuner.engines.vllm.data_parallel import dispatch_ranks
 from tuner.engines.vllm.log_lines import estimate_line_note, memory_lines
+from tuner.engines.vllm.lora import capture_cases, case_text, dispatch_cases
 from tuner.engines.vllm.memory import GraphCost, KvRule, estimate_bytes, kv_capacity, start_kv_bytes
 from tuner.engines.vllm.refusals import lookahead_tokens, scheduler_refusal, slots_refusal
 from tuner.engines.vllm.runner import (
@@ -90,9 +94,16 @@ class VllmEngine(Engine):
                                     f"v2, or serving.vllm_version: '0.33')")
             return config
         try:  # a runner pinned where it cannot run the setup
-            resolve_model_runner(config.model_runner, speculative_method, parallel_drafting=parallel_drafting)
+            runner = resolve_model_runner(config.model_runner, speculative_method, parallel_drafting=parallel_drafting)
         except ValueError as exc:
             raise WorkloadError(f"{r.at('model_runner')}: {exc}") from None
+        lora = config.lora
+        if runner == "v1" and lora is not None and not lora.cudagraph_specialize_lora and config.data_parallel_size > 1:
+            # V1 then captures no graph without LoRA: a rank's step with no adapter runs eager and takes every rank
+            # with it, which the ranks' agreement (tuner.engines.vllm.data_parallel) does not follow.
+            raise WorkloadError(f"{r.at('cudagraph_specialize_lora')}: false with data_parallel_size "
+                                f"{config.data_parallel_size} on the V1 runner is not modelled (a rank without an "
+                                f"adapter runs every rank eager)")
         return config
 
     @property
@@ -107,12 +118,39 @@ class VllmEngine(Engine):
     # ------------------------------------------------------------------ the steps it runs
     @property
     def dynamic_schedule(self) -> tuple[tuple[int, int, int], ...] | None:
-        """`speculative_schedule`, unless the V1 runner drops it for the speculative method (`keeps_dynamic_schedule`:
-        suffix and custom_class then run static K); None without one."""
+        """`speculative_schedule`, unless vLLM drops it: under data parallelism (`_maybe_disable_dynamic_sd_for_data_
+        parallel`, before anything else reads it: ranks could pick different K), and on the V1 runner for the
+        speculative method (`keeps_dynamic_schedule`: suffix and custom_class then run static K); None without one."""
         s = self.serving
-        if not s.speculative_schedule or s.num_speculative_tokens <= 0:
+        if not s.speculative_schedule or s.num_speculative_tokens <= 0 or s.data_parallel_size > 1:
             return None
         return s.speculative_schedule if keeps_dynamic_schedule(self.runner, s.speculative_method) else None
+
+    # ------------------------------------------------------------------ LoRA and data parallelism
+    def lora_cases(self) -> tuple[int, ...]:
+        """The LoRA cases each graph is captured for, in the order one width's graphs enter the pool
+        (`tuner.engines.vllm.lora.capture_cases`); (0,) without LoRA."""
+        return capture_cases(self.serving.lora, self.runner)
+
+    def lora_dispatch(self, active: np.ndarray) -> np.ndarray:
+        """The LoRA case steps with `active` adapters dispatch to (`dispatch_cases`; -1: no graph, eager)."""
+        return dispatch_cases(self.serving.lora, self.runner, active)
+
+    def graphs(self, runs: Sequence[int]) -> list[tuple[str, int]]:
+        """The dispatcher's graphs, each once per LoRA case, a width's cases one after another."""
+        cases = self.lora_cases()
+        graphs = self.dispatcher(runs).graphs()
+        return graphs if len(cases) == 1 else [g for g in graphs for _ in cases]
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.serving.data_parallel_size
+
+    def dispatch_ranks(self, dispatcher: Any, widths: np.ndarray, utc: np.ndarray, own_tokens: np.ndarray,
+                       own_utc: np.ndarray, widest_utc: np.ndarray, widest_tokens: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The DP ranks' agreed dispatch (`tuner.engines.vllm.data_parallel.dispatch_ranks`)."""
+        return dispatch_ranks(dispatcher, widths, utc, own_tokens, own_utc, widest_utc, widest_tokens)
 
     @property
     def effective_cudagraph_mode(self) -> str:
@@ -231,12 +269,26 @@ class VllmEngine(Engine):
                  "vLLM runs the compiled model unless serving.enforce_eager; profile with --no-compile only for "
                  "that")], []
 
-    def setting_notes(self, dispatcher: Any) -> list[str]:
+    def lora_dp_notes(self, dispatcher: Any) -> list[str]:
+        """How LoRA and data parallelism change what runs (both releases)."""
         s, notes = self.serving, []
+        if s.lora is not None and dispatcher.cudagraph_mode != "NONE":
+            cases = case_text(self.lora_cases(), s.lora.max_loras)
+            notes.append(f"LoRA (max_loras {s.lora.max_loras}, rank {s.lora.max_lora_rank}): the {self.runner.upper()} "
+                         f"runner captures every graph once per LoRA case, {cases}, and a step replays its active "
+                         f"adapters' case")
+        if s.speculative_schedule and s.data_parallel_size > 1:
+            notes.append(f"vLLM drops speculative_schedule under data_parallel_size {s.data_parallel_size} "
+                         f"(_maybe_disable_dynamic_sd_for_data_parallel: ranks could pick different K): every step "
+                         f"drafts num_speculative_tokens={s.num_speculative_tokens}")
+        return notes
+
+    def setting_notes(self, dispatcher: Any) -> list[str]:
+        s, notes = self.serving, self.lora_dp_notes(dispatcher)
         if dispatcher.cudagraph_mode != s.cudagraph_mode and not s.enforce_eager:
             notes.append(f"the {self.runner.upper()} runner uses cudagraph_mode {dispatcher.cudagraph_mode} here "
                          f"(dynamic speculative decoding drops its full graphs), not {s.cudagraph_mode}")
-        if s.speculative_schedule and self.dynamic_schedule is None:
+        if s.speculative_schedule and self.dynamic_schedule is None and s.data_parallel_size <= 1:
             notes.append(f"the {self.runner.upper()} runner drops speculative_schedule for method "
                          f"{s.speculative_method!r} (vLLM's _maybe_disable_dynamic_sd_for_v1): every step drafts "
                          f"num_speculative_tokens={s.num_speculative_tokens}")
@@ -316,7 +368,8 @@ class VllmEngine(Engine):
             max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization,
             enforce_eager=s.enforce_eager, speculative_config=self._speculative_config(deployment, notes),
             environment=self._environment(), notes=tuple(notes), kv_cache_memory_bytes=pin,
-            performance_mode=s.performance_mode, extensible_kv_cache=self._extensible_flag)
+            performance_mode=s.performance_mode, extensible_kv_cache=self._extensible_flag,
+            data_parallel_size=s.data_parallel_size, lora=s.lora)
 
     @property
     def _extensible_flag(self) -> bool | None:

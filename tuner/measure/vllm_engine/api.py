@@ -54,7 +54,7 @@ PRIVATE_API: tuple[PrivateName, ...] = (
                 "the runtime mode a timed step is forced to"),
     PrivateName(_V1, "GPUModelRunner._dummy_run",
                 ("num_tokens", "cudagraph_runtime_mode", "force_attention", "uniform_decode", "is_graph_capturing",
-                 "profile_seq_lens"),
+                 "profile_seq_lens", "num_active_loras"),
                 "V1's step at a width in a given mode (the CPU build's runner subclasses it)", until="0.33"),
     PrivateName(_V1, "GPUModelRunner.get_kv_cache_spec", (), "each layer's KV-cache spec (V1)", until="0.33"),
     PrivateName(_V1, "GPUModelRunner._warmup_and_capture", ("desc", "cudagraph_runtime_mode"),

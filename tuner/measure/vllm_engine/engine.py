@@ -171,6 +171,13 @@ def engine_args(workload: Workload, model: str, widths: Sequence[int], *, device
     if device == "cuda" and compile:
         args["compilation_config"] = {**workload.engine.measured_capture_config(widths),
                                       "cudagraph_mode": s.cudagraph_mode}
+    if measures_lora(workload, device):
+        lora = s.lora
+        assert lora is not None
+        args.update(enable_lora=True, max_loras=lora.max_loras, max_lora_rank=lora.max_lora_rank,
+                    specialize_active_lora=lora.specialize_active_lora)
+        if "compilation_config" in args:
+            args["compilation_config"]["cudagraph_specialize_lora"] = lora.cudagraph_specialize_lora
     spec = workload.speculative
     if spec is not None and spec.drafter is not None:
         if draft_model is None:
@@ -185,6 +192,14 @@ def engine_args(workload: Workload, model: str, widths: Sequence[int], *, device
         args["speculative_config"] = {"method": "ngram", "num_speculative_tokens": s.num_speculative_tokens,
                                       "prompt_lookup_max": 4, "prompt_lookup_min": 1}
     return args
+
+
+def measures_lora(workload: Workload, device: str) -> bool:
+    """Whether the profile builds the engine with the workload's LoRA and times its LoRA cases: on vLLM's V1 runner
+    (the CPU build's, or the workload's), whose dummy step takes the count of active adapters (`_dummy_run(...,
+    num_active_loras)`). V2's dummy step always runs max_loras adapters, which would leave no step without LoRA to
+    time: there the engine is built without LoRA (its LoRA cases priced by rule)."""
+    return workload.serving.lora is not None and (device == "cpu" or workload.engine.runner == "v1")
 
 
 def engine_environment(workload: Workload, device: str, scratch: Path) -> dict[str, str]:

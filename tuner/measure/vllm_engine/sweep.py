@@ -30,7 +30,8 @@ from tuner.measure.profile import (
 )
 from tuner.measure.vllm_engine import api, engine
 from tuner.measure.vllm_engine import worker as _worker
-from tuner.profile.table import MODES, ProfileRow, write_metadata, write_profile
+from tuner.engines.vllm.lora import capture_cases
+from tuner.profile.table import ProfileRow, lora_mode, mode_order, write_metadata, write_profile
 from tuner.workload.spec import Workload
 
 __all__ = ["CPU_GRAPHS", "VLLM_DRAFTER_NOTE", "drafter_rows_for_width", "pool_timings", "profile_through_vllm",
@@ -259,6 +260,29 @@ def profile_through_vllm(workload: Workload, out_dir: str | Path, *, widths: Seq
             shutdown_engine(llm, lines.lines)
 
 
+def _lora_modes(workload: Workload, device: str, runner: str, graphs_reason: str | None) -> list[str]:
+    """The LoRA cases' row modes the sweep times (`tuner.profile.table.lora_mode`): each case the runner captures
+    graphs for besides 0, eagerly and in each graph mode; none where the engine was built without LoRA."""
+    if not engine.measures_lora(workload, device) or runner != "v1":
+        return []
+    bases = ("eager",) if graphs_reason else ("eager", "piecewise", "full")
+    return [lora_mode(c, b) for c in capture_cases(workload.serving.lora, "v1") if c for b in bases]
+
+
+def _lora_meta(workload: Workload, llm: Any, modes: Sequence[str]) -> dict[str, Any]:
+    """The profile's `lora` block: the settings the engine ran, the LoRA weight buffers vLLM allocated (inside its
+    non-KV memory), and what the LoRA rows are."""
+    lora = workload.serving.lora
+    assert lora is not None
+    return {"max_loras": lora.max_loras, "max_lora_rank": lora.max_lora_rank,
+            "specialize_active_lora": lora.specialize_active_lora,
+            "cudagraph_specialize_lora": lora.cudagraph_specialize_lora, "modes": list(modes),
+            "weights_bytes": max(llm.collective_rpc(_worker.lora_weights_bytes)),
+            "rows": "lora<c>_<mode>: vLLM V1's dummy step with c dummy adapters selected (its LoRA case c), eagerly and "
+                    "replaying the graphs vLLM captured for case c, then the LM head; the LoRA graphs' memory is not "
+                    "read per case (each costs as its width's graph without LoRA)"}
+
+
 def _drafter_meta(workload: Workload, plan: DrafterPlan, drafter: dict[str, Any] | None, runner: str,
                   graph_modes: Sequence[str], kv_tokens: int | None) -> dict[str, Any]:
     """The profile's `drafter` block (the stand-in's keys, `tuner.measure.drafter.DrafterPlan.metadata`), with vLLM's
@@ -388,6 +412,9 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
     drafter_measured: list[int] = []
     complete = True
     modes = [m for m in SWEEP_MODES if graphs_reason is None or m not in ("full", "piecewise")]
+    lora_modes = _lora_modes(workload, device, first["runner"], graphs_reason)
+    if lora_modes:
+        meta["lora"] = _lora_meta(workload, llm, lora_modes)
     timed_drafter = ["drafter_eager"] + [f"drafter_{m}" for m in drafter_modes if graphs_reason is None]
     order = sorted(set(pending) | set(drafter_pending), reverse=True)
     with progress_bar(len(order) * rounds, f"profile {name} (vLLM)", "width", enabled=progress,
@@ -402,9 +429,14 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
                     if w in pending:
                         t0 = time.perf_counter()
                         timed = [m for m in modes if m not in ("full", "piecewise") or (m, w) in captured]
-                        timings = llm.collective_rpc(_worker.time_width, args=(w, timed, round_options))
+                        timed_lora = [m for m in lora_modes if m.endswith("_eager") or (m.split("_")[1], w) in captured]
+                        timings = llm.collective_rpc(_worker.time_width, args=(w, timed + timed_lora, round_options))
                         pooled[w] = pool_timings(pooled.get(w), timings)
                         rows[w], detail = rows_for_width(w, pooled[w], captured, graphs_reason)
+                        if timed_lora:  # the LoRA cases' rows: their latency (their graphs' memory is not read)
+                            lora_rows, lora_detail = _width_rows(w, pooled[w], {}, None, timed_lora)
+                            rows[w] += lora_rows
+                            detail.update(lora_detail)
                         seconds = float((measurements.get(str(w)) or {}).get("seconds", 0.0)) if r else 0.0
                         detail.update(seconds=round(seconds + time.perf_counter() - t0, 4), rounds=r + 1)
                         measurements[str(w)] = detail
@@ -431,7 +463,7 @@ def _measure(llm: Any, workload: Workload, out_dir: Path, name: str, meta: dict[
                         and len(drafter_measured) == len(drafter_pending))
             csv_path = write(complete=complete)
     all_rows = sorted((r for table in (rows, drafter_rows) for rs in table.values() for r in rs),
-                      key=lambda r: (r.num_tokens, MODES.index(r.mode)))
+                      key=lambda r: (r.num_tokens, mode_order(r.mode)))
     return ProfileResult(csv_path=csv_path, rows=all_rows, metadata=meta, measured=measured, complete=complete,
                          drafter_measured=drafter_measured)
 

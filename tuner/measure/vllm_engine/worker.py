@@ -8,9 +8,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-__all__ = ["captures", "describe", "drafter_of", "drafter_step_fn", "extensible_kv_figures", "logits_fn",
-           "parameter_bytes", "step_fn", "is_uniform", "time_drafter_width", "time_width", "warm", "warm_drafter",
-           "without_drafter"]
+__all__ = ["captures", "describe", "drafter_of", "drafter_step_fn", "extensible_kv_figures", "is_uniform", "lm_head",
+           "logits_fn", "lora_case", "lora_weights_bytes", "parameter_bytes", "step_fn", "time_drafter_width",
+           "time_width", "warm", "warm_drafter", "without_drafter"]
 
 
 def _runner(worker: Any) -> Any:
@@ -183,15 +183,19 @@ class without_drafter:
             delattr(self.drafter, self.name)
 
 
-def step_fn(runner: Any, num_tokens: int, mode: str, *, uniform: bool, context_len: int) -> Any:
+def step_fn(runner: Any, num_tokens: int, mode: str, *, uniform: bool, context_len: int, loras: int = 0) -> Any:
     """A callable running vLLM's own step at `num_tokens` in `mode` ("eager", "piecewise", "full"), then the LM head
-    over the width's real tokens (the profile's contract: every mode computes logits for its own tokens)."""
+    over the width's real tokens (the profile's contract: every mode computes logits for its own tokens). `loras`: the
+    LoRA case the step runs with (V1's dummy step selects that many dummy adapters, and dispatches to its graphs)."""
     import torch
     from vllm.config import CUDAGraphMode
 
     cg = {"eager": CUDAGraphMode.NONE, "piecewise": CUDAGraphMode.PIECEWISE, "full": CUDAGraphMode.FULL}[mode]
     if generation(runner) == "v2":
         from tuner.measure.vllm_engine.hooks import forced_dispatch
+
+        if loras:
+            raise LookupError("V2's dummy step runs max_loras adapters whatever the case: LoRA cases are not timed")
 
         def run() -> Any:
             with forced_dispatch(runner.cudagraph_manager, {"eager": "none"}.get(mode, mode)):
@@ -202,15 +206,27 @@ def step_fn(runner: Any, num_tokens: int, mode: str, *, uniform: bool, context_l
         # attention metadata only under FULL or when forced (without it, eager and PIECEWISE steps skip attention).
         def run() -> Any:
             hidden, _ = runner._dummy_run(num_tokens, cudagraph_runtime_mode=cg, uniform_decode=uniform,
-                                          force_attention=True, profile_seq_lens=context_len or None)
+                                          force_attention=True, profile_seq_lens=context_len or None,
+                                          **({"num_active_loras": loras} if loras else {}))
             return hidden
 
     @torch.inference_mode()
     def step() -> None:
         hidden = run()
-        runner.model.compute_logits(hidden[:num_tokens])
+        lm_head(runner, hidden[:num_tokens])
 
     return step
+
+
+def lm_head(runner: Any, hidden: Any) -> Any:
+    """The target's LM head over `hidden` (`compute_logits`). Under LoRA vLLM wraps the logits processor, whose adapters
+    are mapped for a step's sampled tokens only: the head over every token runs the wrapped processor's own base layer
+    (the LM head without its adapters)."""
+    model = runner.model
+    base = getattr(getattr(model, "logits_processor", None), "base_layer", None)
+    if base is not None and hasattr(model, "lm_head"):
+        return base(model.lm_head, hidden)
+    return model.compute_logits(hidden)
 
 
 def logits_fn(runner: Any, num_tokens: int) -> Any:
@@ -221,9 +237,33 @@ def logits_fn(runner: Any, num_tokens: int) -> Any:
 
     @torch.inference_mode()
     def head() -> None:
-        runner.model.compute_logits(hidden)
+        lm_head(runner, hidden)
 
     return head
+
+
+def lora_case(mode: str) -> tuple[int, str]:
+    """(LoRA case, base mode) of a row mode: `lora4_full` -> (4, "full"), `eager` -> (0, "eager")."""
+    if mode.startswith("lora"):
+        case, base = mode.removeprefix("lora").split("_", 1)
+        return int(case), base
+    return 0, mode
+
+
+def lora_weights_bytes(worker: Any) -> int:
+    """Bytes of the LoRA weight buffers vLLM allocated in the model (every LoRA layer's `lora_a_stacked` and
+    `lora_b_stacked`, each tensor once)."""
+    import torch
+
+    seen, total = set(), 0
+    for module in _runner(worker).model.modules():
+        for attr in ("lora_a_stacked", "lora_b_stacked"):
+            value = getattr(module, attr, None)
+            for t in value if isinstance(value, tuple | list) else (value,):
+                if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+                    seen.add(t.data_ptr())
+                    total += t.numel() * t.element_size()
+    return total
 
 
 def _summary(m: Any) -> dict[str, Any]:
@@ -251,8 +291,9 @@ def time_width(worker: Any, num_tokens: int, modes: list[str], options: dict[str
     def fn(mode: str) -> Any:
         if mode == "logits":
             return logits_fn(runner, num_tokens)
-        return step_fn(runner, num_tokens, mode, uniform=is_uniform(num_tokens, options) and mode != "piecewise",
-                       context_len=options["context_len"])
+        loras, base = lora_case(mode)
+        return step_fn(runner, num_tokens, base, uniform=is_uniform(num_tokens, options) and base != "piecewise",
+                       context_len=options["context_len"], loras=loras)
 
     return _time_modes(runner, modes, options, fn, drafter_left_out=True)
 

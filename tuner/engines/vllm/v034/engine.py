@@ -370,7 +370,7 @@ class Vllm034Engine(VllmV2Engine):
         return []
 
     def setting_notes(self, dispatcher: Any) -> list[str]:
-        return [w for w in self.resolve().warnings if "deprecated" in w]
+        return [w for w in self.resolve().warnings if "deprecated" in w] + self.lora_dp_notes(dispatcher)
 
     def measured_capture_config(self, widths: Sequence[int]) -> dict[str, object]:
         """Both of 0.34's lists: every width a prefill size, every multiple of q a decode size of its requests (the
