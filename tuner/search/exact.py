@@ -17,6 +17,7 @@ from itertools import combinations
 import numpy as np
 
 from tuner.model.costmodel import GIB, CostModel, Evaluation
+from tuner.model.reference_lists import reference_lists
 from tuner.search.exact_answer import (APPROXIMATED, DEFAULT_WORK, KEPT, ROUNDED, ExactResult, SearchError,
                                        improve_locally, pareto_front, spent)
 from tuner.search.exact_bounds import Bounds, Columns, Relaxation, TimeUp, float_slack
@@ -89,6 +90,8 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     """
     if memory_cap_bytes is not None and memory_cap_bytes < 0:
         raise ValueError(f"memory_cap_bytes={memory_cap_bytes} must be >= 0")
+    # The lists the report compares the answer with start the search: no answer is beaten by a row of its report.
+    incumbents = [*reference_lists(model).values(), *incumbents]
     if model.engine.split_lists:  # two lists against a KV cache sized after capture (vLLM 0.34)
         from tuner.search.exact_split import split_solve
 

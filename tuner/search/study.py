@@ -19,6 +19,7 @@ from tuner.search.compact import DEFAULT_TOLERANCE, CompactChoice, choose_compac
 from tuner.search.exact import (DEFAULT_WORK, ExactResult, SearchError, brute_force, exact_solve, pareto_front,
                                 round_up)
 from tuner.model.costmodel import GIB, CostModel, Evaluation
+from tuner.model.reference_lists import reference_lists
 from tuner.search.storage_url import StorageError, display_url, engine_url, hide_secret
 from tuner.search.study_buffer import StudyBuffer
 
@@ -644,7 +645,9 @@ def compact_of(model: CostModel, search: SearchResult, tolerance: float | None =
     `seconds`, where given) and kept on it (search.json records it, so a re-render does not solve again)."""
     held = search.compact
     if held is None or (tolerance is not None and held.tolerance != tolerance):
-        known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None]
+        # The report's own rows are in the running: no row of it can beat the compact list on both counts.
+        known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None] + [
+            model.evaluate(sizes) for sizes in reference_lists(model).values()]
         started = time.perf_counter()
         search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
                                         memory_buckets=memory_buckets, work=work, seconds=seconds,
