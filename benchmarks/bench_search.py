@@ -29,10 +29,10 @@ from pathlib import Path
 
 from tuner.decision.record import decide
 from tuner.model.costmodel import CostModel
-from tuner.profile.table import ProfileRow, write_profile
 from tuner.report.run import write_run
 from tuner.search.study import ExactResult, SearchConfig, compact_of, exact_solve, run_search
 from tuner.workload.spec import load_workload
+from tuner.workload.synthetic_profile import EXAMPLE, SyntheticModel, write_synthetic_profile
 
 __all__ = ["machine", "main", "synthetic_profile"]
 
@@ -50,47 +50,17 @@ STRIDES = (64, 32, 16, 8, 4)
 
 
 def synthetic_profile(out_dir: Path, workload_path: Path, *, stride: int = 32, dense: bool = False,
-                      name: str = "synthetic") -> tuple[Path, int]:
-    """A profile over vLLM's default grid, every decode width n*q and a `stride` grid above the ceiling (`dense`:
-    every width from 1 to max_num_batched_tokens), with made-up latency (launch overhead plus work) and memory;
+                      name: str = "synthetic", model: SyntheticModel | None = None) -> tuple[Path, int]:
+    """The synthetic profile (`tuner.workload.synthetic_profile`, as `cgtune profile --synthetic` writes it) over the
+    workload's default graphs, every decode width and a `stride` grid above the ceiling (`dense`: every width from 1 to
+    max_num_batched_tokens): by default the shipped example's numbers (`EXAMPLE`), with PIECEWISE rows when `dense`;
     returns (csv path, number of widths)."""
-    wl = load_workload(workload_path)
-    s = wl.serving
-    q = s.decode_query_len
-    widths = set(wl.engine.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
-    widths |= set(range(512 + stride, s.max_num_batched_tokens + 1, stride))
-    if dense:
-        widths |= set(range(1, s.max_num_batched_tokens + 1))
-    widths = sorted(w for w in widths if w <= s.max_num_batched_tokens)
-    rows = []
-    for w in widths:
-        eager = 6.0 + 0.004 * w  # synthetic: ~6 ms of launches, work growing with width
-        graph = 1.5 + 0.004 * w + 0.0004 * (w % 64)  # synthetic: launches gone, a little padding noise
-        rows.append(ProfileRow(w, "eager", "ok", latency_ms=eager, latency_iqr_ms=0.0))
-        rows.append(ProfileRow(w, "full", "ok", latency_ms=graph, latency_iqr_ms=0.0,
-                               capture_delta_bytes=2 * MIB + 4096 * w, standalone_bytes=64 * MIB + 600_000 * w,
-                               capture_s=0.05))
-        if dense:  # synthetic PIECEWISE graphs for mixed steps: attention runs eager between the pieces
-            rows.append(ProfileRow(w, "piecewise", "ok", latency_ms=(eager + graph) / 2, latency_iqr_ms=0.0,
-                                   capture_delta_bytes=MIB + 2048 * w, standalone_bytes=32 * MIB + 300_000 * w,
-                                   capture_s=0.03))
-        if wl.drafter is not None:  # synthetic drafter passes: a fifth of the target's work
-            rows.append(ProfileRow(w, "drafter_eager", "ok", latency_ms=eager / 5, latency_iqr_ms=0.0))
-            rows.append(ProfileRow(w, "drafter_full", "ok", latency_ms=graph / 5, latency_iqr_ms=0.0,
-                                   capture_delta_bytes=MIB + 1024 * w, standalone_bytes=16 * MIB + 150_000 * w,
-                                   capture_s=0.01))
-    metadata = {
-        "device_name": "synthetic benchmark fixture (not a measurement)",
-        "total_memory_bytes": 141 * GIB, "weights_bytes": wl.model.weight_bytes(),
-        "activation_peak_bytes": 4 * GIB, "kv_cache_bytes": None, "compute_capability": None,
-        "torch_version": None, "cuda_version": None, "driver_version": None, "compiled": True, "device": "synthetic",
-        "decode_query_len": q, "context_len": wl.traffic.mean_context_len,
-        "workload": {"name": wl.name, "hash": wl.content_hash}, "created_at": None,
-        "command": "benchmarks/bench_search.py",
-        "model": {"preset": wl.model.preset, "shape": wl.model.shape.as_dict(), "dtype": wl.model.dtype,
-                  "tensor_parallel_size": wl.model.tensor_parallel_size},
-    }
-    return write_profile(out_dir, name, rows, metadata), len(widths)
+    if model is None:
+        model = dataclasses.replace(EXAMPLE, piecewise_saving_ms=2.25) if dense else EXAMPLE
+    return write_synthetic_profile(out_dir, load_workload(workload_path), model=model, stride=stride, dense=dense,
+                                   name=name, command="benchmarks/bench_search.py",
+                                   device_name="synthetic benchmark fixture (not a measurement)",
+                                   record_numbers=model is not EXAMPLE)
 
 
 def main() -> int:

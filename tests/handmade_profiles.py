@@ -195,14 +195,11 @@ def with_timing(csv_path: Path, *, samples: dict[tuple[str, int], list[float]] |
 
 def gpu_scale_profile(out_dir: Path, workload: Path) -> Path:
     """A made-up profile at H200 scale over vLLM's default grid, every decode width and a 32-token grid above the
-    ceiling (the shape benchmarks/bench_search.py uses): a fixture, never a measurement."""
-    wl = load_workload(workload)
-    s = wl.serving
-    q = s.decode_query_len
-    widths = (set(wl.engine.defaults().sizes) | {n * q for n in range(1, s.max_num_seqs + 1)}
-              | set(range(544, 8193, 32)))
-    return handmade_profile(out_dir, wl, sorted(w for w in widths if w <= s.max_num_batched_tokens),
-                            eager_ms=lambda w: 6.0 + 0.004 * w, full_ms=lambda w: 1.5 + 0.004 * w,
-                            standalone_bytes=lambda w: 64 * MIB + 600_000 * w, delta_bytes=lambda w: 2 * MIB + 4096 * w,
-                            total_memory_bytes=141 * GIB, weights_bytes=wl.model.weight_bytes(),
-                            activation_peak_bytes=4 * GIB, name="synthetic")
+    ceiling, written by the synthetic-profile generator (`cgtune profile --synthetic`, the shape
+    benchmarks/bench_search.py uses): a graph saves 4.5 ms of launch cost at every width; a fixture, never a
+    measurement."""
+    from tuner.workload.synthetic_profile import EXAMPLE, write_synthetic_profile
+
+    model = dataclasses.replace(EXAMPLE, ripple_ms=0.0, capture_s=0.01)
+    return write_synthetic_profile(out_dir, load_workload(workload), model=model, name="synthetic",
+                                   command="tests/handmade_profiles.py")[0]

@@ -249,15 +249,15 @@ def test_a_choice_read_back_from_search_json_is_the_choice_written(tmp_path):
     choice = choose_compact(m, 0.02, candidates=candidates)
     written = choice.to_dict()
     assert set(written) == {"capture_sizes", "tolerance", "fastest_ms", "proven", "floor_bytes", "fastest_proven",
-                            "stopped_early", "solves"}
+                            "stopped_early", "solves", "work"}
     assert written["capture_sizes"] == list(choice.evaluation.capture_sizes) and written["tolerance"] == 0.02
     back = CompactChoice.from_dict(written, m)
     assert back == choice
     # Every field distinct from its default, so a field read with its default (or under another key) shows.
-    made = CompactChoice(m.evaluate(candidates[:2]), 0.05, 7.25, True, 12345, True, True, 4)
+    made = CompactChoice(m.evaluate(candidates[:2]), 0.05, 7.25, True, 12345, True, True, 4, 6789)
     assert CompactChoice.from_dict(made.to_dict(), m) == made
     old = {k: v for k, v in made.to_dict().items() if k in ("capture_sizes", "tolerance", "fastest_ms", "proven")}
-    assert CompactChoice.from_dict(old, m) == CompactChoice(made.evaluation, 0.05, 7.25, True, 0, False, False, 0)
+    assert CompactChoice.from_dict(old, m) == CompactChoice(made.evaluation, 0.05, 7.25, True, 0, False, False, 0, 0)
 
 
 def test_the_saved_share_and_the_recommendation_by_hand(tmp_path, monkeypatch):

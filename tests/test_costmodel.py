@@ -499,8 +499,8 @@ def test_an_evaluation_as_a_dict_names_its_figures_as_summary_json_does(tmp_path
                  "vllm_graph_estimate_profiled_bytes": e.profiled_estimate_bytes,
                  "drafter_step_ms": e.drafter_step_ms, "drafter_graph_bytes": e.drafter_graph_bytes,
                  "kv_available_bytes": e.kv_available_bytes, "kv_margin_gib": e.kv_margin_gib,
-                 "capture_headroom_bytes": e.capture_headroom_bytes, "feasible": e.feasible,
-                 "reason": e.why_infeasible}
+                 "capture_headroom_bytes": e.capture_headroom_bytes, "graphs_captured": 4,
+                 "capture_s": pytest.approx(0.04), "feasible": e.feasible, "reason": e.why_infeasible}
 
 
 @pytest.mark.parametrize("logits", [True, False])

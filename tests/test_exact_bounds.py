@@ -34,7 +34,7 @@ far below any difference of two lists' latencies in these fixtures."""
 
 def setup(model: CostModel, candidates: list[int], *, cap: int | None = None) -> _Solve:
     """The solver's program, memory figures and classes, as an exact solve sets them up (nothing solved yet)."""
-    solve = _Solve(model, memory_buckets=2048, candidates=candidates, front_points=40, seconds=None,
+    solve = _Solve(model, memory_buckets=2048, candidates=candidates, front_points=40, work=None, seconds=None,
                    clock=time.monotonic, incumbents=(), bounds=True, cap=cap, keep_ms=None)
     solve._setup(model.evaluate(()))
     return solve
@@ -43,7 +43,7 @@ def setup(model: CostModel, candidates: list[int], *, cap: int | None = None) ->
 def run_bounds(solve: _Solve, classes: np.ndarray) -> Bounds:
     """Every round of the bounds over the program with these pass labels: nothing beats, so none is settled."""
     bounds = Bounds(solve.program, solve.fig, solve.limit, solve.budget_bytes, classes, solve.mem.per_graph,
-                    found=lambda *_: None, beat=lambda: math.inf, check=lambda: None)
+                    found=lambda *_: None, beat=lambda: math.inf, check=lambda _: None)
     bounds.run()
     return bounds
 

@@ -75,10 +75,24 @@ def test_a_stopped_solve_names_the_time_budget_it_ran_out_of(tmp_path, caplog):
     m, candidates = binding_case(tmp_path, 6)
     with caplog.at_level(logging.INFO, logger="tuner.search.exact"):
         r = exact_solve(m, candidates=candidates, seconds=5.0, clock=StepClock(10.0))
-    assert f"exact solver: stopped at its time budget after {r.seconds:.1f} s" in caplog.messages
+    assert (f"exact solver: stopped at its time budget of 5 s (--exact-seconds), after {r.seconds:.1f} s"
+            in caplog.messages)
     assert r.stopped_early and r.best.feasible
-    assert r.unproven[0] == "stopped at its time budget of 5 s"
+    assert r.unproven[0] == "stopped at its time budget of 5 s (--exact-seconds)"
     assert "(stopped at its time budget of 5 s" in r.caveat()
+
+
+def test_a_work_budget_stops_the_solve_at_the_same_list_whatever_the_clock(tmp_path):
+    # A work budget counts the program's steps, not seconds: a clock that races (a loaded machine) or stands still
+    # (a quiet one) stops it at the same step with the same answer, and the answer says which budget it spent.
+    m, candidates = binding_case(tmp_path, 6)
+    full = exact_solve(m, candidates=candidates)
+    assert not full.stopped_early and 0 < full.work
+    small = [exact_solve(m, candidates=candidates, work=full.work // 4, clock=clock)
+             for clock in (StepClock(10.0), StepClock(0.0))]
+    assert all(r.stopped_early and r.best.feasible for r in small)
+    assert small[0].best.capture_sizes == small[1].best.capture_sizes and small[0].work == small[1].work
+    assert small[0].unproven[0] == f"stopped at its work budget of {full.work // 4:,} steps (--exact-work)"
 
 
 @pytest.mark.parametrize("mode", ["FULL_AND_PIECEWISE", "NONE"])

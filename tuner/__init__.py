@@ -72,35 +72,41 @@ def read_profile(csv_path: str | Path) -> Profile:
 
 
 def cost_model(workload: Workload, profile_csv: str | Path, *, allow_mismatch: bool = False,
-               allow_outliers: bool = False, off_peak_weight: float = 0.0) -> CostModel:
+               allow_outliers: bool = False, off_peak_weight: float = 0.0, max_capture_s: float | None = 60.0,
+               max_graphs: int | None = 1024) -> CostModel:
     """The cost model of the workload on the profile: any list's expected step latency, real graph pool, the
     engine's graph-memory estimate and the KV cache it leaves (`model.evaluate((1, 2, 4, 8))`). The flags are
-    `cgtune search`'s --allow-mismatch, --allow-outliers and --off-peak-weight. Raises ModelError when the profile
-    was measured for another setting (unless allowed)."""
+    `cgtune search`'s --allow-mismatch, --allow-outliers, --off-peak-weight, and the start-up budget
+    --max-capture-seconds and --max-graphs (a list over it is infeasible; None: no limit). Raises ModelError when the
+    profile was measured for another setting (unless allowed)."""
     from tuner.model.costmodel import CostModel
 
     return CostModel.from_files(profile_csv, workload, allow_mismatch=allow_mismatch, allow_outliers=allow_outliers,
-                                off_peak_weight=off_peak_weight)
+                                off_peak_weight=off_peak_weight, max_capture_s=max_capture_s, max_graphs=max_graphs)
 
 
 def search_capture_lists(model: CostModel, *, trials: int = 300, seed: int = 0, objective: str = "latency",
                          storage: str | None = None, run_dir: str | Path | None = None,
                          tolerance: float | None = None, memory_buckets: int = 2048,
-                         exact_seconds: float | None = 30.0, progress: bool = False,
-                         exact: ExactResult | None = None) -> SearchResult:
+                         exact_work: int | None = 5_000_000, exact_seconds: float | None = None,
+                         progress: bool = False, exact: ExactResult | None = None) -> SearchResult:
     """Search capture lists as `cgtune search` does: the exact solver first (the yardstick; SearchError when no
     list fits), then the optuna study of `trials` trials (in memory, or in `storage` / `run_dir`'s study.db, resumed
     when it exists), then the compact list within `tolerance` (None: 1%) of the fastest. `result.chosen` is the
-    fastest list found, `result.compact` the compact choice. `exact`: the exact solver's answer when already solved
-    (`cgtune search` solves first, so a budget no list meets fails before it writes anything)."""
+    fastest list found, `result.compact` the compact choice. `exact_work`: the exact solver's budget in its steps
+    (and the compact choice's), so the answer is the same on any machine; `exact_seconds`: a wall-clock limit besides
+    (None: none). `exact`: the exact solver's answer when already solved (`cgtune search` solves first, so a budget no
+    list meets fails before it writes anything). The model's start-up budget (`cost_model`'s max_capture_s and
+    max_graphs) holds every list searched."""
     from tuner.search.study import SearchConfig, compact_of, exact_solve, run_search
 
     if exact is None:
-        exact = exact_solve(model, memory_buckets=memory_buckets, seconds=exact_seconds)
+        exact = exact_solve(model, memory_buckets=memory_buckets, work=exact_work, seconds=exact_seconds)
     config = SearchConfig(n_trials=trials, storage=storage, objective=objective, seed=seed,
-                          memory_buckets=memory_buckets, exact_seconds=exact_seconds, progress=progress)
+                          memory_buckets=memory_buckets, exact_work=exact_work, exact_seconds=exact_seconds,
+                          progress=progress)
     result = run_search(model, config, run_dir=run_dir, exact=exact)
-    compact_of(model, result, tolerance, memory_buckets=memory_buckets, seconds=exact_seconds)
+    compact_of(model, result, tolerance, memory_buckets=memory_buckets, work=exact_work, seconds=exact_seconds)
     return result
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tuner.cli import Command, UsageError
 from tuner.commands.common import check_out_dir, load_workload_arg, non_negative_float, positive_int
+from tuner.commands.synthetic import add_synthetic_arguments, run_synthetic
 
 __all__ = ["ProfileCommand", "drafter_table", "summary_table"]
 
@@ -171,8 +172,11 @@ class ProfileCommand(Command):
         p.add_argument("--dry-run", action="store_true",
                        help="print the widths it would measure and an estimate of the sweep time; touches no GPU "
                             "and writes nothing")
+        add_synthetic_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.synthetic:
+            return run_synthetic(args)
         # Validate everything before importing torch or touching --out: bad input writes nothing.
         workload = load_workload_arg(args.workload)
         name = args.name or workload.name

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.cli import Command, UsageError
-from tuner.commands.common import check_out_dir, load_workload_arg, positive_float, positive_int, storage_url
+from tuner.commands.common import (check_out_dir, load_workload_arg, non_negative_int, positive_float, positive_int,
+                                   storage_url)
+from tuner.model.costmodel import DEFAULT_MAX_CAPTURE_S, DEFAULT_MAX_GRAPHS
+from tuner.search.exact_answer import DEFAULT_WORK
 
 if TYPE_CHECKING:
     from tuner.model.costmodel import CostModel
@@ -41,9 +44,22 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     p.add_argument("--memory-buckets", type=positive_int, default=2048, metavar="N",
                    help="memory resolution of the exact solver across the graph budget (default 2048)")
-    p.add_argument("--exact-seconds", type=seconds, default=30.0, metavar="S",
-                   help="time budget of the exact solver (default 30): past it, the best list it found is used with "
-                        "a proven bound on its gap to the optimum, and the report says so")
+    p.add_argument("--exact-work", type=positive_int, default=DEFAULT_WORK, metavar="N",
+                   help=f"work budget of the exact solver and of the compact choice, in their steps (default "
+                        f"{DEFAULT_WORK:,}): past it, the best list found is used with a proven bound on its gap to "
+                        f"the optimum, and the report says so. Work, not seconds: the answer is the same on a loaded "
+                        f"machine as on a quiet one")
+    p.add_argument("--exact-seconds", type=seconds, default=None, metavar="S",
+                   help="a wall-clock limit on the exact solver and the compact choice besides --exact-work (default "
+                        "none): with it the answer may depend on the machine's load, and the report says when it ran "
+                        "out")
+    p.add_argument("--max-capture-seconds", type=non_negative_float, default=DEFAULT_MAX_CAPTURE_S, metavar="S",
+                   help=f"the start-up budget: no list searched, compacted or shipped may take more than S seconds of "
+                        f"graph capture at each start-up, by the profile's capture times (default "
+                        f"{DEFAULT_MAX_CAPTURE_S:g}; a deployment restarts, autoscales and fails over)")
+    p.add_argument("--max-graphs", type=non_negative_int, default=DEFAULT_MAX_GRAPHS, metavar="N",
+                   help=f"the start-up budget: no list may make the engine capture more than N graphs (every mode, "
+                        f"the drafter's included; default {DEFAULT_MAX_GRAPHS})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--off-peak-weight", type=share, default=0.0, metavar="W",
                    help="mix a share W (0..1, default 0) of off-peak decode traffic (uniform over 1..max_num_seqs "
@@ -103,6 +119,17 @@ def share(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value:g} must be a finite number >= 0")
+    return value
+
+
 def seconds(text: str) -> float:
     """argparse type: a time in seconds, > 0."""
     try:
@@ -124,7 +151,9 @@ def model_from_args(profile_csv: Path, workload: Workload, args: argparse.Namesp
     model = CostModel.from_files(profile_csv, workload, allow_mismatch=getattr(args, "allow_mismatch", False),
                                  allow_outliers=getattr(args, "allow_outliers", False),
                                  off_peak_weight=getattr(args, "off_peak_weight", 0.0),
-                                 cpu_rehearsal=getattr(args, "cpu_rehearsal", False))
+                                 cpu_rehearsal=getattr(args, "cpu_rehearsal", False),
+                                 max_capture_s=getattr(args, "max_capture_seconds", DEFAULT_MAX_CAPTURE_S),
+                                 max_graphs=getattr(args, "max_graphs", DEFAULT_MAX_GRAPHS))
     if model.noisy_share > NOISY_LIMIT and not getattr(args, "allow_noisy", False):
         noisy = len(set(model.noisy_widths) & set(model.decision_widths()))
         raise UsageError(f"{profile_csv}: {noisy} of the {len(model.decision_widths())} widths the decision rests on "
@@ -153,6 +182,10 @@ def command_line(name: str, args: argparse.Namespace) -> str:
         parts += ["--tolerance", f"{args.tolerance:g}"]
     if getattr(args, "ship", "auto") != "auto":
         parts += ["--ship", args.ship]
+    if getattr(args, "max_capture_seconds", DEFAULT_MAX_CAPTURE_S) != DEFAULT_MAX_CAPTURE_S:
+        parts += ["--max-capture-seconds", f"{args.max_capture_seconds:g}"]
+    if getattr(args, "max_graphs", DEFAULT_MAX_GRAPHS) != DEFAULT_MAX_GRAPHS:
+        parts += ["--max-graphs", str(args.max_graphs)]
     if getattr(args, "rate", None) is not None:
         parts += ["--rate", f"{args.rate:g}"]
         if args.tpot_slo is not None:
@@ -179,7 +212,9 @@ def resume_line(name: str, args: argparse.Namespace, storage: str | None) -> str
         extra += ["--max-widths", str(args.max_widths)]
     if args.memory_buckets != 2048:
         extra += ["--memory-buckets", str(args.memory_buckets)]
-    if getattr(args, "exact_seconds", 30.0) != 30.0:
+    if getattr(args, "exact_work", DEFAULT_WORK) != DEFAULT_WORK:
+        extra += ["--exact-work", str(args.exact_work)]
+    if getattr(args, "exact_seconds", None) is not None:
         extra += ["--exact-seconds", f"{args.exact_seconds:g}"]
     if getattr(args, "validate", None) is not None:
         extra += ["--validate", str(args.validate), "--validate-steps", str(args.validate_steps)]
@@ -232,7 +267,8 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     try:
         model = model_from_args(profile_csv, workload, args)
         # A budget nothing meets fails before --out.
-        exact = exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
+        exact = exact_solve(model, memory_buckets=args.memory_buckets, work=args.exact_work,
+                            seconds=args.exact_seconds)
     except (ModelError, SearchError) as exc:
         raise UsageError(str(exc)) from None
     fixed_point = None
@@ -241,12 +277,14 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
         model, exact = fixed_point.model, fixed_point.exact
     prepare_run_dir(args.out, workload, None if own_profile else profile_csv, force=getattr(args, "force", False))
     log.info("searching %d candidate widths for %s (%s)", len(model.candidates), workload.name, profile_csv)
+    print(f"start-up budget: every list at most {model.max_capture_s:g} s of graph capture and {model.max_graphs} "
+          f"graphs (--max-capture-seconds, --max-graphs)", flush=True)
     name = "tune" if command.startswith("cgtune tune") else "search"
     try:
         result = tuner.search_capture_lists(
             model, trials=args.trials, seed=args.seed, objective=args.objective, storage=args.storage,
             run_dir=args.out, tolerance=getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
-            exact_seconds=args.exact_seconds, progress=not args.no_progress, exact=exact)
+            exact_work=args.exact_work, exact_seconds=args.exact_seconds, progress=not args.no_progress, exact=exact)
     except SearchInterrupted as exc:
         raise _interrupted(exc, name, args) from None
     result.ship = args.ship
@@ -306,12 +344,12 @@ def _load_aware(model: CostModel, workload: Workload, args: argparse.Namespace,
 
 
 def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namespace) -> None:
-    """Choose the search's compact list at --tolerance within --exact-seconds (kept on the result, recorded in
+    """Choose the search's compact list at --tolerance within --exact-work (kept on the result, recorded in
     search.json)."""
     from tuner.search.study import compact_of
 
     compact_of(model, result, getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
-               seconds=getattr(args, "exact_seconds", None))
+               work=getattr(args, "exact_work", DEFAULT_WORK), seconds=getattr(args, "exact_seconds", None))
 
 
 def _decision_summary(dec: Decision, out: Path, model: CostModel, *, report: bool) -> None:
@@ -356,7 +394,10 @@ def _print_summary(dec: Decision, written: list[Path], out: Path, model: CostMod
     and memory against the engine's default, the study, the files written, the engine's command line, the compact
     list, the saving's interval and (`report` False) the command that writes report.md."""
     from tuner.report.run import words_of
+    from tuner.report.startup import startup_lines, synthetic_lines
 
+    for line in [*synthetic_lines(model), *startup_lines(model, dec)]:  # first: a made-up profile, the start-up cost
+        print(line)
     gap = dec.gap
     exact = "the exact optimum" if dec.exact.exact_memory else "the exact solver's list, not proven optimal"
     how = {"study": f"optuna study, {gap:+.2%} vs {exact}" if gap is not None else "optuna study",

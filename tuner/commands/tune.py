@@ -199,7 +199,8 @@ class TuneCommand(Command):
         try:
             model = model_from_args(profile, workload, args)
             # A budget nothing meets fails before any write.
-            exact = exact_solve(model, memory_buckets=args.memory_buckets, seconds=args.exact_seconds)
+            exact = exact_solve(model, memory_buckets=args.memory_buckets, work=args.exact_work,
+                                seconds=args.exact_seconds)
             if args.rate is not None:
                 # The fixed point first, here (deterministic: a rerun that writes DIR finds it again): its model,
                 # load steps included, is what the study's spec carries, so every worker weighs trials on it, and
@@ -236,7 +237,7 @@ class TuneCommand(Command):
                   f"watch `cgtune status --study {name}`, then rerun this command to write {args.out}/")
             return "pending"
         try:
-            result = fleet_result(url, name, model, exact_seconds=args.exact_seconds)
+            result = fleet_result(url, name, model, exact_seconds=args.exact_seconds, exact_work=args.exact_work)
         except FleetError as exc:
             raise UsageError(str(exc)) from None
         choose_compact(model, result, args)

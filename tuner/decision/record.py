@@ -68,6 +68,8 @@ class CompactFacts:
     """The time budget ran out before the choice was proven or its floor found."""
     solves: int
     """Capped exact solves it took."""
+    work: int = 0
+    """Steps of work its solves took (`--exact-work`): the same on any machine."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class ExactFacts:
     """Why its answer is not proven optimal."""
     caveat: str
     """One sentence on an answer not proven optimal, with "its answer" as subject ("" if proven)."""
+    work: int = 0
+    """Steps of work the solve took (`--exact-work`): the same on any machine."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,8 @@ def decide(model: CostModel, search: SearchResult) -> Decision:
         tolerance=choice.tolerance, fastest_ms=choice.fastest_ms, limit_ms=choice.limit_ms,
         saved_share=choice.saved_share(model, t), recommended=choice.recommended(model, t),
         recommend_saving=RECOMMEND_SAVING, proven=choice.proven, floor_bytes=choice.floor_bytes,
-        fastest_proven=choice.fastest_proven, stopped_early=choice.stopped_early, solves=choice.solves)
+        fastest_proven=choice.fastest_proven, stopped_early=choice.stopped_early, solves=choice.solves,
+        work=choice.work)
     changed = _timed(timings, "what_changed_s", lambda: what_changed(model, d, t))
     peak = _timed(timings, "off_peak_s", lambda: off_peak(model, d, t))
     interval = _timed(timings, "interval_s", lambda: saving_interval(model, d.capture_sizes, t.capture_sizes))
@@ -221,7 +226,7 @@ def search_facts(search: SearchResult) -> dict[str, Any]:
     exact = ExactFacts(
         num_candidates=ex.num_candidates, memory_unit_bytes=ex.memory_unit_bytes, exact_memory=ex.exact_memory,
         resource=ex.resource, lower_bound_ms=ex.lower_bound_ms, gap=ex.gap, stopped_early=ex.stopped_early,
-        unproven=tuple(ex.unproven), caveat=ex.caveat("its answer"))
+        unproven=tuple(ex.unproven), caveat=ex.caveat("its answer"), work=ex.work)
     return {"ship_policy": search.ship, "source": search.source, "gap": search.gap, "exact": exact,
             "study_name": search.study_name, "storage": search.storage, "objective": search.objective,
             "trials": dict(search.trials), "notes": tuple(search.notes), "front": tuple(search.pareto or ex.front),

@@ -237,7 +237,7 @@ def recorded_decision(run_dir: str | Path, model: CostModel, search: SearchResul
                 recommended=bool(choice["recommended"]), recommend_saving=RECOMMEND_SAVING,
                 proven=bool(choice["proven"]), floor_bytes=int(choice["floor_bytes"]),
                 fastest_proven=bool(choice["fastest_proven"]), stopped_early=bool(choice["stopped_early"]),
-                solves=int(choice["solves"])),
+                solves=int(choice["solves"]), work=int(choice.get("work", 0))),
             ship=Shipping(shipped["list"], lists[shipped["list"]], str(shipped["why"]),
                           None if other is None else (other["list"], lists[other["list"]])),
             **search_facts(search), timings={str(k): float(v) for k, v in data["timings"].items()},

@@ -35,7 +35,7 @@ __all__ = ["LIST_LABELS", "Deployment", "DrafterSweep", "Engine", "GraphDispatch
            "flag_file_line", "placeholder"]
 
 LIST_LABELS = {"tuned": "tuned", "compact": "compact (least graph memory within the tolerance)",
-               "exact": "exact optimum", "ideal": "ideal (every width, memory ignored)"}
+               "exact": "exact solver", "ideal": "ideal (every width, memory ignored)"}
 """How reports and plots name the comparison's lists every engine has; an engine names its own default, widest and
 peer rows (`Engine.list_label`)."""
 

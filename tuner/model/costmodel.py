@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from tuner.engines.vllm.drafter_cost import DrafterCost
 
 __all__ = [
+    "DEFAULT_MAX_CAPTURE_S",
+    "DEFAULT_MAX_GRAPHS",
     "GIB",
     "MODEL_SETTINGS",
     "CostModel",
@@ -81,6 +83,12 @@ class Evaluation:
     reason: str = ""
     """Why the list is infeasible beyond the two memory conditions (a width whose capture ran out of memory
     while profiling; a list V1 refuses)."""
+    num_graphs: int = 0
+    """Graphs the engine captures for the list at start-up (every mode, the drafter's included)."""
+    capture_s: float | None = None
+    """Seconds the capture of those graphs takes by the profile's `capture_s` (None: the profile records none)."""
+    over_startup: str = ""
+    """Why the list is over the model's start-up budget (`CostModel.max_capture_s`, `max_graphs`); "" within it."""
 
     @property
     def kv_margin_bytes(self) -> int:
@@ -102,13 +110,20 @@ class Evaluation:
         return self.capture_headroom_bytes >= 0
 
     @property
-    def feasible(self) -> bool:
+    def fits_memory(self) -> bool:
+        """Both memory conditions hold and every graph can be captured: feasible but for the start-up budget."""
         return self.starts and self.capture_fits and not self.reason
+
+    @property
+    def feasible(self) -> bool:
+        return self.fits_memory and not self.over_startup
 
     @property
     def why_infeasible(self) -> str:
         if self.reason:
             return self.reason
+        if self.over_startup and self.starts and self.capture_fits:
+            return self.over_startup
         if not self.starts:
             return (f"vLLM would not start: its graph-memory estimate {self.graph_estimate_bytes / GIB:.3f} GiB leaves "
                     f"{self.kv_available_bytes / GIB:.3f} GiB of KV cache, {-self.kv_margin_bytes / GIB:.3f} GiB short "
@@ -132,6 +147,8 @@ class Evaluation:
             "kv_available_bytes": self.kv_available_bytes,
             "kv_margin_gib": self.kv_margin_gib,
             "capture_headroom_bytes": self.capture_headroom_bytes,
+            "graphs_captured": self.num_graphs,
+            "capture_s": self.capture_s,
             "feasible": self.feasible,
             "reason": self.why_infeasible,
         }
@@ -271,9 +288,15 @@ def crossover_width(profile: Profile, threshold: float = 0.02) -> int | None:
 
 
 MODEL_SETTINGS = ("allow_mismatch", "allow_outliers", "off_peak_weight", "piecewise_fallback", "load_steps",
-                  "cpu_rehearsal")
+                  "cpu_rehearsal", "max_capture_s", "max_graphs")
 """CostModel settings summary.json records (`cost_model`), so a run directory is re-rendered and validated under
-the model it was searched with, and a refit is made under."""
+the model it was searched with, and a refit is made under (the start-up budget only where one is set: a run made
+before it had none)."""
+DEFAULT_MAX_CAPTURE_S = 60.0
+"""`--max-capture-seconds`: the most seconds of graph capture a list may add to every start-up (a deployment restarts,
+autoscales and fails over), by the profile's capture times."""
+DEFAULT_MAX_GRAPHS = 1024
+"""`--max-graphs`: the most graphs a list may make the engine capture at start-up (every mode, the drafter's)."""
 
 
 @dataclass
@@ -303,12 +326,19 @@ class CostModel:
     """The profile was measured through vLLM's CPU build and the model asks that build's rules
     (`tuner.engines.vllm.cpu_build`: no graphs kept, the KV cache its space): a search and a validation through the same
     build rehearsed on a CPU, no GPU answer."""
+    max_capture_s: float | None = None
+    """The start-up budget: a list whose graphs take longer to capture (by the profile's `capture_s`) is infeasible
+    (None: no limit; `cgtune search` sets DEFAULT_MAX_CAPTURE_S unless told otherwise)."""
+    max_graphs: int | None = None
+    """The start-up budget: a list making the engine capture more graphs is infeasible (None: no limit)."""
     notes: list[str] = field(default_factory=list, repr=False)
     """Assumptions made while fitting (printed in the report)."""
 
     def settings(self) -> dict[str, object]:
         """The MODEL_SETTINGS this model was made under, as summary.json records them (rows as lists)."""
-        out = {k: getattr(self, k) for k in MODEL_SETTINGS if k != "cpu_rehearsal" or self.cpu_rehearsal}
+        unset = {"cpu_rehearsal": not self.cpu_rehearsal, "max_capture_s": self.max_capture_s is None,
+                 "max_graphs": self.max_graphs is None}
+        out = {k: getattr(self, k) for k in MODEL_SETTINGS if not unset.get(k, False)}
         if self.load_steps is not None:
             out["load_steps"] = [list(row) for row in self.load_steps]
         return out
@@ -429,6 +459,12 @@ class CostModel:
 
         if not 0.0 <= self.off_peak_weight <= 1.0:
             raise ModelError(f"off_peak_weight={self.off_peak_weight} must be in 0..1")
+        if self.max_capture_s is not None and not 0.0 <= self.max_capture_s < math.inf:
+            raise ModelError(f"max_capture_s={self.max_capture_s} must be a number of seconds >= 0")
+        if self.max_graphs is not None and (isinstance(self.max_graphs, bool) or not isinstance(self.max_graphs, int)
+                                            or self.max_graphs < 0):
+            raise ModelError(f"max_graphs={self.max_graphs!r} must be a whole number >= 0")
+        self._capture_curves = self._capture_time_curves()
         steps = self.workload.steps() if self.load_steps is None else self._given_steps()
         if not steps:
             raise ModelError(f"workload {self.workload.name}: has no steps")
@@ -465,6 +501,14 @@ class CostModel:
         self.noisy_widths = self._noisy_widths()
 
     # ------------------------------------------------------------------ fitting helpers
+    def _capture_time_curves(self) -> dict[str, Curve | None]:
+        """Per profile mode with graphs, the capture seconds of a graph over widths (None: no row records any)."""
+        curves: dict[str, Curve | None] = {}
+        for mode in ("full", "piecewise", "drafter_full", "drafter_piecewise"):
+            points = {w: float(r.capture_s) for w, r in self.profile.by_mode(mode).items() if r.capture_s is not None}
+            curves[mode] = Curve(points, monotone=False) if points else None
+        return curves
+
     def _kv_rule(self, name: str) -> KvRule:
         """The engine's KV rule on the profile's device: its total memory and the non-KV memory it measured."""
         if self.cpu_rehearsal:  # the CPU build's space, whatever the device's memory
@@ -881,6 +925,56 @@ class CostModel:
         """Both memory conditions hold: the engine starts with the required KV cache, and the real capture fits."""
         return self._fits(self.graph_costs(capture_sizes), self._runs(capture_sizes))
 
+    def fits(self, capture_sizes: Sequence[int]) -> bool:
+        """Both memory conditions hold and the list is within the start-up budget (`over_startup`)."""
+        costs = self.graph_costs(capture_sizes)
+        if self.max_graphs is not None and len(costs) > self.max_graphs:
+            return False
+        return self._fits(costs, self._runs(capture_sizes)) and not self.over_startup(
+            len(costs), self.capture_seconds(costs) if self.max_capture_s is not None else None)
+
+    # ------------------------------------------------------------------ start-up
+    def capture_seconds(self, costs: Sequence[GraphCost]) -> float | None:
+        """Seconds the capture of these graphs takes by the profile's `capture_s` (each graph's own, read off its
+        mode's rows, the drafter's from the drafter's rows; PIECEWISE graphs from the FULL rows when the profile has
+        no PIECEWISE times, as their memory is); None when the profile records no capture time for a mode they
+        hold."""
+        groups: dict[str, list[int]] = {}
+        for g in costs:
+            groups.setdefault(g.mode if g.owner == "target" else "drafter_" + g.mode, []).append(g.num_tokens)
+        total = 0.0
+        for key, widths in groups.items():
+            mode = key.lower()
+            curve = self._capture_curves.get(mode) or self._capture_curves.get(mode.replace("piecewise", "full"))
+            if curve is None:
+                return None
+            total += float(np.maximum(0.0, curve(widths)).sum())
+        return total
+
+    def graph_capture_s(self, mode: str, widths: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Capture seconds of the target's graphs of `mode` (FULL or PIECEWISE) at each width (PIECEWISE from the FULL
+        rows when the profile has no PIECEWISE times); 0 where the profile records none."""
+        curve = self._capture_curves.get(mode.lower()) or self._capture_curves.get("full")
+        if curve is None or mode == "NONE":
+            return np.zeros(len(widths))
+        return np.maximum(0.0, curve(widths))
+
+    @property
+    def startup_budget(self) -> bool:
+        """Whether the model holds lists to a start-up budget (`max_capture_s` or `max_graphs`)."""
+        return self.max_capture_s is not None or self.max_graphs is not None
+
+    def over_startup(self, num_graphs: int, capture_s: float | None) -> str:
+        """Why a list capturing `num_graphs` graphs in `capture_s` seconds is over the start-up budget ("" if
+        within)."""
+        if self.max_graphs is not None and num_graphs > self.max_graphs:
+            return (f"over the start-up budget: {num_graphs} graphs to capture, more than --max-graphs "
+                    f"{self.max_graphs}")
+        if self.max_capture_s is not None and capture_s is not None and capture_s > self.max_capture_s + 1e-9:
+            return (f"over the start-up budget: {capture_s:.1f} s of graph capture, more than --max-capture-seconds "
+                    f"{self.max_capture_s:g}")
+        return ""
+
     # ------------------------------------------------------------------ all together
     def _normalise(self, capture_sizes: Iterable[int]) -> tuple[int, ...]:
         return self.engine.normalise(capture_sizes)
@@ -930,6 +1024,7 @@ class CostModel:
         failed = sorted({g.num_tokens for g in costs} & set(self.failed_widths))
         if failed and not reason:
             reason = f"the capture of width {failed[-1]} failed while profiling (the profile's capture_errors)"
+        capture_s = self.capture_seconds(costs)
         return Evaluation(
             capture_sizes=sizes,
             expected_step_ms=expected,
@@ -944,6 +1039,7 @@ class CostModel:
             reason=reason,
             drafter_step_ms=float(np.dot(self._probs, drafter_ms)),
             drafter_graph_bytes=int(round(sum(g.delta_bytes for g in costs[1:] if g.owner == "drafter"))),
+            num_graphs=len(costs), capture_s=capture_s, over_startup=self.over_startup(len(costs), capture_s),
         )
 
     def without_each(self, e: Evaluation, widths: Iterable[int]) -> dict[int, tuple[float, int, int]]:

@@ -44,7 +44,7 @@ def compact_proof(model: CostModel, dec: Decision) -> str:
     if not choice.fastest_proven:
         parts.append("the fastest list is the best found, not proven optimal (see Search)")
     if choice.stopped_early:
-        parts.append("the time budget (`--exact-seconds`) ran out")
+        parts.append(f"its budget ran out ({choice.work:,} steps of `--exact-work` spent, or `--exact-seconds`)")
     return "; ".join(parts)
 
 
@@ -71,7 +71,7 @@ def summary_fields(model: CostModel, dec: Decision) -> dict[str, Any]:
                            "saved_share": choice.saved_share, "recommended": choice.recommended,
                            "proven": choice.proven, "floor_bytes": choice.floor_bytes,
                            "fastest_proven": choice.fastest_proven, "stopped_early": choice.stopped_early,
-                           "solves": choice.solves},
+                           "solves": choice.solves, "work": choice.work},
         "saving_interval_ms": [interval.low_ms, interval.high_ms],
         "saving_interval": interval.as_dict(),
         "no_graphs_step_ms": dec.no_graphs.expected_step_ms,

@@ -12,6 +12,7 @@ from tuner.report import decision
 from tuner.decision.compare import LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency
 from tuner.model.eager_share import eager_share
 from tuner.engines.vllm.drafter import spans
+from tuner.report.startup import exact_row_label
 from tuner.report.text import GIB, mem_text, memory_unit, num_text
 
 if TYPE_CHECKING:
@@ -152,11 +153,12 @@ def side_by_side_lines(model: CostModel, dec: Decision) -> list[str]:
     ]
     for name, e in dec.table.items():
         feasible = feasible_cell(name, e)
+        label = exact_row_label(dec) if name == "exact" else model.engine.list_label(name)
         top = e.capture_sizes[-1] if e.capture_sizes else 0
         runs = "same" if e.runs_as == e.capture_sizes else (
             f"{len(e.runs_as)} graphs, max {_top(model, e)} requests" if e.runs_as else "nothing")
         lines.append(
-            f"| {model.engine.list_label(name)} | {len(e.capture_sizes)} | {-(-top // model.q)} | {top} | {runs} "
+            f"| {label} | {len(e.capture_sizes)} | {-(-top // model.q)} | {top} | {runs} "
             f"| {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} | {num_text(model, e.graph_memory_bytes)} "
             f"| {num_text(model, e.kv_available_bytes)} | {kv_tokens(model, e):,} | {max_concurrency(model, e):.2f} "
             f"| {num_text(model, e.kv_margin_bytes)} | {num_text(model, e.capture_headroom_bytes)} "

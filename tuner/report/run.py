@@ -22,6 +22,7 @@ from tuner.profile.host_cost import host_line
 from tuner.report import decision
 from tuner.report.load import load_lines
 from tuner.report.plots import PLOTS, log_axis, profile_provenance, render_plots
+from tuner.report.startup import startup_lines, synthetic_lines
 from tuner.report.text import sizes_text
 
 __all__ = [
@@ -88,6 +89,7 @@ def _list_figures(model: CostModel, e: Evaluation) -> dict[str, Any]:
         "expected_step_ms": e.expected_step_ms,
         "per_token_ms": e.per_token_ms,
         "num_graphs": len(e.capture_sizes),
+        "graphs_captured": e.num_graphs,
         "capture_s": decision.capture_s(model, e),
         "max_capture_size": model.engine.list_max(e.capture_sizes),
         "vllm_graph_estimate_bytes": e.graph_estimate_bytes,
@@ -272,6 +274,11 @@ def _exact_line(dec: Decision) -> str:
     return f"- exact solver: {ex.num_candidates} candidate widths; it counted {axis} in units of {unit}: {how}"
 
 
+def _first_lines(model: CostModel, dec: Decision) -> list[str]:
+    """A synthetic profile and the shipped list's start-up cost, before anything else (`tuner.report.startup`)."""
+    return [*synthetic_lines(model), *(f"- {line}" for line in startup_lines(model, dec)), ""]
+
+
 def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots_dir: str = "plots",
                     profile_name: str | None = None) -> str:
     """report.md text (`profile_name`: as `_meta`)."""
@@ -279,7 +286,8 @@ def render_markdown(model: CostModel, dec: Decision, *, command: str = "", plots
     table = dec.table
     # How the list was found, how sure its saving is and the compact list beside it: every engine's words alike.
     how_found = _source_lines(dec) + decision.decision_lines(model, dec)
-    lines = [f"# cgtune report: {model.workload.name}", "", *_provenance_lines(model, profile_name),
+    lines = [f"# cgtune report: {model.workload.name}", "", *_first_lines(model, dec),
+             *_provenance_lines(model, profile_name),
              *words.memory_rule_lines(model, table), _noise_line(model),
              f"- made by cgtune {__version__}" + (f" with `{command}`" if command else ""), "", "## Decision", "",
              *words.decision_lines(model, table, dec.source, how_found,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.report import decision
 from tuner.decision.compare import LIST_SAVING_SHARE, feasible_cell, kv_tokens, listed_and_rest, max_concurrency
 from tuner.model.eager_share import EagerShare, drafter_eager_passes, eager_share, uniform_decode_steps
+from tuner.report.startup import exact_row_label
 from tuner.report.text import GIB, mem_text, memory_unit, mib_text, num_text
 from tuner.engines.vllm.defaults import CaptureDefaults, capture_ceiling, dense_speculative_schedule, validate_schedule
 from tuner.engines.vllm.defaults import widest_decode_batch
@@ -258,10 +259,11 @@ def side_by_side_lines(model: CostModel, dec: Decision) -> list[str]:
     ]
     for name, e in dec.table.items():
         feasible = feasible_cell(name, e)
+        label = exact_row_label(dec) if name == "exact" else model.engine.list_label(name)
         runs = "same" if e.runs_as == e.capture_sizes else (
             model.engine.list_shape(e.runs_as) if e.runs_as else "nothing (refused)")
         lines.append(
-            f"| {model.engine.list_label(name)} | {len(e.capture_sizes)} "
+            f"| {label} | {len(e.capture_sizes)} "
             f"| {model.engine.list_max(e.capture_sizes)} "
             f"| {runs} | {e.expected_step_ms:.4f} | {e.per_token_ms:.5f} "
             f"| {num_text(model, e.graph_estimate_bytes)} | {num_text(model, e.graph_memory_bytes)} "

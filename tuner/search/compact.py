@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.model.costmodel import CostModel, Evaluation
-from tuner.search.exact import ExactResult, SearchError, exact_solve
+from tuner.search.exact import DEFAULT_WORK, ExactResult, SearchError, exact_solve
 from tuner.search.exact_program import counted_bytes
 
 
@@ -45,9 +45,11 @@ class CompactChoice:
     fastest_proven: bool = False
     """`fastest_ms` is the proven optimum's (else the fastest found: the true optimum may be a little faster)."""
     stopped_early: bool = False
-    """The time budget ran out before the choice was proven or its floor found."""
+    """The work budget (or a wall-clock one, where given) ran out before the choice was proven or its floor found."""
     solves: int = 0
     """Capped exact solves it took."""
+    work: int = 0
+    """Steps of work its solves took (`tuner.search.exact_answer.DEFAULT_WORK`): the same on any machine."""
 
     @property
     def limit_ms(self) -> float:
@@ -66,14 +68,15 @@ class CompactChoice:
     def to_dict(self) -> dict[str, Any]:
         return {"capture_sizes": list(self.evaluation.capture_sizes), "tolerance": self.tolerance,
                 "fastest_ms": self.fastest_ms, "proven": self.proven, "floor_bytes": self.floor_bytes,
-                "fastest_proven": self.fastest_proven, "stopped_early": self.stopped_early, "solves": self.solves}
+                "fastest_proven": self.fastest_proven, "stopped_early": self.stopped_early, "solves": self.solves,
+                "work": self.work}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], model: CostModel) -> CompactChoice:
         # Runs written before the floor was kept claim none.
         return cls(model.evaluate(data["capture_sizes"]), float(data["tolerance"]), float(data["fastest_ms"]),
                    bool(data["proven"]), int(data.get("floor_bytes", 0)), bool(data.get("fastest_proven", False)),
-                   bool(data.get("stopped_early", False)), int(data.get("solves", 0)))
+                   bool(data.get("stopped_early", False)), int(data.get("solves", 0)), int(data.get("work", 0)))
 
 
 class _Search:
@@ -88,7 +91,7 @@ class _Search:
         self.best, self.hi = best, counted_bytes(model, best)
         self.best_is_fastest_at_hi = False
         """`best` is proven the fastest list counting at most `hi`."""
-        self.floor, self.solves, self.stopped = 0, 0, False
+        self.floor, self.solves, self.stopped, self.work = 0, 0, False, 0
 
     def within(self, e: Evaluation) -> bool:
         return e.expected_step_ms <= self.limit_ms + _SLACK
@@ -99,6 +102,7 @@ class _Search:
         r = self.solve(cap, keep)
         self.solves += 1
         self.stopped = r.stopped_early
+        self.work += r.work
         for e in [*r.kept, r.best, *r.front]:  # every fitting list it found is a candidate answer
             if self.within(e) and counted_bytes(self.model, e) < self.hi:
                 self.best, self.hi, self.best_is_fastest_at_hi = e, counted_bytes(self.model, e), False
@@ -137,7 +141,8 @@ class _Search:
 
 
 def choose_compact(model: CostModel, tolerance: float = DEFAULT_TOLERANCE, *, known: Sequence[Evaluation] = (),
-                   memory_buckets: int = 2048, candidates: Sequence[int] | None = None, seconds: float | None = None,
+                   memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
+                   work: int | None = DEFAULT_WORK, seconds: float | None = None,
                    clock: Callable[[], float] = time.monotonic, fastest: ExactResult | None = None) -> CompactChoice:
     """The fitting list with the least counted memory (`counted_bytes`) whose expected step is at most `tolerance`
     above the fastest fitting list's (ties: the faster); `known`: fitting lists found elsewhere (the study's best), in
@@ -146,19 +151,27 @@ def choose_compact(model: CostModel, tolerance: float = DEFAULT_TOLERANCE, *, kn
     The exact solver finds the fastest list (`fastest`: its answer over these candidates, solved already); the least
     counted memory of a list within the tolerance among its front and `known` caps a second solve, which keeps the
     fastest list of its least memory levels within the tolerance: where its levels count memory exactly, the first is
-    the answer, proven. Else (memory rounded to units, or the real capture could outgrow the estimate) the least
-    found, and capped solves below it (`_Search.run`) prove a floor: no list within the tolerance counts less.
-    `seconds` bounds it all (every solve shares it; None: no limit): past it, the least found so far, with the floor
-    proven so far. Raises SearchError when not even the empty list fits."""
+    the answer, proven. Else (memory rounded to units, the real capture could outgrow the estimate, or the two-list
+    relaxation) the least found, and capped solves below it (`_Search.run`) prove a floor: no list within the
+    tolerance counts less. `work` bounds it all, in the solver's steps (every solve shares it; None: no limit), so the
+    choice is the same on a loaded machine as on a quiet one; `seconds` (None, the default: none) adds a wall-clock
+    limit, which makes it depend on the machine's load. Past either, the least found so far, with the floor proven so
+    far. Raises SearchError when not even the empty list fits."""
     if not tolerance >= 0 or tolerance == float("inf"):
         raise ValueError(f"tolerance={tolerance} must be a finite number >= 0")
     deadline = None if seconds is None else clock() + seconds
+    spent = [0]
 
     def left() -> float | None:
         return None if deadline is None else max(0.0, deadline - clock())
 
-    solved = fastest or exact_solve(model, memory_buckets=memory_buckets, candidates=candidates, seconds=left(),
-                                    clock=clock)
+    def work_left() -> int | None:
+        return None if work is None else max(0, work - spent[0])
+
+    solved = fastest or exact_solve(model, memory_buckets=memory_buckets, candidates=candidates, work=work_left(),
+                                    seconds=left(), clock=clock)
+    if fastest is None:
+        spent[0] += solved.work
     pool = [solved.best, *solved.front, *known, model.evaluate(())]  # the empty list: what the rest is held to
     fitting = [e for e in pool if e.feasible]
     if not fitting:
@@ -170,13 +183,16 @@ def choose_compact(model: CostModel, tolerance: float = DEFAULT_TOLERANCE, *, kn
     seeds = [e.capture_sizes for e in fitting]
 
     def capped(cap: int, keep: bool) -> ExactResult:
-        return exact_solve(model, memory_buckets=memory_buckets, candidates=candidates, seconds=left(), clock=clock,
-                           incumbents=seeds, memory_cap_bytes=cap, keep_within_ms=limit_ms if keep else None)
+        r = exact_solve(model, memory_buckets=memory_buckets, candidates=candidates, work=work_left(), seconds=left(),
+                        clock=clock, incumbents=seeds, memory_cap_bytes=cap,
+                        keep_within_ms=limit_ms if keep else None)
+        spent[0] += r.work
+        return r
 
     search = _Search(model, limit_ms, start, capped)
-    search.stopped = left() == 0.0  # the first solve spent the budget (a search's own solve had its own)
+    search.stopped = left() == 0.0 or work_left() == 0  # the first solve spent the budget
     search.run(FLOOR_PROBES)
     fastest_proven = solved.exact_memory and fastest_ms == solved.best.expected_step_ms
     proven = fastest_proven and search.floor >= search.hi and search.best_is_fastest_at_hi
     return CompactChoice(search.best, tolerance, fastest_ms, proven, min(search.floor, search.hi), fastest_proven,
-                         search.stopped, search.solves)
+                         search.stopped, search.solves, spent[0])

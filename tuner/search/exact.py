@@ -17,14 +17,16 @@ from itertools import combinations
 import numpy as np
 
 from tuner.model.costmodel import GIB, CostModel, Evaluation
-from tuner.search.exact_answer import (APPROXIMATED, KEPT, ROUNDED, ExactResult, SearchError, improve_locally,
-                                       pareto_front)
+from tuner.model.reference_lists import reference_lists
+from tuner.search.exact_answer import (APPROXIMATED, DEFAULT_WORK, KEPT, ROUNDED, ExactResult, SearchError,
+                                       improve_locally, pareto_front, spent)
 from tuner.search.exact_bounds import Bounds, Columns, Relaxation, TimeUp, float_slack
 from tuner.search.exact_levels import Levels
+from tuner.search.exact_startup import within_startup
 from tuner.search.exact_program import (FIGURES, Edge, Program, counted_bytes, latency_layers, memory_figures, round_up,
                                  window_query_len)
 
-__all__ = ["APPROXIMATED", "KEPT", "ROUNDED", "ExactResult", "SearchError", "brute_force", "exact_solve",
+__all__ = ["APPROXIMATED", "DEFAULT_WORK", "KEPT", "ROUNDED", "ExactResult", "SearchError", "brute_force", "exact_solve",
            "pareto_front", "round_up"]
 
 log = logging.getLogger(__name__)
@@ -33,9 +35,10 @@ _TIE = 2e-14
 """Lists within this share of the list to beat (or within twice the float error of a sum over the candidates) are
 ties, not worth proving faster: the same sums in another order differ by about as much."""
 def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
-                front_points: int = 40, seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
-                incumbents: Sequence[Sequence[int]] = (), bounds: bool = True,
-                memory_cap_bytes: int | None = None, keep_within_ms: float | None = None) -> ExactResult:
+                front_points: int = 40, work: int | None = DEFAULT_WORK, seconds: float | None = None,
+                clock: Callable[[], float] = time.monotonic, incumbents: Sequence[Sequence[int]] = (),
+                bounds: bool = True, memory_cap_bytes: int | None = None,
+                keep_within_ms: float | None = None) -> ExactResult:
     """Fastest capture list over `candidates` (default: the model's) that fits vLLM's two memory conditions (and,
     with `memory_cap_bytes`, counts at most that many bytes on the program's memory axis: `counted_bytes`).
 
@@ -69,8 +72,9 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     `memory_buckets` of them, else rounded to the nearest unit with the answer re-checked in bytes (re-solved under
     a lower budget on an overshoot, a rounded-up pass last), so the answer always fits.
 
-    Time. Past `seconds` (None: no limit; read with `clock`), the fastest fitting list found so far is returned with
-    `stopped_early` and a proven lower bound on the optimum (the bounds' first forward sweeps, at price 0 and on
+    Work. Past `work` steps (`DEFAULT_WORK`; None: no limit), or past `seconds` of wall time where given (None, the
+    default: no limit; read with `clock`; the answer then depends on the machine's load), the fastest fitting list
+    found so far is returned with `stopped_early` and a proven lower bound on the optimum (the bounds' first forward sweeps, at price 0 and on
     the grid, always run to their end: they are that bound).
     `bounds=False` skips the bounds: every pass over every transition (the reference the pruning is tested against).
 
@@ -86,22 +90,28 @@ def exact_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Seq
     """
     if memory_cap_bytes is not None and memory_cap_bytes < 0:
         raise ValueError(f"memory_cap_bytes={memory_cap_bytes} must be >= 0")
+    # The lists the report compares the answer with start the search: no answer is beaten by a row of its report.
+    incumbents = [*reference_lists(model).values(), *incumbents]
     if model.engine.split_lists:  # two lists against a KV cache sized after capture (vLLM 0.34)
         from tuner.search.exact_split import split_solve
 
         return split_solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
-                           seconds=seconds, clock=clock, incumbents=incumbents, memory_cap_bytes=memory_cap_bytes,
-                           keep_within_ms=keep_within_ms)
-    return _Solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
-                  seconds=seconds, clock=clock, incumbents=incumbents, bounds=bounds, cap=memory_cap_bytes,
-                  keep_ms=keep_within_ms).run()
+                           work=work, seconds=seconds, clock=clock, incumbents=incumbents,
+                           memory_cap_bytes=memory_cap_bytes, keep_within_ms=keep_within_ms)
+
+    def solve(cap: int | None, steps: int | None, seeds: Sequence[Sequence[int]]) -> ExactResult:
+        return _Solve(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
+                      work=steps, seconds=seconds, clock=clock, incumbents=seeds, bounds=bounds, cap=cap,
+                      keep_ms=keep_within_ms).run()
+
+    return within_startup(model, solve, memory_cap_bytes, work, incumbents)
 
 
 class _Solve:
     """One exact solve: the program, its bounds, the dynamic program over levels, and the answer."""
 
     def __init__(self, model: CostModel, *, memory_buckets: int, candidates: Sequence[int] | None,
-                 front_points: int, seconds: float | None, clock: Callable[[], float],
+                 front_points: int, work: int | None, seconds: float | None, clock: Callable[[], float],
                  incumbents: Sequence[Sequence[int]], bounds: bool, cap: int | None, keep_ms: float | None) -> None:
         self.model, self.use_bounds, self.cap, self.keep_ms = model, bounds, cap, keep_ms
         self.kept: list[Evaluation] = []
@@ -109,7 +119,7 @@ class _Solve:
         self.memory_buckets, self.front_points, self.incumbents = memory_buckets, front_points, incumbents
         self.clock = clock
         self.started = clock()
-        self.budget_s = seconds
+        self.budget_s, self.work_limit, self.work, self.spent_on = seconds, work, 0, ""
         self.deadline = None if seconds is None else self.started + seconds
         self.seen: dict[tuple[int, ...], Evaluation] = {}
         self.pool: dict[tuple[int, ...], float] = {}
@@ -120,8 +130,15 @@ class _Solve:
         self.level_solves = 0
         self.solved: dict[int, float] = {}
 
-    def check(self) -> None:
+    def check(self, steps: int = 1) -> None:
+        """Count `steps` of work (a candidate's transitions from that many predecessors); past the work budget or the
+        optional wall-clock one, stop."""
+        self.work += steps
+        if self.work_limit is not None and self.work > self.work_limit:
+            self.spent_on = "work"
+            raise TimeUp
         if self.deadline is not None and self.clock() > self.deadline:
+            self.spent_on = "seconds"
             raise TimeUp
 
     def over_cap(self, e: Evaluation) -> int:
@@ -129,8 +146,8 @@ class _Solve:
         return 0 if self.cap is None else counted_bytes(self.model, e) - self.cap
 
     def fits(self, e: Evaluation) -> bool:
-        """Both memory conditions, and the cap."""
-        return e.feasible and self.over_cap(e) <= 0
+        """Both memory conditions, and the cap (the start-up budget is `within_startup`'s)."""
+        return e.fits_memory and self.over_cap(e) <= 0
 
     # ------------------------------------------------------------------------------------------------ answer
     def run(self) -> ExactResult:
@@ -173,9 +190,9 @@ class _Solve:
                   and not self.dp_failed and not self.capture_binds)
         seconds = self.clock() - self.started
         if self.stopped:
-            log.info("exact solver: stopped at its time budget after %.1f s", seconds)
+            log.info("exact solver: %s, after %.1f s", spent(self.work_limit, self.budget_s, self.spent_on), seconds)
         unproven = [why for why, yes in (
-            (f"stopped at its time budget of {self.budget_s or 0:g} s", self.stopped),
+            (spent(self.work_limit, self.budget_s, self.spent_on), self.stopped),
             (f"{ROUNDED} {self.unit / (1 << 20):.3f} MiB", not self.exact_memory),
             ("the real capture could outgrow vLLM's estimate by more than the memory vLLM does not request",
              self.headroom or self.capture_binds),
@@ -183,7 +200,7 @@ class _Solve:
             ("no rounded answer fit in bytes", self.dp_failed)) if yes]
         return ExactResult(self.best, self._front(), self.unit, bool(proven), len(self.cands), self.resource,
                            self._lower_bound(proven), self.stopped, seconds, self.passes, self.level_solves,
-                           () if proven else tuple(unproven), tuple(self.kept))
+                           () if proven else tuple(unproven), tuple(self.kept), work=self.work)
 
     def _consider(self, sizes: tuple[int, ...], program_ms: float | None = None) -> Evaluation:
         """Evaluate a list; if it fits, it may become the answer and the latency to beat (`program_ms`: its latency

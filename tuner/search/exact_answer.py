@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from tuner.model.costmodel import CostModel, Evaluation
 
-__all__ = ["APPROXIMATED", "KEPT", "ROUNDED", "ExactResult", "SearchError", "improve_locally", "pareto_front"]
+__all__ = ["APPROXIMATED", "DEFAULT_WORK", "KEPT", "ROUNDED", "ExactResult", "SearchError", "improve_locally",
+           "pareto_front", "spent"]
 
 APPROXIMATED = ("the program approximates the step latency (several speculative tiers, or DFlash under cudagraph_mode "
                 "FULL; its answer is then improved one width at a time)")
@@ -17,6 +18,17 @@ ROUNDED = "memory figures rounded to units of"
 """How an answer says its memory was rounded (one of `ExactResult.unproven`)."""
 KEPT = 16
 """`keep_within_ms`: at most this many of the least memory levels keep their fastest list."""
+DEFAULT_WORK = 5_000_000
+"""`--exact-work`: the steps (a candidate swept by a pass of a program, a row of a dynamic program, counted by its
+predecessors) one exact solve may take before it answers with the best list found and a proven bound. Work, not
+seconds: the answer is the same on a loaded machine as on a quiet one."""
+
+
+def spent(work: int | None, seconds: float | None, what: str) -> str:
+    """Why a solve stopped before its proof: the budget it spent."""
+    if what == "seconds":
+        return f"stopped at its time budget of {seconds or 0:g} s (--exact-seconds)"
+    return f"stopped at its work budget of {work or 0:,} steps (--exact-work)"
 
 
 class SearchError(ValueError):
@@ -59,6 +71,8 @@ class ExactResult:
     """With `keep_within_ms`: the fastest fitting list of each of the least memory levels whose fastest list is
     within it (at most KEPT, by level). Proven (`exact_memory`), the first counts the least memory (`counted_bytes`)
     of any fitting list within it, and no list counting that little is faster."""
+    work: int = 0
+    """Steps of work the solve took (see DEFAULT_WORK): the same on any machine, unlike `seconds`."""
 
     @property
     def rounded(self) -> bool:

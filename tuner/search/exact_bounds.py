@@ -100,7 +100,7 @@ def float_slack(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray,
 
 
 def relax(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, cols: Columns, *,
-          check: Callable[[], None]) -> Relaxation:
+          check: Callable[[int], None]) -> Relaxation:
     """Sweep forward: the cheapest relaxed chain to every node under every column. `fig`: memory figures in bytes;
     `limit`: per candidate, the bytes a list topped by it may take (< 0: none may top there); `check` raises TimeUp
     when the time budget is spent. Bounds come out lowered by more than their float error."""
@@ -114,7 +114,7 @@ def relax(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, cols:
     for node in program.starts(-1):
         f[node, 0, :] = 0.0 if node != C0 else np.where(cols.cls == -1, 0.0, _INF)
     for j in range(n):
-        check()
+        check(j + 1)  # a candidate's transitions from its predecessors
         k = j + 1
         for e in program.edges(j):
             if e.hi <= e.lo:
@@ -154,7 +154,7 @@ def _ends(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, cols:
 
 
 def sweep_back(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, rel: Relaxation, sel: np.ndarray, *,
-               check: Callable[[], None],
+               check: Callable[[int], None],
                on_placing: Callable[[Edge, int, np.ndarray], None] | None = None) -> None:
     """Sweep backward for the columns `sel`: the cheapest relaxed completion of every node (into `rel.h`). At each
     placing edge, once the completions past it are known, `on_placing(edge, j, bounds)` gets the bound through each
@@ -165,7 +165,7 @@ def sweep_back(program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, 
     h[C0:C0 + 2, 1:, :] = _ends(program, fig, limit, cols)
     f = rel.f[:, :, sel]
     for j in range(n - 1, -1, -1):
-        check()
+        check(j + 1)
         k = j + 1
         for e in program.edges(j):
             if e.hi <= e.lo:
@@ -226,12 +226,12 @@ class Bounds:
     price 0 for every pass together (where the fastest chains fit, nothing else is needed), a grid of prices, the
     sweep back (bounds per node, transition and pass), then the passes still open on prices near their best.
     `found` gets the chains of each round's columns, `beat()` is the bound at or above which nothing is worth
-    proving, `check()` raises TimeUp past the time budget (the forward sweeps of the first two rounds always run to
+    proving, `check(steps)` counts work and raises TimeUp past the budget (the forward sweeps of the first two rounds always run to
     their end: they are the bound of last resort)."""
 
     def __init__(self, program: Program, fig: dict[str, np.ndarray], limit: np.ndarray, budget_bytes: int,
                  classes: np.ndarray, per_graph: np.ndarray, *, found: Found, beat: Callable[[], float],
-                 check: Callable[[], None], front: bool = True) -> None:
+                 check: Callable[[int], None], front: bool = True) -> None:
         self.program, self.fig, self.limit = program, fig, limit
         self.found, self.beat, self.check, self.front = found, beat, check, front
         self.lam0 = program.base / max(float(budget_bytes), 1.0)
@@ -270,7 +270,7 @@ class Bounds:
     def _columns(self, groups: Sequence[tuple[int, float]], lams: np.ndarray) -> Columns:
         return Columns.join([Columns(np.full(len(lams), cls), lams, np.full(len(lams), pg)) for cls, pg in groups])
 
-    def _relax(self, cols: Columns, check: Callable[[], None]) -> Relaxation:
+    def _relax(self, cols: Columns, check: Callable[[int], None]) -> Relaxation:
         """The columns relaxed, joined to those before; `found` gets their chains."""
         new = relax(self.program, self.fig, self.limit, cols, check=check)
         self.rel = new if self.rel is None else self.rel.join(new)
@@ -284,11 +284,11 @@ class Bounds:
         last, front = self.groups[-1], GRID[FRONT] if self.front else np.zeros(0)
         first = Columns.join([self._columns(self.groups, np.array([0.0, self.lam0 * TINY])),
                               self._columns([last], self.lam0 * front)])
-        rel = self._relax(first, lambda: None)
+        rel = self._relax(first, lambda _: None)
         if min(rel.lower_bound()[rel.cols.lam == 0]) < self.beat():
             rest = [self._columns([(cls, pg)], self.lam0 * np.setdiff1d(GRID[1:], front if cls == last[0] else []))
                     for cls, pg in self.groups]
-            rel = self._relax(Columns.join(rest), lambda: None)
+            rel = self._relax(Columns.join(rest), lambda _: None)
         self.relax_cols = {cls: np.flatnonzero(rel.cols.cls == cls) for cls, _ in self.groups}
         self.relax_lb = {cls: rel.close_cut(cols) for cls, cols in self.relax_cols.items()}
         return min(self.relax_lb.values()) < self.beat()
@@ -297,7 +297,7 @@ class Bounds:
         """Sweep the first columns back. Every list of a class pass places its top over its second, every list of
         the -1 pass over the start or never: the least bound over those placing edges bounds the pass. False when
         every pass is ruled out."""
-        self.check()
+        self.check(1)
         rel, program, classes = self.rel, self.program, self.classes
         assert rel is not None
         slot = {cls: i for i, cls in enumerate(classes)}
@@ -324,7 +324,7 @@ class Bounds:
 
     def _open_passes(self) -> None:
         """The passes still open, each on prices near the best of the relaxation it belongs to, swept back."""
-        self.check()
+        self.check(1)
         rel, program = self.rel, self.program
         assert rel is not None
         still = [cls for cls in self.pass_lb if self.pass_lb[cls] < self.beat()]

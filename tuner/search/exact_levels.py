@@ -27,7 +27,7 @@ class Levels:
     for nodes some chain reaches)."""
 
     def __init__(self, program: Program, units: dict[str, np.ndarray], cls: int, per_graph: int, B: int,
-                 pred_cls: np.ndarray, *, alive: Alive | None = None, check: Callable[[], None] = lambda: None
+                 pred_cls: np.ndarray, *, alive: Alive | None = None, check: Callable[[int], None] = lambda _: None
                  ) -> None:
         self.program, self.units, self.cls, self.per_graph, self.B = program, units, cls, per_graph, B
         self.pred_cls = pred_cls
@@ -41,7 +41,7 @@ class Levels:
             row = self._row(node, 0)
             self.rows[row] = 0.0  # the empty start at every level: values are "at most m units"
         for j in range(n):
-            check()
+            check(j + 1)  # a candidate's transitions from its predecessors
             for e, units, preds in self._edges(j):
                 row = self._row(e.to, j + 1)  # may grow the rows: index them after
                 target = self.rows[row, units:]

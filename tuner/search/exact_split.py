@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tuner.engines.vllm.v034.drafter_cost import Drafter034
 from tuner.model.costmodel import CostModel, Evaluation
-from tuner.search.exact_answer import KEPT, ROUNDED, ExactResult, SearchError, improve_locally, pareto_front
+from tuner.search.exact_answer import (DEFAULT_WORK, KEPT, ROUNDED, ExactResult, SearchError, improve_locally,
+                                       pareto_front, spent)
+from tuner.search.exact_split_relax import Prices, Relaxation
 
 __all__ = ["EXACT_WORK", "LAGRANGIAN", "split_solve"]
 
@@ -37,6 +39,11 @@ _WIDEST = ("a graph below a list's top holds wider activations than the top (sta
            "with width): the program counts the pool above and below it, and the answer is bounded")
 _MULTI_TIER = "several decode query lengths (a dynamic speculative schedule): the program covers one"
 _DRAFTER = "a draft model's first pass and its K + 2 graphs are not in the program"
+_STARTUP = ("the start-up budget binds: the program prices capture seconds and graphs (a Lagrangian bound), it does "
+            "not count them")
+_LOCAL_CANDIDATES = 1024
+"""Up to this many candidates, an unproven answer is improved one key at a time (a full evaluation per candidate and
+round: beyond, the rounds cost more than the relaxation's own gap)."""
 _INF = math.inf
 
 
@@ -196,8 +203,15 @@ class _Problem:
             seg_mass = (mass[j] - mass[:j]) + (dm[j] - dm[:j])
             cost[:j, j] = body[j] * seg_mass + (lgs[j] - lgs[:j]) + (dl[j] - dl[:j])
         tail = (self._me[-1] - eag) + (self._de[-1] - de)
-        sa, dd = self._bytes(self.token_mode, tops[1:], self.dr_token) if n else (np.zeros(0), np.zeros(0))
-        return _Chain(tops, np.concatenate([[0.0], dd]), np.concatenate([[0.0], sa]), cost, tail)
+        dd, sa = self.token_bytes(tops)
+        return _Chain(tops, dd, sa, cost, tail)
+
+    def token_bytes(self, tops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(delta, standalone) of the prefill graphs at `tops[1:]`, the drafter's beside each; index 0: none."""
+        if len(tops) <= 1:
+            return np.zeros(1), np.zeros(1)
+        sa, dd = self._bytes(self.token_mode, tops[1:], self.dr_token)
+        return np.concatenate([[0.0], dd]), np.concatenate([[0.0], sa])
 
     def drafter_extra_bytes(self) -> float:
         """The most any drafter graph a candidate makes holds beyond its delta (its activations, standalone less
@@ -216,7 +230,7 @@ class _Problem:
 
 
 def _levels(chain: _Chain, delta_u: np.ndarray, top_u: np.ndarray, B: int,
-            check: Callable[[], None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            check: Callable[[int], None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The chain's dynamic program over memory units: `best[j, m]`, the least cost of a chain whose largest member is j
     in at most m units (the top at `top_u`, the others at `delta_u`), its tail included; `back[i, m]` (the member before
     i, a non-top member in at most m units) and `back_top[j, m]` (the member before the top) for `_backtrack`."""
@@ -227,7 +241,7 @@ def _levels(chain: _Chain, delta_u: np.ndarray, top_u: np.ndarray, B: int,
     best = np.full((n + 1, B + 1), _INF)
     back_top = np.zeros((n + 1, B + 1), dtype=np.int32)
     for j in range(1, n + 1):
-        check()
+        check(j)  # a row of j predecessors over the levels
         for target, units, pointers in ((g, int(delta_u[j]), back), (best, int(top_u[j]), back_top)):
             if units > B:
                 continue
@@ -285,7 +299,7 @@ class _Levels:
 
     @classmethod
     def solve(cls, chain: _Chain, unit: int, B: int, rounding: Callable[[np.ndarray], np.ndarray],
-              top_extra: np.ndarray | float, check: Callable[[], None]) -> _Levels:
+              top_extra: np.ndarray | float, check: Callable[[int], None]) -> _Levels:
         """`top_extra`: what the chain's top costs beyond its delta (bytes, per candidate): the widest activations the
         pool holds once, where this chain holds the pair's widest graph (0: the other chain does)."""
         du = rounding(np.maximum(chain.delta, 0) / unit).astype(np.int64)
@@ -306,26 +320,41 @@ class _Split:
     """One solve (see the module docstring)."""
 
     def __init__(self, model: CostModel, *, memory_buckets: int, candidates: Sequence[int] | None,
-                 front_points: int, seconds: float | None, clock: Callable[[], float],
+                 front_points: int, work: int | None, seconds: float | None, clock: Callable[[], float],
                  incumbents: Sequence[Sequence[int]], cap: int | None, keep_ms: float | None) -> None:
         self.model, self.cap, self.keep_ms, self.front_points = model, cap, keep_ms, front_points
         self.cands = sorted({int(c) for c in (model.candidates if candidates is None else candidates)})
         self.buckets, self.incumbents, self.clock = memory_buckets, incumbents, clock
         self.started = clock()
-        self.budget_s = seconds
+        self.budget_s, self.work_limit = seconds, work
         self.deadline = None if seconds is None else self.started + seconds
         self.seen: dict[tuple[int, ...], Evaluation] = {}
         self.kept: list[Evaluation] = []
         self.stopped = False
+        self.spent_on = ""
+        """What ran out when `stopped`: `work` or `seconds`."""
+        self.work = 0
         self.solves = 0
         self.monotone = True
+        self.startup_binds = False
+        """The fastest pair within memory is over the start-up budget: the budget prices the program's members."""
 
-    def check(self) -> None:
+    def check(self, steps: int = 1) -> None:
+        """Count `steps` of work (a candidate swept, a row of a program); past the work budget or the optional
+        wall-clock one, stop."""
+        self.work += steps
+        if self.work_limit is not None and self.work > self.work_limit:
+            self.spent_on = "work"
+            raise _TimeUp
         if self.deadline is not None and self.clock() > self.deadline:
+            self.spent_on = "seconds"
             raise _TimeUp
 
+    def within_cap(self, e: Evaluation) -> bool:
+        return self.cap is None or e.graph_memory_bytes <= self.cap
+
     def fits(self, e: Evaluation) -> bool:
-        return e.feasible and (self.cap is None or e.graph_memory_bytes <= self.cap)
+        return e.feasible and self.within_cap(e)
 
     def consider(self, keys: Sequence[int]) -> Evaluation:
         sizes = tuple(sorted(set(keys)))
@@ -359,7 +388,7 @@ class _Split:
             unproven.append(_MULTI_TIER)
         elif model.drafter is not None and (drafter is None or drafter.method == "draft_model"):
             unproven.append(_DRAFTER)
-        exact_units, unit = True, 1
+        exact_units, unit, exact_ran = True, 1, False
         try:
             if not unproven:
                 self.p = _Problem(model, self.cands, drafter)
@@ -370,28 +399,22 @@ class _Split:
                     raise SearchError(f"no capture list fits: {model.evaluate(()).why_infeasible or 'no budget'}")
                 exact_units, unit = self._units(budget)
                 work = (len(self.p.dec) + 1) * (len(self.p.pre) + 1) ** 2 * (budget // unit + 1)
-                lower = self._free_optimum()
-                if lower is not None:
+                self.relax = Relaxation(self.p, model.graph_capture_s, self.check)
+                lower = float(self._lagrangian(budget))
+                if self._met(lower):  # the relaxation answered: its price sweep leaves the front beside it
                     self._front_sweep()
-                if lower is None and work <= EXACT_WORK:
-                    lower = self._exact(budget, unit, exact_units)
-                elif lower is None:
+                if not self._met(lower) and work <= EXACT_WORK:  # the program over memory units proves it
+                    exact_ran = True
+                    lower = max(lower, self._exact(budget, unit, exact_units))
+                elif not self._met(lower):
                     unproven.append(LAGRANGIAN)
-                    lower = self._lagrangian(budget)
         except _TimeUp:
             self.stopped = True
-        met = lower is not None and self.best.expected_step_ms <= lower + 1e-12 * max(1.0, abs(lower))
-        if not met:
+        if not self._met(lower) and len(self.cands) <= _LOCAL_CANDIDATES:
             self.best = improve_locally(model, self.best, self.cands, fits=self.fits)
-            met = lower is not None and self.best.expected_step_ms <= lower + 1e-12 * max(1.0, abs(lower))
         # A lower bound the answer meets proves it, however the bound was found (rounded units, the relaxation).
-        proven = met and not self.stopped and not unproven
-        reasons = [] if proven else [why for why, yes in (
-            (f"stopped at its time budget of {self.budget_s or 0:g} s", self.stopped),
-            (f"{ROUNDED} {unit / (1 << 20):.3f} MiB", not exact_units and LAGRANGIAN not in unproven)) if yes]
-        reasons += [] if proven else unproven
-        if not proven and not reasons:
-            reasons = [_WIDEST if not self.monotone else "its lower bound stays below it"]
+        proven = self._met(lower)
+        reasons = [] if proven else self._reasons(unproven, exact_ran and not exact_units, unit)
         if lower is not None:
             lower = min(lower, self.best.expected_step_ms)
         self.best = self._without_idle(self.best)
@@ -403,14 +426,118 @@ class _Split:
             front = [front[i] for i in keep]
         return ExactResult(self.best, front, unit, proven, len(self.cands), "real",
                            self.best.expected_step_ms if proven else lower, self.stopped,
-                           self.clock() - self.started, 1, self.solves, tuple(reasons), tuple(self.kept))
+                           self.clock() - self.started, 1, self.solves, tuple(reasons), tuple(self.kept),
+                           work=self.work)
+
+    def _met(self, lower: float | None) -> bool:
+        """The answer is at or below a proven lower bound (to float noise): it is the optimum."""
+        return lower is not None and bool(self.best.expected_step_ms <= lower + 1e-12 * max(1.0, abs(lower)))
+
+    def _reasons(self, unproven: list[str], rounded: bool, unit: int) -> list[str]:
+        """Why the answer is not proven optimal, most telling first."""
+        out = [why for why, yes in (
+            (spent(self.work_limit, self.budget_s, self.spent_on), self.stopped),
+            (_STARTUP, self.startup_binds),
+            (f"{ROUNDED} {unit / (1 << 20):.3f} MiB", rounded)) if yes]
+        out += unproven
+        return out or [_WIDEST if not self.monotone else "its lower bound stays below it"]
+
+    # ------------------------------------------------------------------------------------------------ relaxation
+    def _lagrangian(self, budget: int) -> float:
+        """The pair's resources priced (`Prices`), one at a time, the price of each that the fastest pair overruns
+        raised by bisection until it no longer does, every relaxed optimum a proven lower bound (`Prices.bound`) and
+        every pair met a candidate answer; with `keep_ms`, the memory price then raised while the pair stays within
+        it (the least memory within a latency, for the compact choice). Returns the best bound."""
+        m = self.model
+        limits = {"memory": float(budget), "seconds": m.max_capture_s, "graphs": m.max_graphs}
+        self.lower = -_INF
+
+        def probe(prices: Prices) -> Evaluation:
+            value, keys = self.relax.solve(prices)
+            self.solves += 1
+            self.lower = max(self.lower, prices.bound(value, limits["memory"], limits["seconds"], limits["graphs"]))
+            if prices.memory == 0:  # ties broken toward less memory: a price too small to trade any latency
+                keys = self.relax.solve(replace(prices, memory=_TIE_PRICE))[1]
+            return self.consider(keys)
+
+        prices = Prices()
+        e = probe(prices)
+        for _ in range(2 * len(limits)):
+            over = [r for r in ("graphs", "seconds", "memory") if self._over(e, r)]
+            if not over:
+                break
+            if over[0] != "memory":
+                self.startup_binds = True
+            prices, e = self._raise(probe, prices, over[0], lambda x, r=over[0]: not self._over(x, r))
+        if self.keep_ms is not None:
+            keep = self.keep_ms
+            _, _ = self._raise(probe, prices, "memory", lambda x: x.expected_step_ms > keep + 1e-12 or not self.fits(x),
+                               keep=True)
+        return self.lower
+
+    def _over(self, e: Evaluation, resource: str) -> bool:
+        """Whether a pair overruns one resource: the memory (both conditions, the cap) or the start-up budget."""
+        m = self.model
+        if resource == "memory":
+            return not (e.fits_memory and self.within_cap(e))
+        if resource == "seconds":
+            return m.max_capture_s is not None and e.capture_s is not None and e.capture_s > m.max_capture_s + 1e-9
+        return m.max_graphs is not None and e.num_graphs > m.max_graphs
+
+    def _raise(self, probe: Callable[[Prices], Evaluation], prices: Prices, resource: str,
+               done: Callable[[Evaluation], bool], *, keep: bool = False,
+               iterations: int = 32) -> tuple[Prices, Evaluation]:
+        """The least price of `resource` (the others as they are) whose relaxed optimum is `done`, by doubling then
+        bisection in log scale; (those prices, that pair). `keep`: instead the greatest price whose pair is not yet
+        done, every such pair that fits kept (the compact choice's least memory within its latency)."""
+        field = {"memory": "memory", "seconds": "seconds", "graphs": "graphs"}[resource]
+        start = getattr(prices, field)
+        lo, hi, e_hi = start, None, None
+        x = start * 2 if start > 0 else self._scale(resource)
+        for _ in range(64):
+            e = probe(replace(prices, **{field: x}))
+            if keep and not done(e):
+                self._keep(e)
+            if done(e):
+                hi, e_hi = x, e
+                break
+            lo, x = x, x * 8
+        if hi is None:
+            return prices, self.best
+        for _ in range(iterations):
+            mid = math.sqrt(lo * hi) if lo > 0 else hi / 1024
+            if hi <= mid * (1 + 1e-6):
+                break
+            e = probe(replace(prices, **{field: mid}))
+            if done(e):
+                hi, e_hi = mid, e
+            else:
+                lo = mid
+                if keep:
+                    self._keep(e)
+        return replace(prices, **{field: hi}), e_hi
+
+    def _keep(self, e: Evaluation) -> None:
+        """A pair within `keep_ms` that fits joins the kept lists (the least memory first)."""
+        if self.keep_ms is not None and e.expected_step_ms <= self.keep_ms + 1e-12 and self.fits(e) \
+                and e not in self.kept:
+            self.kept = sorted(self.kept + [e], key=lambda x: (x.graph_memory_bytes, x.expected_step_ms))[:KEPT]
+
+    def _scale(self, resource: str) -> float:
+        """A first price for a resource: the empty list's step over what every member together takes of it (a price
+        at which no member's saving can pay for it is a few doublings above)."""
+        r, base = self.relax, self.seen[()].expected_step_ms
+        total = {"memory": float(r.dchain.delta.sum() + r.tok_delta.sum()),
+                 "seconds": float(r.dec_seconds.sum() + r.tok_seconds.sum()),
+                 "graphs": float(r.dec_graphs.sum() + r.tok_graphs.sum())}[resource]
+        return base / max(total, 1e-300) if total > 0 else 1.0
 
     def _units(self, budget: int) -> tuple[bool, int]:
         """(exact, unit): one unit divides every figure and the budget spans at most `buckets` of them, or the unit
         that makes it span that many (figures then rounded, the answer re-checked in bytes)."""
-        figures = []
-        for chain in (self.p.decode_chain(), self.p.token_chain(0.0)):
-            figures += [chain.delta[1:], chain.alone[1:]]
+        dchain = self.p.decode_chain()
+        figures = [dchain.delta[1:], dchain.alone[1:], *(x[1:] for x in self.p.token_bytes(
+            np.array([0] + self.p.pre, dtype=np.int64)))]
         values = np.rint(np.concatenate(figures)).astype(np.int64)
         values = values[values > 0]
         gcd = int(np.gcd.reduce(values)) if len(values) else 1
@@ -493,25 +620,16 @@ class _Split:
         m1 = min((k for k in range(m + 1) if math.isfinite(row[k])), key=lambda k: row[k] + tok_any[m - k])
         return dec.keys(m1, t) + tok.keys(m - m1)
 
-    def _free_optimum(self) -> float | None:
-        """The fastest pair with memory free (the relaxation at price 0): the optimum when it fits, else None."""
-        solve = self._relaxed(self.p.decode_chain())
-        value = solve(0.0)[0]
-        # Ties broken toward less memory: a price too small to trade any latency the model tells apart.
-        e = self.consider(solve(_TIE_PRICE)[1])
-        return value if self.fits(e) and e.expected_step_ms <= value + 1e-12 * max(1.0, value) else None
-
     def _front_sweep(self, prices: int = 24) -> None:
-        """Where the free optimum answers, no program over memory ran to leave a front: the relaxation at prices
-        spread over four decades around the answer's trade (its saving over the empty list per byte) gives the lists
-        on the front's lower hull, each considered."""
+        """Where the relaxation answered, no program over memory ran to leave a front: its memory price spread over
+        four decades around the answer's trade (its saving over the empty list per byte) gives the lists on the
+        front's lower hull, each considered."""
         empty, best = self.seen[()], self.best
         if best.graph_memory_bytes <= 0 or empty.expected_step_ms <= best.expected_step_ms:
             return
-        solve = self._relaxed(self.p.decode_chain())
         trade = (empty.expected_step_ms - best.expected_step_ms) / best.graph_memory_bytes
         for lam in trade * np.logspace(-2.0, 2.0, prices):
-            self.consider(solve(float(lam))[1])
+            self.consider(self.relax.solve(Prices(memory=float(lam)))[1])
 
     def _without_idle(self, e: Evaluation) -> Evaluation:
         """The answer less every graph that saves nothing (a tie the relaxation's tie price is too small to break
@@ -526,116 +644,16 @@ class _Split:
                 e = without
         return e
 
-    def _relaxed(self, dchain: _Chain) -> Callable[[float], tuple[float, list[int]]]:
-        """min over pairs of latency + lam x pool bytes, and its keys, as a function of lam."""
-        spills = [0.0] + [float(self.p.q * -k) for k in dchain.sizes[1:]]
-        free = _FreeTokenChains(self.p, spills)
-
-        c0 = self.p.const_none
-
-        def solve(lam: float) -> tuple[float, list[int]]:
-            self.check()
-            fd, bd = _free_chain(dchain, dchain.delta * lam)
-            fd = fd + dchain.tail + _fixed(dchain) * lam  # a decode list ending at its top
-            extra_d = dchain.alone - dchain.delta - _fixed(dchain)
-            fa = fd + extra_d * lam
-            tok, tok_keys = free.solve(lam, extra_d)
-            best: tuple[float, list[int]] = (_INF, [])
-            for t in range(len(spills)):
-                none_p = free.none[t]
-                dec = _walk(dchain, bd, t)
-                options = [(fd[t] + tok[t], dec + tok_keys(t)), (fa[t] + none_p, dec)] if t else \
-                    [(tok[0] + c0, tok_keys(0)), (none_p + c0, [])]
-                for value, keys in options:
-                    if value < best[0]:
-                        best = (value, keys)
-            return best
-
-        return solve
-
-    # ------------------------------------------------------------------------------------------------ Lagrangian
-    def _lagrangian(self, budget: int, iterations: int = 40) -> float:
-        """max over lambda of min over pairs (latency + lambda x (pool - budget)): a proven lower bound; each
-        minimiser that fits is a candidate answer. Returns the bound."""
-        solve = self._relaxed(self.p.decode_chain())
-        bound = solve(0.0)[0]  # the free optimum (which does not fit: `_free_optimum` asked first)
-        lo, hi = 0.0, 1.0  # ms per byte: 1 prices every graph out
-        for _ in range(iterations):
-            mid = math.sqrt(lo * hi) if lo > 0 else hi / 64
-            value, keys = solve(mid)
-            bound = max(bound, value - mid * budget)
-            lo, hi = (mid, hi) if not self.fits(self.consider(keys)) else (lo, mid)
-        return bound
-
-
-class _FreeTokenChains:
-    """The prefill chain without memory for every decode top at once (one array per top): the segment costs differ
-    between tops only in which decode steps spill, two vectors per top."""
-
-    def __init__(self, p: _Problem, spills: Sequence[float]) -> None:
-        base = p.token_chain(float("inf"))  # no decode step spills: the other steps alone
-        self.base, self.n = base, len(base.sizes) - 1
-        tops = base.sizes
-        x = np.asarray(spills, dtype=float)[:, None]
-        self.body = p.token_body(tops)
-        self.dm = np.maximum(p._at(p._dw, p._dp, tops)[None, :], p._at(p._dw, p._dp, x))
-        self.dl = np.maximum(p._at(p._sw, p._sl, tops)[None, :], p._at(p._sw, p._sl, x))
-        de = np.maximum(p._at(p._dw, p._de, tops)[None, :], p._at(p._dw, p._de, x))
-        self.tail = base.tail[None, :] + (p._de[-1] - de)
-        self.none = [p.spill_eager(float(s)) for s in spills]
-        self.back = np.zeros((len(spills), self.n + 1), dtype=np.int64)
-
-    def solve(self, lam: float, extra_d: np.ndarray) -> tuple[np.ndarray, Callable[[int], list[int]]]:
-        """Per decode top, the least cost of a prefill chain with members priced lam x delta (the top lam x its
-        delta and the widest activations of the pair, `extra_d` the decode top's), and its keys."""
-        T, n, b = len(self.none), self.n, self.base
-        f = np.full((T, n + 1), _INF)
-        f[:, 0] = 0.0
-        for j in range(1, n + 1):
-            cand = (f[:, :j] + b.cost[:j, j][None, :] + self.body[j] * (self.dm[:, j:j + 1] - self.dm[:, :j])
-                    + (self.dl[:, j:j + 1] - self.dl[:, :j]))
-            i = np.argmin(cand, axis=1)
-            f[:, j] = cand[np.arange(T), i] + lam * b.delta[j]
-            self.back[:, j] = i
-        widest = np.maximum((b.alone[1:] - b.delta[1:])[None, :], np.asarray(extra_d)[:, None]) if n else None
-        ends = f[:, 1:] + lam * widest + self.tail[:, 1:] if n else np.zeros((T, 0))
-        top = np.argmin(ends, axis=1) + 1 if n else np.zeros(T, dtype=np.int64)
-        values = ends[np.arange(T), top - 1] if n else np.full(T, _INF)
-        back = self.back.copy()
-        return values, lambda t: _walk(b, back[t], int(top[t])) if n else []
-
-
-def _free_chain(chain: _Chain, price: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The chain's program without memory: f[j], the least cost of a chain topped by j (members priced), and the member
-    before j."""
-    n = len(chain.sizes) - 1
-    f = np.full(n + 1, _INF)
-    f[0] = 0.0
-    back = np.zeros(n + 1, dtype=np.int64)
-    for j in range(1, n + 1):
-        cand = f[:j] + chain.cost[:j, j]
-        i = int(np.argmin(cand))
-        f[j], back[j] = cand[i] + price[j], i
-    return f, back
-
-
-def _walk(chain: _Chain, back: np.ndarray, j: int) -> list[int]:
-    out = []
-    while j > 0:
-        out.append(int(chain.sizes[j]))
-        j = int(back[j])
-    return out
-
 
 def split_solve(model: CostModel, *, memory_buckets: int = 2048, candidates: Sequence[int] | None = None,
-                front_points: int = 40, seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
-                incumbents: Sequence[Sequence[int]] = (), memory_cap_bytes: int | None = None,
-                keep_within_ms: float | None = None) -> ExactResult:
+                front_points: int = 40, work: int | None = DEFAULT_WORK, seconds: float | None = None,
+                clock: Callable[[], float] = time.monotonic, incumbents: Sequence[Sequence[int]] = (),
+                memory_cap_bytes: int | None = None, keep_within_ms: float | None = None) -> ExactResult:
     """The fastest pair of lists over `candidates` (default: the model's keys) whose real pool leaves the required KV
     cache (and, with `memory_cap_bytes`, is at most that), as `tuner.search.exact.exact_solve` answers for one list:
     proven where `exact_memory`, else with a lower bound and the reasons (`unproven`)."""
     if memory_cap_bytes is not None and memory_cap_bytes < 0:
         raise ValueError(f"memory_cap_bytes={memory_cap_bytes} must be >= 0")
     return _Split(model, memory_buckets=memory_buckets, candidates=candidates, front_points=front_points,
-                  seconds=seconds, clock=clock, incumbents=incumbents, cap=memory_cap_bytes,
+                  work=work, seconds=seconds, clock=clock, incumbents=incumbents, cap=memory_cap_bytes,
                   keep_ms=keep_within_ms).run()

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.search.compact import DEFAULT_TOLERANCE, CompactChoice, choose_compact
-from tuner.search.exact import ExactResult, SearchError, brute_force, exact_solve, pareto_front, round_up
+from tuner.search.exact import (DEFAULT_WORK, ExactResult, SearchError, brute_force, exact_solve, pareto_front,
+                                round_up)
 from tuner.model.costmodel import GIB, CostModel, Evaluation
+from tuner.model.reference_lists import reference_lists
 from tuner.search.storage_url import StorageError, display_url, engine_url, hide_secret
 from tuner.search.study_buffer import StudyBuffer
 
@@ -89,9 +91,12 @@ class SearchConfig:
     """The study's best must be within this share of the exact optimum, or the exact answer is used."""
     memory_buckets: int = 2048
     """Memory resolution of the exact solver (units across the graph budget)."""
-    exact_seconds: float | None = 30.0
-    """The exact solver's time budget: past it, the best list it found, with a proven bound on its gap (None: no
-    limit)."""
+    exact_work: int | None = DEFAULT_WORK
+    """The exact solver's work budget, in its steps (and the compact choice's, shared by its solves): past it, the
+    best list it found, with a proven bound on its gap (None: no limit). Work, not seconds: the same answer on a
+    loaded machine as on a quiet one."""
+    exact_seconds: float | None = None
+    """A wall-clock limit besides (None: none); with one, the answer may depend on the machine's load."""
     study_name: str | None = None
     """Override the study name (default: from the workload and profile hashes)."""
     progress: bool = True
@@ -155,7 +160,7 @@ class SearchResult:
                       "num_candidates": self.exact.num_candidates, "resource": self.exact.resource,
                       "lower_bound_ms": self.exact.lower_bound_ms, "stopped_early": self.exact.stopped_early,
                       "passes": self.exact.passes, "level_solves": self.exact.level_solves,
-                      "unproven": list(self.exact.unproven)},
+                      "unproven": list(self.exact.unproven), "work": self.exact.work},
             "study_name": self.study_name, "storage": self.storage, "objective": self.objective,
             "trials": dict(self.trials), "pareto": [sizes(e) for e in self.pareto], "notes": list(self.notes),
             "compact": None if self.compact is None else self.compact.to_dict(), "ship": self.ship,
@@ -174,7 +179,8 @@ class SearchResult:
                             int(ex["memory_unit_bytes"]), bool(ex["exact_memory"]), int(ex["num_candidates"]),
                             str(ex.get("resource", "estimate")), ex.get("lower_bound_ms"),
                             bool(ex.get("stopped_early", False)), passes=int(ex.get("passes", 1)),
-                            level_solves=int(ex.get("level_solves", 0)), unproven=tuple(ex.get("unproven", ())))
+                            level_solves=int(ex.get("level_solves", 0)), unproven=tuple(ex.get("unproven", ())),
+                            work=int(ex.get("work", 0)))
         return cls(model.evaluate(data["chosen"]), data["source"], exact, ev(data["study_best"]),
                    model.evaluate(data["default"]), data["study_name"], data["storage"], data["objective"],
                    dict(data["trials"]), [model.evaluate(s) for s in data["pareto"]], list(data["notes"]),
@@ -259,7 +265,7 @@ def list_from_params(model: CostModel, top: int, count: int, spacing: float, pla
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r} must be one of {', '.join(PLACEMENTS)}")
     if fit_budget:
-        fits = model.memory_fits
+        fits = model.fits
         first = list_from_params(model, top, count, spacing, placement, candidates=candidates)
         if fits(first) or count <= 1:
             return first
@@ -335,7 +341,7 @@ def seed_params(model: CostModel) -> list[dict[str, Any]]:
             lo, hi, fitting = 0, top_max, None
             while lo <= hi:
                 mid = (lo + hi) // 2
-                if model.memory_fits(list_from_params(model, mid, count, 1.0, placement)):
+                if model.fits(list_from_params(model, mid, count, 1.0, placement)):
                     fitting, lo = mid, mid + 1
                 else:
                     hi = mid - 1
@@ -375,6 +381,8 @@ def _record(trial: optuna.Trial, e: Evaluation, shape: str) -> None:
     if e.reason:
         shortfall = max(shortfall, 0.0) + 1.0
     trial.set_constraint("kv_shortfall_gib", shortfall)
+    if e.over_startup:  # a list over the start-up budget is infeasible whatever its memory (recorded only then)
+        trial.set_constraint("over_startup_budget", 1.0)
 
 
 def _open_storage(url: str) -> Any:
@@ -540,7 +548,8 @@ def run_search(model: CostModel, config: SearchConfig | None = None, *,
     if config.n_trials < 1:
         raise SearchError(f"n_trials={config.n_trials} must be >= 1")
     if exact is None:  # raises SearchError (no list fits) before any file exists
-        exact = exact_solve(model, memory_buckets=config.memory_buckets, seconds=config.exact_seconds)
+        exact = exact_solve(model, memory_buckets=config.memory_buckets, work=config.exact_work,
+                            seconds=config.exact_seconds)
     started = time.perf_counter()
     if not model.candidates:
         default = model.evaluate(model.default_sizes)
@@ -630,18 +639,19 @@ def _count_finished(study: Any) -> tuple[int | None, int]:
 
 
 def compact_of(model: CostModel, search: SearchResult, tolerance: float | None = None, *,
-               memory_buckets: int = 2048, seconds: float | None = None) -> CompactChoice:
+               memory_buckets: int = 2048, work: int | None = DEFAULT_WORK,
+               seconds: float | None = None) -> CompactChoice:
     """The search's compact choice at `tolerance` (None: the one it holds, else DEFAULT_TOLERANCE): the one it holds
-    when chosen at that tolerance, else chosen now against the search's own fitting lists within `seconds` (None: the
-    search's default budget, `SearchConfig.exact_seconds`, as when `cgtune report` renders a run that records none)
-    and kept on it (search.json records it, so a re-render does not solve again)."""
+    when chosen at that tolerance, else chosen now against the search's own fitting lists within `work` steps (and
+    `seconds`, where given) and kept on it (search.json records it, so a re-render does not solve again)."""
     held = search.compact
     if held is None or (tolerance is not None and held.tolerance != tolerance):
-        if seconds is None:
-            seconds = SearchConfig.exact_seconds
-        known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None]
+        # The report's own rows are in the running: no row of it can beat the compact list on both counts.
+        known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None] + [
+            model.evaluate(sizes) for sizes in reference_lists(model).values()]
         started = time.perf_counter()
         search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
-                                        memory_buckets=memory_buckets, seconds=seconds, fastest=search.exact)
+                                        memory_buckets=memory_buckets, work=work, seconds=seconds,
+                                        fastest=search.exact)
         search.timings["compact_s"] = time.perf_counter() - started
     return search.compact

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.search.storage_url import display_url, engine_url, hide_secret
+from tuner.search.exact_answer import DEFAULT_WORK
 from tuner.search.study import PLACEMENTS
 
 if TYPE_CHECKING:
@@ -459,18 +460,19 @@ def run_local_workers(url: str, study_name: str, n: int, *, timeout_s: float | N
 
 # ---------------------------------------------------------------------------------------------- results
 def fleet_result(url: str, study_name: str, model: CostModel, *, tolerance: float = 0.01,
-                 exact_seconds: float | None = 30.0) -> SearchResult:
+                 exact_seconds: float | None = None, exact_work: int | None = DEFAULT_WORK) -> SearchResult:
     """Pick the list to ship from a finished fleet study, exactly as a single-process search does
-    (tuner.search.study.summarize_study against the exact solver, within `exact_seconds`)."""
+    (tuner.search.study.summarize_study against the exact solver, within `exact_work` steps and `exact_seconds`)."""
     import optuna
 
     from tuner.search.study import SearchConfig, exact_solve, summarize_study
 
     spec = load_spec(url, study_name)
     study = optuna.load_study(study_name=study_name, storage=_open_storage(url))
-    exact = exact_solve(model, memory_buckets=spec.memory_buckets, seconds=exact_seconds)
+    exact = exact_solve(model, memory_buckets=spec.memory_buckets, work=exact_work, seconds=exact_seconds)
     config = SearchConfig(n_trials=spec.n_trials, storage=url, objective=spec.objective, seed=spec.seed,
-                          memory_buckets=spec.memory_buckets, exact_seconds=exact_seconds, tolerance=tolerance,
+                          memory_buckets=spec.memory_buckets, exact_work=exact_work, exact_seconds=exact_seconds,
+                          tolerance=tolerance,
                           study_name=study_name, progress=False)
     return summarize_study(model, study, exact, config, storage=url, run_now=0)
 

@@ -687,17 +687,18 @@ def _remove_engine_files(run: Path, files: Sequence[str]) -> None:
 
 
 def exact_run(workload_path: str | Path, profile_csv: str | Path, run_dir: str | Path, *, command: str = "",
-              memory_buckets: int = 2048, allow_mismatch: bool = False, exact_seconds: float | None = 30.0) -> Path:
+              memory_buckets: int = 2048, allow_mismatch: bool = False, exact_seconds: float | None = None) -> Path:
     """An optuna-free `cgtune search`: the exact solver's optimum as the tuned list, written as a run directory
     (vLLM files, search.json, summary.json, report.md), so a GPU machine without optuna can validate a fresh profile."""
-    from tuner.model.costmodel import ModelError
+    from tuner.model.costmodel import DEFAULT_MAX_CAPTURE_S, DEFAULT_MAX_GRAPHS, ModelError
     from tuner.decision.record import decide
     from tuner.report.run import write_run
     from tuner.search.study import SearchError, SearchResult, exact_solve
     from tuner.workload.spec import WorkloadError, load_workload
 
     try:
-        model = CostModel.from_files(profile_csv, load_workload(workload_path), allow_mismatch=allow_mismatch)
+        model = CostModel.from_files(profile_csv, load_workload(workload_path), allow_mismatch=allow_mismatch,
+                                     max_capture_s=DEFAULT_MAX_CAPTURE_S, max_graphs=DEFAULT_MAX_GRAPHS)
         exact = exact_solve(model, memory_buckets=memory_buckets, seconds=exact_seconds)
     except (ModelError, SearchError, WorkloadError) as exc:
         raise ValidationError(str(exc).splitlines()[0]) from None
