@@ -122,6 +122,15 @@ def _bound_cases() -> dict[str, dict[str, Any]]:
         "B200, a decode list above 2048 // 17 requests": _case(
             {**b200, **dflash_256, "max_num_batched_tokens": 2048, "decode_request_sizes": (8, 64, 200, 256)},
             walked_to(PREFILL_GRID_8192, 2048), [8, 64, 200, 256], 8192, [(8, 17), (64, 17), (120, 17)], 2048),
+        # A decode graph of exactly max_num_batched_tokens tokens (120 x 17 = 2040): the clip is <=, so vLLM keeps
+        # the grid's 120 requests; a strict clip would capture them at 119.
+        "B200, 2040 tokens, exactly 120 x 17": _case(
+            {**b200, **dflash_256, "max_num_batched_tokens": 2040}, walked_to(PREFILL_GRID_8192, 2040),
+            DECODE_GRID_256, 8192, [(n, 17) for n in DECODE_GRID_256 if n <= 120], 2040),
+        # The same off SM100 with an explicit list at q = 1: 2048 requests in 2048 tokens is kept whole.
+        "H200, a 2048-request decode graph in 2048 tokens": _case(
+            {**h200, "max_num_seqs": 2048, "max_num_batched_tokens": 2048, "decode_request_sizes": (8, 2048)},
+            G512, [8, 2048], None, [(8, 1), (2048, 1)], 2048),
         "B200, a decode list above a 1000 budget // 17": _case(
             {**b200, **dflash_256, "max_decode_tokens": 1000, "decode_request_sizes": (8, 64, 256)},
             PREFILL_GRID_8192, [8, 64, 256], 1000, [(8, 17), (58, 17)], 8192),
