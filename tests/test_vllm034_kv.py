@@ -58,6 +58,22 @@ def test_the_real_budget_leaves_the_required_blocks_granules():
     assert rule.kv_available_bytes(real_bytes=budget + 1) < rule.required_kv_bytes
 
 
+def test_the_utilization_advised_for_a_kv_cache_gives_it_and_a_granule_less_does_not():
+    # The utilization the report advises (vLLM's default's KV cache beside the tuned pool) is read back through the
+    # rule itself: at it vLLM keeps the blocks; one granule of memory less and it keeps fewer. 3 layers of 80 KiB a
+    # block: 26 blocks cost 3 x 4 MiB of granules, not 26 x 240 KiB; held 14 GiB, transient 6 GiB, a 4 GiB pool.
+    g = KvLayout(tuple([KvLayer("full", 10, 128, 2)] * 3)).geometry
+    rule = _rule(geometry=g)
+    kv, real = 26 * g.pool_bytes_per_block, 4 * GIB
+    u = rule.utilization_for_kv(kv, real_bytes=real)
+    assert u == (12 * MIB + 14 * GIB + 4 * GIB + 6 * GIB) / (141 * GIB)
+    assert _rule(geometry=g, gpu_memory_utilization=u).kv_available_bytes(real_bytes=real) >= kv
+    less = u - 2 * MIB / (141 * GIB)
+    assert _rule(geometry=g, gpu_memory_utilization=less).kv_available_bytes(real_bytes=real) < kv
+    # past what the device can give beside its margin (140 GiB free less 4.5 GiB): no utilization does it
+    assert rule.utilization_for_kv(120 * GIB, real_bytes=real) == float("inf")
+
+
 def test_a_profile_measured_through_vllm_034_records_what_its_extensible_cache_sized_from():
     kv = types.SimpleNamespace(segment_strides=[64 * KIB] * 32, buffer=types.SimpleNamespace(granularity=2 * MIB),
                                reserved_headroom_bytes=5 * GIB, torch_reserve_growth_bytes=6 * GIB,

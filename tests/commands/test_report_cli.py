@@ -93,14 +93,17 @@ def test_fleet_workers_weigh_trials_with_the_coordinators_settings(inputs, tmp_p
     wl, profile, _ = inputs
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     code, out, err = search(capsys, wl, profile, tmp_path / "fleet", "--workers", 0, "--off-peak-weight", 0.2,
-                            "--allow-mismatch", "--allow-outliers", "--storage", url, command="tune")
+                            "--allow-mismatch", "--allow-outliers", "--max-capture-seconds", 30, "--max-graphs", 200,
+                            "--storage", url, command="tune")
     assert code == 0, err
     name = out.split("fleet study ", 1)[1].split()[0]
     spec = FleetSpec.from_dict(optuna.load_study(study_name=name, storage=url).user_attrs[FLEET_ATTR])
     assert spec.model_settings == {"off_peak_weight": 0.2, "allow_mismatch": True, "allow_outliers": True,
-                                   "piecewise_fallback": "eager", "load_steps": None}
+                                   "piecewise_fallback": "eager", "load_steps": None, "max_capture_s": 30.0,
+                                   "max_graphs": 200}
     with fleet_model(spec) as model:  # what every worker rebuilds
         assert model.off_peak_weight == 0.2 and model.allow_mismatch and model.allow_outliers
+        assert (model.max_capture_s, model.max_graphs) == (30.0, 200)  # the start-up budget reaches the workers
 
 
 # ---------------------------------------------------------------------------------------------- noise

@@ -48,3 +48,13 @@ def test_a_list_vllm_would_not_keep_is_refused_before_any_file_is_written():
     with pytest.raises(EmitError, match="captures 120 requests"):
         render_034_files(engine, join_keys([2048], [121]), settings, cudagraph_mode="FULL_AND_PIECEWISE",
                          provenance=provenance)
+
+
+def test_an_empty_list_pair_ships_mode_none_with_no_capture_fields():
+    # No graph chosen under a capturing mode: the files say NONE and carry no capture field (none is resolved first).
+    settings = ServeSettings(model="m", dtype="bfloat16", tensor_parallel_size=1, max_num_seqs=256,
+                             max_num_batched_tokens=2048, max_model_len=8192, gpu_memory_utilization=0.9)
+    files = render_034_files(ENGINE, (), settings, cudagraph_mode="FULL_AND_PIECEWISE",
+                             provenance=Provenance("test", "no profile", "no device", "no workload", "now"))
+    assert json.loads(files[COMPILATION_CONFIG_FILE]) == {"cudagraph_mode": "NONE"}
+
