@@ -121,8 +121,12 @@ def test_a_validation_killed_midway_still_reaches_the_summary(tmp_path) -> None:
     run = gpu_run.Run(out=tmp_path / "out", work=tmp_path / "work", device="cpu", workload_dir=ROOT / "workloads",
                       validate_profiles=None, log=gpu_run.Log(tmp_path / "run.log"), env={})
     text = gpu_run.summary(run, [], 0.0, 60.0)
-    # The run ships its compact list (auto): it is measured after the tuned one, so both are pending.
-    assert "### validation of tiny-cpu on " in text and "(PARTIAL: not measured tuned, compact)" in text
+    # The default was measured; the list whose capture faulted and every list after it (the shipped one among them)
+    # are pending, and the summary says which.
+    partial = json.loads((run_dir / "validation.partial.json").read_text())
+    pending = partial["pending"]
+    assert partial["lists"] == ["default"] and pending[0] == "tuned"
+    assert "### validation of tiny-cpu on " in text and f"(PARTIAL: not measured {', '.join(pending)})" in text
     assert "| default |" in text and "| tuned |" not in text
 
 
