@@ -21,11 +21,20 @@ ENGINE_FILES: dict[str, tuple[str, ...]] = {}
 """The files a run directory holds for each engine's tuned list (a run writes its engine's and no other's)."""
 
 
-@lru_cache(maxsize=64)
 def engine_of(serving: ServingConfig) -> Engine:
     """The Engine object that answers for a serving configuration (one per configuration: it caches what it
     derives, such as the decode steps by width)."""
+    # Keyed by the reason for the release too: ServingConfig leaves it out of equality, yet the engine words it in
+    # every file and console line, so a configuration read under another reason must not get the earlier's engine.
+    return _engine_of(serving, serving.vllm_version_why)
+
+
+@lru_cache(maxsize=64)
+def _engine_of(serving: ServingConfig, why: str | None) -> Engine:
     return engine_class(serving.engine).bind(serving)
+
+
+engine_of.cache_clear = _engine_of.cache_clear  # type: ignore[attr-defined]
 
 
 def engine_class(name: str) -> type[Engine]:
@@ -40,7 +49,7 @@ def register(engine: type[Engine]) -> type[Engine]:
     """Make `engine.name` a value a workload's `engine:` may take (usable as a class decorator)."""
     ENGINES[engine.name] = engine
     ENGINE_FILES[engine.name] = (*engine.files, *engine.note_files)
-    engine_of.cache_clear()
+    _engine_of.cache_clear()
     return engine
 
 
