@@ -12,7 +12,6 @@ script, in a process of its own (vLLM's import sets process-wide state); prints 
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -26,7 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the scripts' shared opening
 import vllm_oracle as vo  # noqa: E402
+from oracle_script import open_oracle  # noqa: E402
 from dp_all_reduce import agree_ranks, agree_v2  # noqa: E402
 
 from tuner.engines.registry import engine_of  # noqa: E402
@@ -231,16 +232,10 @@ def schedule_rule(o: vo.Oracle) -> list[list[Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seed", type=int, default=51)
-    p.add_argument("--configs", type=int, default=300)
-    args = p.parse_args(argv)
-    start = time.perf_counter()
-    try:
-        o = vo.load()
-    except vo.Unavailable as exc:
-        print(json.dumps({"status": "unavailable", "reason": str(exc)}))
+    opened = open_oracle(__doc__, argv, vo, seed=51, configs=300)
+    if opened is None:
         return 0
+    args, start, o = opened
     rnd = random.Random(args.seed)
     tally: Counter[str] = Counter()
     seen: Counter[str] = Counter()

@@ -22,7 +22,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm034"))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the scripts' shared opening
 import vllm_oracle as vo  # noqa: E402
+from oracle_script import open_oracle  # noqa: E402
 from hand_cases import FAMILIES  # noqa: E402  (plain data: the compute capability families a deployment runs)
 
 from tuner.shapes import ModelShape  # noqa: E402
@@ -430,18 +432,14 @@ def family_cases(o: vo.Oracle, t: Tally) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seed", type=int, default=19)
-    p.add_argument("--configs", type=int, default=2000)
-    p.add_argument("--kv-cases", type=int, default=480)
-    p.add_argument("--max-disagreements", type=int, default=20, help="disagreements listed (all are counted)")
-    args = p.parse_args(argv)
-    start = time.perf_counter()
-    try:
-        o = vo.load()
-    except vo.Unavailable as exc:
-        print(json.dumps({"status": "unavailable", "reason": str(exc)}))
+    def more(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--kv-cases", type=int, default=480)
+        p.add_argument("--max-disagreements", type=int, default=20, help="disagreements listed (all are counted)")
+
+    opened = open_oracle(__doc__, argv, vo, seed=19, configs=2000, more=more)
+    if opened is None:
         return 0
+    args, start, o = opened
     rnd = random.Random(args.seed)
     t = Tally()
     steps = 0

@@ -15,10 +15,8 @@ Prints `{"status": "ok", ...}` or `{"status": "unavailable", "reason"}`.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import os
 import random
 import sys
 import time
@@ -26,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the scripts' shared opening
 import vllm034_oracle as vo  # noqa: E402
+from oracle_script import open_oracle  # noqa: E402
 from hand_cases import CASES as HAND_CASES, FAMILIES  # noqa: E402
 
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -316,18 +316,11 @@ def random_answer(o: vo.Oracle, rnd: random.Random, cfg: vo.Config, kinds: list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seed", type=int, default=34)
-    p.add_argument("--configs", type=int, default=2000)
-    args = p.parse_args(argv)
-    start = time.perf_counter()
-    # vLLM's own log handler writes to stdout, where the answers go; the oracle collects the warnings itself
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-    try:
-        o = vo.load()
-    except vo.Unavailable as exc:
-        print(json.dumps({"status": "unavailable", "reason": str(exc)}))
+    # vLLM's own log handler is kept off stdout; the oracle collects the warnings itself
+    opened = open_oracle(__doc__, argv, vo, seed=34, configs=2000, quiet_vllm_logs=True)
+    if opened is None:
         return 0
+    args, start, o = opened
     import vllm
 
     rnd = random.Random(args.seed)

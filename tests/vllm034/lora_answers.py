@@ -14,9 +14,7 @@ Prints `{"status": "ok", ...}` or `{"status": "unavailable", "reason"}`.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import random
 import sys
 import time
@@ -25,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the scripts' shared opening
 import vllm034_oracle as vo  # noqa: E402
+from oracle_script import open_oracle  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))
 from dp_all_reduce import agree_v2  # noqa: E402
@@ -166,17 +166,10 @@ def answer(o: vo.Oracle, rnd: random.Random) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seed", type=int, default=51)
-    p.add_argument("--configs", type=int, default=300)
-    args = p.parse_args(argv)
-    start = time.perf_counter()
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-    try:
-        o = vo.load()
-    except vo.Unavailable as exc:
-        print(json.dumps({"status": "unavailable", "reason": str(exc)}))
+    opened = open_oracle(__doc__, argv, vo, seed=51, configs=300, quiet_vllm_logs=True)
+    if opened is None:
         return 0
+    args, start, o = opened
     import vllm
 
     rnd = random.Random(args.seed)
