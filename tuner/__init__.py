@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tuner.check.predictions import CheckResult
     from tuner.decision.record import Decision
     from tuner.model.costmodel import CostModel
@@ -89,7 +91,8 @@ def search_capture_lists(model: CostModel, *, trials: int = 300, seed: int = 0, 
                          storage: str | None = None, run_dir: str | Path | None = None,
                          tolerance: float | None = None, memory_buckets: int = 2048,
                          exact_work: int | None = 5_000_000, exact_seconds: float | None = None,
-                         progress: bool = False, exact: ExactResult | None = None) -> SearchResult:
+                         progress: bool = False, exact: ExactResult | None = None,
+                         seeds: Sequence[Sequence[int]] = ()) -> SearchResult:
     """Search capture lists as `cgtune search` does: the exact solver first (the yardstick; SearchError when no
     list fits), then the optuna study of `trials` trials (in memory, or in `storage` / `run_dir`'s study.db, resumed
     when it exists), then the compact list within `tolerance` (None: 1%) of the fastest. `result.chosen` is the
@@ -97,16 +100,19 @@ def search_capture_lists(model: CostModel, *, trials: int = 300, seed: int = 0, 
     (and the compact choice's), so the answer is the same on any machine; `exact_seconds`: a wall-clock limit besides
     (None: none). `exact`: the exact solver's answer when already solved (`cgtune search` solves first, so a budget no
     list meets fails before it writes anything). The model's start-up budget (`cost_model`'s max_capture_s and
-    max_graphs) holds every list searched."""
+    max_graphs) holds every list searched. `seeds`: lists the answer must be no worse than besides the report's rows
+    (an earlier run's answer in the same directory: `tuner.decision.run_dir.earlier_answer`)."""
     from tuner.search.study import SearchConfig, compact_of, exact_solve, run_search
 
     if exact is None:
-        exact = exact_solve(model, memory_buckets=memory_buckets, work=exact_work, seconds=exact_seconds)
+        exact = exact_solve(model, memory_buckets=memory_buckets, work=exact_work, seconds=exact_seconds,
+                            incumbents=seeds)
     config = SearchConfig(n_trials=trials, storage=storage, objective=objective, seed=seed,
                           memory_buckets=memory_buckets, exact_work=exact_work, exact_seconds=exact_seconds,
                           progress=progress)
     result = run_search(model, config, run_dir=run_dir, exact=exact)
-    compact_of(model, result, tolerance, memory_buckets=memory_buckets, work=exact_work, seconds=exact_seconds)
+    compact_of(model, result, tolerance, memory_buckets=memory_buckets, work=exact_work, seconds=exact_seconds,
+               seeds=seeds)
     return result
 
 

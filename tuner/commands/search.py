@@ -15,6 +15,8 @@ from tuner.model.costmodel import DEFAULT_MAX_CAPTURE_S, DEFAULT_MAX_GRAPHS
 from tuner.search.exact_answer import DEFAULT_WORK
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tuner.model.costmodel import CostModel
     from tuner.decision.record import Decision
     from tuner.search.exact import ExactResult
@@ -258,17 +260,19 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
     written. `own_profile`: the profile is DIR's own sweep (`tune` without --profile), so a run in DIR on another
     profile of the same workload is this workload's earlier run, not a conflict."""
     import tuner
+    from tuner.decision.run_dir import earlier_answer
     from tuner.model.costmodel import ModelError
     from tuner.search.study import SearchError, SearchInterrupted, exact_solve
 
     workload = load_workload_arg(workload_path)
     _check_out(args.out)
     check_load_args(workload, args)
+    seeds = earlier_answer(args.out, workload)  # a rerun in DIR answers no worse than the run it replaces
     try:
         model = model_from_args(profile_csv, workload, args)
         # A budget nothing meets fails before --out.
         exact = exact_solve(model, memory_buckets=args.memory_buckets, work=args.exact_work,
-                            seconds=args.exact_seconds)
+                            seconds=args.exact_seconds, incumbents=seeds)
     except (ModelError, SearchError) as exc:
         raise UsageError(str(exc)) from None
     fixed_point = None
@@ -284,7 +288,8 @@ def search_and_write(workload_path: str, profile_csv: Path, args: argparse.Names
         result = tuner.search_capture_lists(
             model, trials=args.trials, seed=args.seed, objective=args.objective, storage=args.storage,
             run_dir=args.out, tolerance=getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
-            exact_work=args.exact_work, exact_seconds=args.exact_seconds, progress=not args.no_progress, exact=exact)
+            exact_work=args.exact_work, exact_seconds=args.exact_seconds, progress=not args.no_progress, exact=exact,
+            seeds=seeds)
     except SearchInterrupted as exc:
         raise _interrupted(exc, name, args) from None
     result.ship = args.ship
@@ -343,13 +348,15 @@ def _load_aware(model: CostModel, workload: Workload, args: argparse.Namespace,
     return found, time.perf_counter() - started
 
 
-def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namespace) -> None:
+def choose_compact(model: CostModel, result: SearchResult, args: argparse.Namespace,
+                   seeds: Sequence[Sequence[int]] = ()) -> None:
     """Choose the search's compact list at --tolerance within --exact-work (kept on the result, recorded in
-    search.json)."""
+    search.json); `seeds`: an earlier run's answer, in the running."""
     from tuner.search.study import compact_of
 
     compact_of(model, result, getattr(args, "tolerance", None), memory_buckets=args.memory_buckets,
-               work=getattr(args, "exact_work", DEFAULT_WORK), seconds=getattr(args, "exact_seconds", None))
+               work=getattr(args, "exact_work", DEFAULT_WORK), seconds=getattr(args, "exact_seconds", None),
+               seeds=seeds)
 
 
 def _decision_summary(dec: Decision, out: Path, model: CostModel, *, report: bool) -> None:

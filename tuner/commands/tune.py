@@ -188,6 +188,7 @@ class TuneCommand(Command):
         from tuner.search.workers import FleetError, create_or_extend, fleet_result, run_local_workers, study_status
         from tuner.model.costmodel import ModelError
         from tuner.decision.record import decide
+        from tuner.decision.run_dir import earlier_answer
         from tuner.report.run import write_run
         from tuner.search.study import SearchError, exact_solve
         from tuner.search.storage_url import display_url
@@ -196,11 +197,12 @@ class TuneCommand(Command):
         _check_out(args.out)
         check_load_args(workload, args)
         fixed_point = None
+        seeds = earlier_answer(args.out, workload)  # a rerun in DIR answers no worse than the run it replaces
         try:
             model = model_from_args(profile, workload, args)
             # A budget nothing meets fails before any write.
             exact = exact_solve(model, memory_buckets=args.memory_buckets, work=args.exact_work,
-                                seconds=args.exact_seconds)
+                                seconds=args.exact_seconds, incumbents=seeds)
             if args.rate is not None:
                 # The fixed point first, here (deterministic: a rerun that writes DIR finds it again): its model,
                 # load steps included, is what the study's spec carries, so every worker weighs trials on it, and
@@ -240,7 +242,7 @@ class TuneCommand(Command):
             result = fleet_result(url, name, model, exact_seconds=args.exact_seconds, exact_work=args.exact_work)
         except FleetError as exc:
             raise UsageError(str(exc)) from None
-        choose_compact(model, result, args)
+        choose_compact(model, result, args, seeds)
         result.ship = args.ship
         if fixed_point is not None:
             result.load_search, result.load_record = fixed_point, fixed_point.as_dict()

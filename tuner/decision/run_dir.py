@@ -44,6 +44,26 @@ def recorded_summary(run_dir: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def earlier_answer(run_dir: str | Path, workload: Workload) -> list[tuple[int, ...]]:
+    """The lists an earlier run of this workload in run_dir shipped, tuned and compacted (summary.json), as the
+    engine's keys, to seed a new search there: its answer is then no worse than the earlier one on the same profile.
+    [] where the directory holds no run of this workload (its content hash) under the same release."""
+    data = recorded_summary(run_dir)
+    try:
+        # vLLM's releases key their lists differently (0.34: decode graphs by request count, below 0); another
+        # engine records no release
+        release = workload.engine.version if workload.engine.release_words else None
+        same = data["workload"]["hash"] == workload.content_hash and data.get("vllm_version") == release
+    except (KeyError, TypeError):
+        return []
+    lists = [data.get(name, {}).get("capture_sizes") for name in ("tuned", "compact")] if same else []
+    shipped = data.get("shipped") if same else None
+    if isinstance(shipped, dict):
+        lists += [shipped.get("capture_sizes"), (shipped.get("other") or {}).get("capture_sizes")]
+    return list(dict.fromkeys(tuple(int(w) for w in sizes) for sizes in lists
+                              if isinstance(sizes, list) and all(isinstance(w, int) for w in sizes)))
+
+
 def recorded_model_settings(run_dir: str | Path) -> dict[str, Any]:
     """The CostModel settings a run directory's summary.json records (`cost_model`; {} when it records none)."""
     recorded = recorded_summary(run_dir).get("cost_model")

@@ -640,15 +640,16 @@ def _count_finished(study: Any) -> tuple[int | None, int]:
 
 def compact_of(model: CostModel, search: SearchResult, tolerance: float | None = None, *,
                memory_buckets: int = 2048, work: int | None = DEFAULT_WORK,
-               seconds: float | None = None) -> CompactChoice:
+               seconds: float | None = None, seeds: Sequence[Sequence[int]] = ()) -> CompactChoice:
     """The search's compact choice at `tolerance` (None: the one it holds, else DEFAULT_TOLERANCE): the one it holds
-    when chosen at that tolerance, else chosen now against the search's own fitting lists within `work` steps (and
-    `seconds`, where given) and kept on it (search.json records it, so a re-render does not solve again)."""
+    when chosen at that tolerance, else chosen now against the search's own fitting lists (and `seeds`: an earlier
+    run's answer, `tuner.decision.run_dir.earlier_answer`) within `work` steps (and `seconds`, where given) and kept
+    on it (search.json records it, so a re-render does not solve again)."""
     held = search.compact
     if held is None or (tolerance is not None and held.tolerance != tolerance):
         # The report's own rows are in the running: no row of it can beat the compact list on both counts.
         known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None] + [
-            model.evaluate(sizes) for sizes in reference_lists(model).values()]
+            model.evaluate(sizes) for sizes in [*reference_lists(model).values(), *seeds]]
         started = time.perf_counter()
         search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
                                         memory_buckets=memory_buckets, work=work, seconds=seconds,
