@@ -93,8 +93,12 @@ def _supported(fn: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k in params}
 
 
-def tune_stages(profile_dir: Path, width: int, release: str, trials: int) -> dict[str, Any]:
-    """One dense tune, stage by stage, as `cgtune tune --profile` runs it (in-memory study)."""
+def tune_stages(profile_dir: Path, width: int, release: str, trials: int,
+                at_pool_bytes: int | None = None) -> dict[str, Any]:
+    """One dense tune, stage by stage, as `cgtune tune --profile` runs it (in-memory study). `at_pool_bytes`: also
+    the fastest list this release's exact solver finds within that real graph pool (the other release's shipped
+    list's), to compare the releases' answers at no more memory (where the tree's solver takes a cap and counts the
+    real pool: 0.34)."""
     os.environ["CGTUNE_VLLM_VERSION"] = release
     from tuner.decision import compare
     from tuner.model.costmodel import CostModel
@@ -130,11 +134,32 @@ def tune_stages(profile_dir: Path, width: int, release: str, trials: int) -> dic
         clock("plots", lambda: render_plots(model, decision, Path(tmp) / "plots"))
     ship = decision.ship.evaluation
     gap = d.expected_step_ms - table["ideal"].expected_step_ms
-    return {"width": width, "release": release, "candidates": len(model.candidates),
-            "wall_s": clock.wall, "cpu_s": clock.cpu,
-            "shipped": {"graphs": len(ship.capture_sizes), "step_ms": round(ship.expected_step_ms, 4),
-                        "pool_gib": round(ship.graph_memory_bytes / (1 << 30), 3),
-                        "gap_share": round((d.expected_step_ms - ship.expected_step_ms) / gap, 4) if gap else None}}
+
+    def words(e: Any) -> dict[str, Any]:
+        # graphs: None where the tree does not count them (before issue 50)
+        return {"sizes": len(e.capture_sizes), "graphs": getattr(e, "num_graphs", None),
+                "step_ms": round(e.expected_step_ms, 4),
+                "pool_gib": round(e.graph_memory_bytes / (1 << 30), 3),
+                "gap_share": round((d.expected_step_ms - e.expected_step_ms) / gap, 4) if gap else None}
+
+    row = {"width": width, "release": release, "candidates": len(model.candidates),
+           "wall_s": clock.wall, "cpu_s": clock.cpu, "shipped": words(ship)}
+    if at_pool_bytes is not None and _counts_the_real_pool(model):
+        # Not a stage of the tune: the release's front at the other's shipped memory, seeded with the lists it found.
+        seeds = [e.capture_sizes for e in table.values() if e.feasible]
+        capped = study.exact_solve(model, memory_cap_bytes=at_pool_bytes, incumbents=seeds).best
+        row["at_other_pool"] = {**words(capped), "cap_gib": round(at_pool_bytes / (1 << 30), 3)}
+    return row
+
+
+def _counts_the_real_pool(model: Any) -> bool:
+    """The tree's exact solver takes a memory cap and counts the real graph pool on it (0.34; 0.33 counts vLLM's
+    estimate)."""
+    try:
+        from tuner.search.exact_program import memory_axis
+    except ImportError:  # an older tree
+        return False
+    return memory_axis(model) != "estimate"
 
 
 def exponents(rows: list[dict[str, Any]], key: str) -> dict[str, float | None]:
@@ -169,12 +194,17 @@ def main() -> int:
         rows = []
         for release in args.releases:
             for width in widths:
-                row = tune_stages(profile_dir, width, release, args.trials)
+                other = [r for r in rows if r["width"] == width]  # 0.33's row, where it ran first
+                pool = round(other[0]["shipped"]["pool_gib"] * (1 << 30)) if other else None
+                row = tune_stages(profile_dir, width, release, args.trials, at_pool_bytes=pool)
                 rows.append(row)
                 total_w, total_c = sum(row["wall_s"].values()), sum(row["cpu_s"].values())
                 print(f"| {release} | {width} | " + " | ".join(
                     f"{row['cpu_s'][s]:.1f} ({row['wall_s'][s]:.1f})" for s in STAGES)
                     + f" | **{total_c:.1f} ({total_w:.1f})** | {json.dumps(row['shipped'])} |", flush=True)
+                if "at_other_pool" in row:
+                    print(f"  {release} at {width}: the fastest list within the other release's shipped pool: "
+                          f"{json.dumps(row['at_other_pool'])}", flush=True)
         for release in args.releases:
             mine = [r for r in rows if r["release"] == release]
             if len(mine) > 1:
