@@ -115,7 +115,7 @@ tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
 TESTS[v034_engine]="$F34 tests/test_exact_split.py tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
 TESTS[v034_memory]='tests/test_vllm034_kv.py tests/vllm034/test_kv_blocks_034.py tests/test_validate_vllm.py
 tests/test_exact_split.py tests/commands/test_check_034_cli.py'
-TESTS[v034_settings]="$F34 tests/test_vllm_versions.py tests/test_workload.py tests/vllm034/test_files_034.py"
+TESTS[v034_settings]="$F34 tests/vllm034/test_settings_034.py tests/test_vllm_versions.py tests/test_workload.py tests/vllm034/test_files_034.py"
 # mutmut limits a mutant's run to 15 x (1 s + the calls of its tests as the clean run timed them), fixtures left out;
 # these tests' module fixtures (vLLM 0.34's own process, the example run) take a minute or more on a loaded machine,
 # so without a constant every mutant the oracle reaches would "time out" (and count as killed).
