@@ -72,6 +72,12 @@ def test_the_utilization_advised_for_a_kv_cache_gives_it_and_a_granule_less_does
     assert _rule(geometry=g, gpu_memory_utilization=less).kv_available_bytes(real_bytes=real) < kv
     # past what the device can give beside its margin (140 GiB free less 4.5 GiB): no utilization does it
     assert rule.utilization_for_kv(120 * GIB, real_bytes=real) == float("inf")
+    # a part of a block costs a whole one: 25 blocks and a byte are 26 blocks, two granules a segment, though 25.00001
+    # blocks' bytes (2000 KiB a segment) would fit in one
+    assert rule.utilization_for_kv(25 * g.pool_bytes_per_block + 1, real_bytes=real) == u
+    # a layout with no KV segments (nothing known of it) is priced at the bytes asked for
+    bare = _rule(geometry=KvGeometry((), 0))
+    assert bare.utilization_for_kv(kv, real_bytes=real) == (kv + 14 * GIB + 4 * GIB + 6 * GIB) / (141 * GIB)
 
 
 def test_a_profile_measured_through_vllm_034_records_what_its_extensible_cache_sized_from():
