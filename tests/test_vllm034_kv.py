@@ -127,3 +127,16 @@ def test_an_mla_workload_is_laid_out_as_mla_layers():
     got = engine.kv_geometry(KvFacts(w.kv_layer_groups(), w.kv_bytes_per_token()))
     assert got == KvLayout(tuple([KvLayer("mla", 1, 576, 2)] * 62)).geometry
     assert got.pool_bytes_per_block == 62 * 16 * 576 * 2
+
+
+def test_the_kv_layout_laid_out_from_the_workload_keeps_each_layers_page_and_a_measured_byte_count():
+    # Without the engine's own figures the layout comes from the workload's layers: a target of 32 layers (8 heads of
+    # 128, bf16: 64 KiB a 16-token page) and a drafter layer of 4 heads of 64 (16 KiB) keep their own pages when the
+    # bytes per token are the layers' own; a profile that measured other bytes (an FP8 KV cache: half) pads every
+    # layer's page to its share of them.
+    engine = Vllm034Engine(ServingConfig(max_num_seqs=8, vllm_version="0.34"))
+    own = 2 * (32 * 8 * 128 + 4 * 64) * 2
+    g = engine.kv_geometry(KvFacts(((32, 8, 128, 2), (1, 4, 64, 2)), own))
+    assert sorted(g.segment_strides) == [16 * KIB] + [64 * KIB] * 32 and g.pool_bytes_per_block == 16 * own
+    fp8 = engine.kv_geometry(KvFacts(((32, 8, 128, 2),), 32 * 8 * 128 * 2))
+    assert fp8.segment_strides == (32 * KIB,) * 32 and fp8.pool_bytes_per_block == MIB
