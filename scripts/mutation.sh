@@ -112,7 +112,8 @@ TESTS[v034_dispatch]="$F34 $O34 tests/test_exact_split.py $NOT_CLI34"
 TESTS[v034_drafter_cost]="tests/vllm034/test_drafter_034.py $O34 tests/test_exact_split.py $NOT_CLI34"
 TESTS[v034_emit]="$F34 tests/vllm034/test_emit_keys_034.py tests/vllm034/test_files_034.py tests/vllm034/test_files_engine_034.py
 tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
-TESTS[v034_engine]="$F34 tests/test_exact_split.py tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
+TESTS[v034_engine]="$F34 tests/vllm034/test_engine_034.py tests/test_vllm034_kv.py tests/vllm034/test_settings_034.py
+tests/test_exact_split.py tests/commands/test_check_034_cli.py tests/test_vllm_versions.py"
 TESTS[v034_memory]='tests/test_vllm034_kv.py tests/vllm034/test_kv_blocks_034.py tests/test_validate_vllm.py
 tests/test_exact_split.py tests/commands/test_check_034_cli.py'
 TESTS[v034_settings]="$F34 tests/vllm034/test_settings_034.py tests/test_vllm_versions.py tests/test_workload.py tests/vllm034/test_files_034.py"
