@@ -32,7 +32,7 @@ from hand_cases import CASES as HAND_CASES, FAMILIES  # noqa: E402
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 METHODS = ("dflash", "eagle", "eagle3", "mtp", "draft_model", "ngram", "suffix")
 BATCHES_PER_CONFIG = 40
-VARLEN_LIMITS = (1, 2, 3, 4, 7, 8, 9, 31, 32, 33, 100, 1023, 1024, 1025, 1100, 4095, 4096, 4100, 8192, 9000)
+VARLEN_LIMITS = (0, 1, 2, 3, 4, 7, 8, 9, 31, 32, 33, 100, 1023, 1024, 1025, 1100, 4095, 4096, 4100, 8192, 9000)
 MIB = 1 << 20
 GIB = 1 << 30
 

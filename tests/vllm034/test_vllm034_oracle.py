@@ -505,7 +505,8 @@ def test_the_comparison_covers_what_it_claims(answers, comparison):
     assert checks["dispatch"] >= 40 * len(accepted)
     assert checks["dispatch of steps"] == checks["dispatch of one step"] >= 35 * len(accepted)
     # The drafters' graphs: every model-based method's, over every kind of list and mode the targets meet.
-    assert checks["drafter graphs"] >= 800 and checks["varlen grid"] == 40
+    # the varlen grid: 21 limits (0 among them: vLLM captures none), each with and without the dense head
+    assert checks["drafter graphs"] >= 800 and checks["varlen grid"] == 42
     drafted = Counter(a["config"].get("speculative_method") for a in accepted if a.get("drafter_graphs"))
     assert all(drafted[m] >= 50 for m in ("dflash", "eagle", "eagle3", "mtp", "draft_model")), drafted
     seen: Counter[str] = Counter()
