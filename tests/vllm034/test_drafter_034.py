@@ -57,3 +57,18 @@ def _notes_of(method: str) -> list[str]:
     notes: list[str] = []
     _drafter(method, 3, full=True, notes=notes)
     return notes
+
+
+def test_under_a_dynamic_schedule_each_one_token_draft_graph_is_captured_once_per_k_above_one():
+    # vLLM 0.34 captures the one-token draft decode graphs for each K of the schedule's dense lookup above 1 (a K of 0
+    # or 1 drafts no later token): K in {4, 2, 1} captures them twice, {1, 0} not at all.
+    def drafter(ks):
+        return Drafter034(_profile(full=True), "eagle", dispatcher=lambda keys: None, num_speculative_tokens=4,
+                          max_num_seqs=64, decode_mode="FULL", name="p.csv", notes=[], dynamic_ks=ks)
+
+    def later_bytes(ks):  # the one-token draft decode graphs' bytes, beside the target's decode graphs
+        return drafter(ks).later_steps(np.array([8, 16]), np.array([4, 4]), True)[1]
+
+    assert later_bytes(None) > 0
+    assert drafter([4, 2, 1]).copies == (4, 2) and later_bytes([4, 2, 1]) == 2 * later_bytes(None)
+    assert drafter([1, 0]).copies == () and later_bytes([1, 0]) == 0

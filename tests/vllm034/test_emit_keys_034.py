@@ -57,4 +57,8 @@ def test_an_empty_list_pair_ships_mode_none_with_no_capture_fields():
     files = render_034_files(ENGINE, (), settings, cudagraph_mode="FULL_AND_PIECEWISE",
                              provenance=Provenance("test", "no profile", "no device", "no workload", "now"))
     assert json.loads(files[COMPILATION_CONFIG_FILE]) == {"cudagraph_mode": "NONE"}
+    # a deployment in mode NONE ships NONE whatever list it is handed: nothing is resolved, nothing refused
+    files = render_034_files(ENGINE, (-4, 64), settings, cudagraph_mode="NONE",
+                             provenance=Provenance("test", "no profile", "no device", "no workload", "now"))
+    assert json.loads(files[COMPILATION_CONFIG_FILE]) == {"cudagraph_mode": "NONE"}
 
