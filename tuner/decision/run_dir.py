@@ -56,8 +56,10 @@ def earlier_answer(run_dir: str | Path, workload: Workload) -> list[tuple[int, .
         same = data["workload"]["hash"] == workload.content_hash and data.get("vllm_version") == release
     except (KeyError, TypeError):
         return []
-    lists = [data.get(name, {}).get("capture_sizes") for name in ("tuned", "compact")] if same else []
-    shipped = data.get("shipped") if same else None
+    if not same:
+        return []
+    lists = [data.get(name, {}).get("capture_sizes") for name in ("tuned", "compact")]
+    shipped = data.get("shipped")
     if isinstance(shipped, dict):
         lists += [shipped.get("capture_sizes"), (shipped.get("other") or {}).get("capture_sizes")]
     return list(dict.fromkeys(tuple(int(w) for w in sizes) for sizes in lists

@@ -648,8 +648,10 @@ def compact_of(model: CostModel, search: SearchResult, tolerance: float | None =
     held = search.compact
     if held is None or (tolerance is not None and held.tolerance != tolerance):
         # The report's own rows are in the running: no row of it can beat the compact list on both counts.
+        allowed = set(model.candidates)  # an earlier run's list, on another profile, may name widths this one lacks
         known = [e for e in (search.chosen, search.study_best, search.exact.best) if e is not None] + [
-            model.evaluate(sizes) for sizes in [*reference_lists(model).values(), *seeds]]
+            model.evaluate(sizes) for sizes in [*reference_lists(model).values(),
+                                                *(tuple(w for w in s if w in allowed) for s in seeds)]]
         started = time.perf_counter()
         search.compact = choose_compact(model, DEFAULT_TOLERANCE if tolerance is None else tolerance, known=known,
                                         memory_buckets=memory_buckets, work=work, seconds=seconds,
