@@ -122,6 +122,7 @@ def test_at_the_memory_0_33_ships_0_34_answers_at_least_as_well(models_2k, at_2k
     assert (d - e.expected_step_ms) / (d - i) >= (d - old.ship.evaluation.expected_step_ms) / (d - i)
 
 
+@pytest.mark.slow  # half a minute of exact solves: kept out of the README's test command (under 15 min on 2 cores)
 def test_the_start_up_budget_shapes_the_answer_and_a_proof_needs_it_not_to(tmp_path):
     # Without a budget the dense 0.34 case's fastest pair captures every width (hundreds of seconds), proven; under
     # a 20 s budget (400 graphs at 0.05 s) the answer captures at most that and states its bound; and the 0.33 solver,
