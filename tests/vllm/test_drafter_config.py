@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from vllm_code import require_vllm_033
 
 HERE = Path(__file__).resolve().parent
@@ -50,6 +52,7 @@ def assert_vllm_builds_each_drafter(answer: dict[str, Any], *, dflash_parallel: 
     assert refused and "are not supported for now" in refused
 
 
+@pytest.mark.slow  # vLLM builds every drafter in a subprocess (~40 s): CI's slow run holds it
 def test_vllm_033_builds_the_drafter_cgtune_writes_for_each_method():
     require_vllm_033()
     answer = run_check()
